@@ -1,0 +1,240 @@
+"""The Claude proposer's tools and their execution against a sandboxed copy of train.py.
+
+The model can read four project files and the experiment history, edit train.py (exact string
+replacement or a full rewrite) and submit. Edits only ever touch `Workspace.source`, an in-memory
+string; nothing on disk changes here (the loop commits the submitted source itself). Any bad call
+(unknown tool, malformed input, a path other than train.py, an edit that does not apply) raises
+ToolError, whose message goes back to the model as an is_error tool_result so it can try again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# Files the model may read; train.py is served from the in-memory working copy.
+READABLE = ("program.md", "README.md", "prepare.py", "train.py")
+# The one file the model may change.
+EDITABLE = "train.py"
+# Longest text a read returns (characters); keeps one tool result from flooding the context.
+READ_CHAR_LIMIT = 100_000
+# Character budget of the condensed history (about 4k tokens).
+HISTORY_CHAR_BUDGET = 16_000
+# Longest diff shown for one experiment by read_history(experiment=N).
+DIFF_CHAR_LIMIT = 8_000
+# results.tsv cannot hold long or multi-line descriptions.
+DESCRIPTION_MAX_CHARS = 160
+
+_PATH = {"type": "string", "description": "File name relative to the repository root, e.g. \"train.py\"."}
+TOOLS: list[dict] = [
+    {"name": "read_file",
+     "description": "Read one project file. Allowed: program.md, README.md, prepare.py (fixed, "
+                    "read-only: data, tokenizer, evaluation) and train.py (your working copy, "
+                    "including the edits made so far).",
+     "input_schema": {"type": "object", "properties": {"path": _PATH},
+                      "required": ["path"], "additionalProperties": False}},
+    {"name": "read_history",
+     "description": "The experiment history: every past experiment with its status "
+                    "(keep/discard/crash), val_bpb, memory, description, hypothesis and why it "
+                    "was kept or discarded, condensed to fit. Pass `experiment` to see one "
+                    "experiment in full, including its diff.",
+     "input_schema": {"type": "object",
+                      "properties": {"experiment": {"type": "integer", "description": "Experiment number n."}},
+                      "additionalProperties": False}},
+    {"name": "str_replace",
+     "description": "Edit train.py: replace the one exact occurrence of old_str with new_str. "
+                    "old_str must match the file exactly (whitespace included) and occur once.",
+     "input_schema": {"type": "object",
+                      "properties": {"path": _PATH, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
+                      "required": ["path", "old_str", "new_str"], "additionalProperties": False}},
+    {"name": "write_file",
+     "description": "Replace the whole of train.py with `content`. Prefer str_replace for small changes.",
+     "input_schema": {"type": "object",
+                      "properties": {"path": _PATH, "content": {"type": "string"}},
+                      "required": ["path", "content"], "additionalProperties": False}},
+    {"name": "submit",
+     "description": "Finish: submit the edited train.py as this experiment. `description` is one "
+                    "short line for results.tsv; `hypothesis` says why it should lower val_bpb.",
+     "input_schema": {"type": "object",
+                      "properties": {"description": {"type": "string"}, "hypothesis": {"type": "string"}},
+                      "required": ["description", "hypothesis"], "additionalProperties": False}},
+]
+_SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
+_PY_TYPES = {"string": str, "integer": int, "object": dict}
+
+
+class ToolError(Exception):
+    """A refused or failed tool call; the message is returned to the model with is_error."""
+
+
+@dataclass
+class Submission:
+    description: str
+    hypothesis: str
+
+
+def validate(name: str, args) -> dict:
+    """Check a tool call against its schema; raise ToolError saying exactly what is wrong."""
+    if name not in _SCHEMAS:
+        raise ToolError(f"Unknown tool {name!r}. Tools: {', '.join(_SCHEMAS)}.")
+    schema = _SCHEMAS[name]
+    if not isinstance(args, dict):
+        raise ToolError(f"{name}: input must be a JSON object, got {type(args).__name__}.")
+    props = schema["properties"]
+    missing = [k for k in schema.get("required", []) if k not in args]
+    extra = [k for k in args if k not in props]
+    if missing or extra:
+        raise ToolError(f"{name}: missing {missing or 'nothing'}, unexpected {extra or 'nothing'}; "
+                        f"expected fields: {list(props)}.")
+    for k, v in args.items():
+        want = _PY_TYPES[props[k]["type"]]
+        if not isinstance(v, want) or isinstance(v, bool):
+            raise ToolError(f"{name}: field {k!r} must be a {props[k]['type']}, got {type(v).__name__}.")
+    return args
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path.strip()).replace("\\", "/")
+
+
+def _status_line(r: dict) -> str:
+    summary = r.get("summary") or {}
+    bpb = r.get("trusted_bpb") or summary.get("val_bpb")
+    mem = summary.get("peak_vram_mb")
+    parts = [f"#{r.get('n', '?')} {r.get('status', '?')}",
+             f"val_bpb={bpb:.6f}" if isinstance(bpb, (int, float)) else "val_bpb=-",
+             f"mem={mem / 1024:.1f}GB" if isinstance(mem, (int, float)) else None,
+             f"commit={r.get('short') or str(r.get('commit') or '')[:7]}" if r.get("commit") else None,
+             f"| {r.get('description', '')}"]
+    if r.get("hypothesis"):
+        parts.append(f"| hypothesis: {r['hypothesis']}")
+    if r.get("crash_class"):
+        parts.append(f"| crash: {r['crash_class']}")
+    if r.get("decision_reason"):
+        parts.append(f"| why: {r['decision_reason']}")
+    return " ".join(p for p in parts if p).replace("\n", " ")
+
+
+def condense_history(history: list[dict], best: dict | None, budget: int = HISTORY_CHAR_BUDGET) -> str:
+    """One line per experiment, newest kept first when the budget runs out, shown oldest first."""
+    records = [r for r in history if r.get("kind", "experiment") == "experiment"]
+    if not records:
+        return "No experiments yet: this is the first one after the baseline."
+    head = f"{len(records)} experiments so far"
+    if best:
+        head += f"; best val_bpb {best.get('val_bpb')} at commit {str(best.get('commit') or '')[:7]}"
+    lines, used = [], len(head)
+    for r in reversed(records):
+        line = _status_line(r)
+        if len(line) > 600:
+            line = line[:600] + "..."
+        if used + len(line) + 1 > budget:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    omitted = len(records) - len(lines)
+    if omitted:
+        head += f" ({omitted} oldest omitted; read_history with experiment=N shows any one)"
+    return "\n".join([head + ":"] + lines[::-1])
+
+
+def experiment_detail(history: list[dict], n: int) -> str:
+    for r in history:
+        if r.get("n") == n and r.get("kind", "experiment") == "experiment":
+            shown = {k: r.get(k) for k in ("n", "status", "description", "hypothesis", "decision_reason",
+                                           "crash_class", "trusted_bpb", "summary", "verdicts",
+                                           "commit", "parent", "discarded_ref") if r.get(k) is not None}
+            diff = r.get("diff") or ""
+            if len(diff) > DIFF_CHAR_LIMIT:
+                diff = diff[:DIFF_CHAR_LIMIT] + f"\n...[{len(diff) - DIFF_CHAR_LIMIT} chars cut]"
+            return json.dumps(shown, indent=1, default=str) + "\n--- diff ---\n" + (diff or "(none)")
+    raise ToolError(f"read_history: no experiment {n}; known: {[r.get('n') for r in history][-50:]}.")
+
+
+class Workspace:
+    """The sandbox one proposal works in: an in-memory train.py plus read access to the repo."""
+
+    def __init__(self, worktree: Path, program: str, base_source: str, start_source: str,
+                 history: list[dict], best: dict | None):
+        self.worktree = Path(worktree)
+        self.program = program
+        self.base_source = base_source          # the parent commit's train.py
+        self.start_source = start_source        # where editing starts (a crashed proposal when fixing)
+        self.source = start_source
+        self.history = history
+        self.best = best
+        self.edits = 0
+        self.submitted: Submission | None = None
+
+    def run(self, name: str, args) -> str:
+        args = validate(name, args)
+        return getattr(self, f"_tool_{name}")(**args)
+
+    def _editable(self, path: str) -> None:
+        if _norm(path) != EDITABLE:
+            raise ToolError(f"Refused: {path!r} cannot be edited. Only train.py may change; "
+                            "prepare.py and the other files are fixed (the evaluation must stay the same).")
+
+    def _tool_read_file(self, path: str) -> str:
+        p = _norm(path)
+        if p not in READABLE:
+            raise ToolError(f"read_file: {path!r} is not readable here; allowed: {', '.join(READABLE)}.")
+        if p == "train.py":
+            text = self.source
+        elif p == "program.md":
+            text = self.program
+        else:
+            try:
+                text = (self.worktree / p).read_text(encoding="utf-8")
+            except OSError as e:
+                raise ToolError(f"read_file: cannot read {p}: {e.strerror or e}.")
+        if len(text) > READ_CHAR_LIMIT:
+            text = text[:READ_CHAR_LIMIT] + f"\n...[{len(text) - READ_CHAR_LIMIT} chars cut]"
+        return text
+
+    def _tool_read_history(self, experiment: int | None = None) -> str:
+        if experiment is not None:
+            return experiment_detail(self.history, experiment)
+        return condense_history(self.history, self.best)
+
+    def _tool_str_replace(self, path: str, old_str: str, new_str: str) -> str:
+        self._editable(path)
+        if not old_str:
+            raise ToolError("str_replace: old_str is empty; give the exact text to replace.")
+        count = self.source.count(old_str)
+        if count != 1:
+            raise ToolError(f"str_replace: old_str occurs {count} times in train.py; it must occur exactly "
+                            "once (copy it exactly from read_file, with enough context to be unique).")
+        self.source = self.source.replace(old_str, new_str, 1)
+        self.edits += 1
+        return f"train.py edited ({len(old_str)} chars replaced by {len(new_str)})."
+
+    def _tool_write_file(self, path: str, content: str) -> str:
+        self._editable(path)
+        if not content.strip():
+            raise ToolError("write_file: content is empty; train.py must stay a complete program.")
+        self.source = content
+        self.edits += 1
+        return f"train.py rewritten ({len(content.splitlines())} lines)."
+
+    def _tool_submit(self, description: str, hypothesis: str) -> str:
+        description, hypothesis = description.strip(), hypothesis.strip()
+        if not description or "\n" in description or "\t" in description:
+            raise ToolError("submit: description must be one non-empty line without tabs.")
+        if len(description) > DESCRIPTION_MAX_CHARS:
+            raise ToolError(f"submit: description is {len(description)} chars; keep it under "
+                            f"{DESCRIPTION_MAX_CHARS} (details belong in the hypothesis).")
+        if not hypothesis:
+            raise ToolError("submit: hypothesis is empty; say why this should lower val_bpb.")
+        if self.source == self.base_source:
+            raise ToolError("submit: train.py is unchanged from the parent commit; edit it first.")
+        if self.source == self.start_source and self.start_source != self.base_source:
+            raise ToolError("submit: train.py is still the version that crashed; fix it first.")
+        try:
+            compile(self.source, "train.py", "exec")
+        except SyntaxError as e:
+            raise ToolError(f"submit: train.py does not parse: {e.msg} at line {e.lineno}. Fix it first.")
+        self.submitted = Submission(description, hypothesis)
+        return "Submitted."
