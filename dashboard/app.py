@@ -1,0 +1,309 @@
+"""The live dashboard: `uv run dashboard/app.py [--port 8000] [--host 127.0.0.1] [--tag T]
+[--runs DIR] [--repo DIR]`.
+
+It only reads what the loop writes (results.tsv, journal, traces, state, logs, git), plus the
+human queue, which it may write: approve/reject need the token printed at start-up (or set in
+AUTORESEARCH_DASHBOARD_TOKEN). Every response is scrubbed of secrets, every model-written text
+is escaped, and bad or missing files are shown as such, never as a 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from flask import (Flask, Response, abort, jsonify, redirect, render_template, request,
+                   stream_with_context, url_for)
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
+from werkzeug.serving import make_server
+
+from dashboard import chart, data, human_queue, live, runview
+from dashboard.runs import RunIndex, git_toplevel
+from dashboard.scrub import Scrubber
+
+# Rows per page of the results table (a tag with thousands of experiments stays fast).
+PAGE_SIZE = 100
+# Most rows /api/results returns in one answer when asked for a limit.
+MAX_LIMIT = 10_000
+# Env var that fixes the action token (otherwise a random one is made at start-up).
+TOKEN_ENV = "AUTORESEARCH_DASHBOARD_TOKEN"
+# Header (or form field "token") that carries it on state-changing requests.
+TOKEN_HEADER = "X-Dashboard-Token"
+# Host headers accepted while bound to loopback (blocks DNS-rebinding pages from reading us).
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+# Model-written content may contain markup; scripts only ever come from our own /static.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'")
+
+
+def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=True, environ=None):
+    app = Flask(__name__)
+    env = os.environ if environ is None else environ
+    token = token or env.get(TOKEN_ENV) or secrets.token_urlsafe(18)
+    index = RunIndex(Path(repo) if repo else None, Path(runs_dir) if runs_dir else None, default_tag)
+    scrub = Scrubber(extra=[token], environ=env)
+    stop = threading.Event()
+    app.config.update(INDEX=index, TOKEN=token, SCRUB=scrub, STOP=stop, LOOPBACK=loopback,
+                      STREAM_MAX_S=live.STREAM_MAX_S)
+    app.jinja_env.filters.update(bpb=_fmt_bpb, when=_fmt_when, dur=_fmt_dur, pretty=_pretty, pct=_fmt_pct)
+
+    # ---------------------------------------------------------------- helpers
+
+    def run_or_404(key):
+        run = index.get(key) if key else index.default()
+        if run is None:
+            abort(404, description=f"unknown tag {key!r}" if key else "no runs found")
+        return run
+
+    def exp_base(run):
+        # url_for once per page, not once per row/point (it dominated pages with 1,000 points).
+        return url_for("experiment_page", key=run.key, n=0)[:-1]
+
+    def link(run):
+        base = exp_base(run)
+        return lambda n: f"{base}{n}"
+
+    def chart_svg(run, res=None):
+        res = res or data.read_results(run.file("results.tsv"))
+        band = runview.noise_band(res.rows, data.journal_records(run.file("journal.jsonl")))
+        return chart.progress_svg(res.rows, band, link(run))
+
+    def now_html(run):
+        res = data.read_results(run.file("results.tsv"))
+        now = runview.now_panel(run, res.rows, data.journal_records(run.file("journal.jsonl")))
+        return render_template("_now.html", now=now, run=run)
+
+    def queue_html(run):
+        pending, decided, problem = human_queue.items(run)
+        return render_template("_queue.html", pending=pending, decided=decided, problem=problem, run=run)
+
+    def rows_html(run, rows):
+        return render_template("_rows.html", rows=list(reversed(rows)), run=run, ebase=exp_base(run))
+
+    renderers = live.Renderers(rows=rows_html, chart=lambda run, res: chart_svg(run, res),
+                               now=now_html, queue=queue_html)
+
+    # ---------------------------------------------------------------- safety on every request
+
+    @app.before_request
+    def check_host():
+        host = request.host or ""
+        host = host[1:].split("]")[0] if host.startswith("[") else host.split(":")[0]
+        if app.config["LOOPBACK"] and host not in LOOPBACK_NAMES:
+            abort(403, description="this dashboard only answers to 127.0.0.1/localhost")
+
+    @app.after_request
+    def harden(resp: Response):
+        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        resp.headers.setdefault("Cache-Control", "no-store")
+        if not resp.is_streamed and not resp.direct_passthrough:
+            ctype = resp.mimetype or ""
+            if ctype.startswith("text/") or ctype in ("application/json", "image/svg+xml"):
+                resp.set_data(scrub.bytes(resp.get_data()))
+        return resp
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException):
+        if request.path.startswith("/api/"):
+            return jsonify(error=e.description, status=e.code), e.code
+        return render_template("error.html", code=e.code, message=e.description,
+                               runs=index.all()), e.code
+
+    @app.errorhandler(Exception)
+    def crash(e: Exception):
+        # Should not happen (readers never raise on bad data); if it does, say what, not how.
+        traceback.print_exc()
+        msg = f"internal error ({type(e).__name__}); see the dashboard's console"
+        if request.path.startswith("/api/"):
+            return jsonify(error=msg, status=500), 500
+        return render_template("error.html", code=500, message=msg, runs=index.all()), 500
+
+    # ---------------------------------------------------------------- pages
+
+    @app.get("/")
+    def home():
+        run = index.default()
+        if run is None:
+            return render_template("error.html", code=200, runs=[],
+                                   message=f"No runs found. Looked in: {index.where()}")
+        return redirect(url_for("run_page", key=run.key))
+
+    @app.get("/t/<key>/")
+    def run_page(key):
+        run = run_or_404(key)
+        res = data.read_results(run.file("results.tsv"))
+        journal = data.read_jsonl(run.file("journal.jsonl"))
+        pages = max(1, -(-len(res.rows) // PAGE_SIZE))
+        page = min(max(1, request.args.get("page", 1, type=int) or 1), pages)
+        newest_first = res.rows[::-1]
+        shown = newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+        problems = list(res.problems)
+        if journal.missing:
+            problems.append("journal.jsonl not found (details per experiment unavailable)")
+        elif journal.bad:
+            problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
+        run_json, run_problem = data.read_json(run.file("run.json"))
+        return render_template(
+            "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
+            total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
+            run_problem=run_problem, chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
+            queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
+
+    @app.get("/t/<key>/e/<int:n>")
+    def experiment_page(key, n):
+        run = run_or_404(key)
+        exp = runview.experiment(run, n)
+        if exp is None:
+            abort(404, description=f"tag {run.tag} has no experiment #{n}")
+        return render_template("experiment.html", run=run, runs=index.all(), e=exp)
+
+    @app.get("/t/<key>/chart.svg")
+    def chart_file(key):
+        return Response(chart_svg(run_or_404(key)), mimetype="image/svg+xml")
+
+    # ---------------------------------------------------------------- JSON API
+
+    @app.get("/api/tags")
+    def api_tags():
+        return jsonify(tags=[{"key": r.key, "tag": r.tag, "path": str(r.path)} for r in index.all()])
+
+    @app.get("/api/results")
+    def api_results():
+        run = run_or_404(request.args.get("tag"))
+        res = data.read_results(run.file("results.tsv"))
+        offset = max(0, request.args.get("offset", 0, type=int) or 0)
+        limit = min(max(0, request.args.get("limit", MAX_LIMIT, type=int) or 0), MAX_LIMIT)
+        keys = ("n", "commit", "val_bpb", "memory_gb", "status", "description", "problem", "partial")
+        rows = [{k: r[k] for k in keys} for r in res.rows[offset:offset + limit]]
+        return jsonify(tag=run.tag, key=run.key, count=len(res.rows), complete=res.complete,
+                       offset=offset, problems=res.problems, rows=rows)
+
+    @app.get("/api/state")
+    def api_state():
+        run = run_or_404(request.args.get("tag"))
+        res = data.read_results(run.file("results.tsv"))
+        return jsonify(runview.now_panel(run, res.rows, data.journal_records(run.file("journal.jsonl"))))
+
+    @app.get("/api/queue")
+    def api_queue():
+        run = run_or_404(request.args.get("tag"))
+        pending, decided, problem = human_queue.items(run)
+        return jsonify(tag=run.tag, pending=pending, decided=decided, problem=problem)
+
+    @app.get("/api/experiment")
+    def api_experiment():
+        run = run_or_404(request.args.get("tag"))
+        n = request.args.get("n", type=int)
+        exp = runview.experiment(run, n) if n is not None else None
+        if exp is None:
+            abort(404, description=f"tag {run.tag} has no experiment #{request.args.get('n')}")
+        d = exp["diff"]
+        return jsonify({**exp, "diff": {"text": d.text, "source": d.source, "problems": d.problems}})
+
+    @app.get("/api/stream")
+    def api_stream():
+        run = run_or_404(request.args.get("tag"))
+        since = request.headers.get("Last-Event-ID", request.args.get("since", "0"))
+        since = int(since) if str(since).isdigit() else 0
+        gen = live.stream(run, since, renderers, scrub, stop, app.config["STREAM_MAX_S"])
+        return Response(stream_with_context(gen), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.post("/api/queue/decide")
+    def api_decide():
+        given = request.headers.get(TOKEN_HEADER) or request.form.get("token") or ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            abort(403, description="action refused: the dashboard token is missing or wrong "
+                                   "(it is printed when the dashboard starts)")
+        body = request.get_json(silent=True) or request.form
+        run = run_or_404(body.get("tag"))
+        decision = str(body.get("decision", ""))
+        try:
+            item_id = int(body.get("id"))
+        except (TypeError, ValueError):
+            abort(400, description="id must be a queue item number")
+        try:
+            item = human_queue.decide(run, item_id, decision, note=str(body.get("note") or ""))
+        except human_queue.QueueError as e:
+            abort(409, description=str(e))
+        return jsonify(item=item, html=queue_html(run))
+
+    return app
+
+
+# -------------------------------------------------------------------- formatting filters
+
+def _fmt_bpb(v):
+    return "—" if not isinstance(v, (int, float)) else f"{v:.6f}"
+
+
+def _fmt_pct(v):
+    return "—" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+
+
+def _fmt_when(t):
+    if not isinstance(t, (int, float)):
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _fmt_dur(s):
+    if not isinstance(s, (int, float)):
+        return "—"
+    s = int(round(s))
+    neg, s = s < 0, abs(s)
+    text = f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s")
+    return "-" + text if neg else text
+
+
+def _pretty(obj):
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)
+
+
+# -------------------------------------------------------------------- entry point
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Live dashboard for autoresearch runs.")
+    ap.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    ap.add_argument("--tag", help="tag shown first (others stay selectable)")
+    ap.add_argument("--runs", help="read every folder holding a results.tsv below DIR")
+    ap.add_argument("--repo", help="repository whose .autoresearch/<tag>/ runs to show (default: this one)")
+    args = ap.parse_args(argv)
+    repo = Path(args.repo).resolve() if args.repo else git_toplevel(Path.cwd())
+    runs_dir = Path(args.runs).resolve() if args.runs else None
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    app = create_app(repo=repo, runs_dir=runs_dir, default_tag=args.tag, loopback=loopback)
+    server = make_server(args.host, args.port, app, threaded=True)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown}:{server.port}/"
+    print(f"dashboard: {url}", flush=True)
+    print(f"runs: {app.config['INDEX'].where()}", flush=True)
+    print(f"action token: {app.config['TOKEN']}  (open {url}#token={app.config['TOKEN']} to approve/reject)",
+          flush=True)
+    if not loopback:
+        print(f"WARNING: bound to {args.host}: anyone who can reach this address can read the runs",
+              flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        app.config["STOP"].set()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
