@@ -1,0 +1,266 @@
+"""One experiment, start to finish: guard, commit, run (with crash fixes), judge, record, keep/reset.
+
+The order is the point: the journal record and the results.tsv row are written (and fsynced)
+before git moves, and pending.json marks a committed-but-unrecorded experiment, so a kill at any
+moment leaves something agent/recovery.py can reconcile.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+
+from agent.proposers.base import Proposal, ProposalError, ProposalRequest
+from agent.proposing import call_proposer
+from agent.reviewer import Decision, ExperimentContext, GuardVerdict
+from agent.tracing import scrub
+from harness import gitops, knobs
+from harness.results import append_journal, append_result, write_json_atomic
+from harness.runner import RunResult, run_train
+
+TRAIN = "train.py"
+# The judge may ask for the same commit to be run again (noise); at most this many times.
+MAX_RERUNS = 2
+# The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
+TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
+
+
+@dataclass
+class Attempt:
+    """What the loop knows about experiment n while it is in flight."""
+    n: int
+    parent: str | None               # None for the baseline (it is the base commit itself)
+    proposal: Proposal
+    info: dict = field(default_factory=dict)   # proposal info: seconds, waited, fallback...
+    commit: str | None = None
+    git_seconds: float = 0.0
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.monotonic)
+    attempts: list = field(default_factory=list)   # crashed tries that were fixed
+
+
+def commit_message(p: Proposal) -> str:
+    return (f"{p.description}\n\nHypothesis: {p.hypothesis}\n\n"
+            f"Proposer: {p.proposer}\nModel: {p.model or '-'}\n")
+
+
+def context(loop, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
+    return ExperimentContext(n=a.n, tag=loop.tag, worktree=loop.worktree, parent=a.parent or a.commit,
+                             commit=a.commit, old_source=old_source, new_source=new_source, diff=diff,
+                             proposal=a.proposal, history=list(loop.history), best=loop.best,
+                             run_dir=loop.run_dir)
+
+
+def _timed_git(a: Attempt, fn, *args):
+    t0 = time.monotonic()
+    try:
+        return fn(*args)
+    finally:
+        a.git_seconds += time.monotonic() - t0
+
+
+def write_pending(loop, a: Attempt) -> None:
+    write_json_atomic(loop.pending_path, {
+        "n": a.n, "parent": a.parent, "commit": a.commit, "description": a.proposal.description,
+        "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
+        "model": a.proposal.model, "notes": a.proposal.notes, "info": scrub(a.info),
+        "attempts": a.attempts, "started_at": a.started_at})
+
+
+def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
+    """Carry experiment `a` to a recorded decision; returns its journal record."""
+    old_source = gitops.show_file(loop.repo, a.parent, TRAIN) if a.parent else a.proposal.source
+    guard = GuardVerdict(True, "baseline: unmodified train.py")
+    if a.parent is not None and not committed:
+        loop.set_phase("guarding", a.n)
+        diff = _unified(old_source, a.proposal.source)
+        ctx = context(loop, a, old_source, a.proposal.source, diff)
+        with loop.tracer.span("guard", input={"n": a.n}) as sp:
+            guard = loop.reviewer.guard(ctx)
+            sp.log(output={"ok": guard.ok, "reason": guard.reason})
+        if not _commit(loop, a):
+            guard = GuardVerdict(False, "the proposal does not change train.py")
+        if not guard.ok:
+            loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
+            return record(loop, a, old_source, None,
+                          Decision("discard", f"guard: {guard.reason}"), guard)
+    write_pending(loop, a)
+
+    while True:
+        new_source = gitops.show_file(loop.repo, a.commit, TRAIN)
+        diff = _timed_git(a, gitops.diff, loop.repo, a.parent, a.commit) if a.parent else ""
+        ctx = context(loop, a, old_source, new_source, diff)
+        loop.prefetch_next(a, new_source)
+        run, decision = _run_and_judge(loop, a, ctx)
+        if decision.status != "crash" or len(a.attempts) >= loop.args.fix_tries:
+            return record(loop, a, old_source, run, decision, guard)
+        fixed = _ask_fix(loop, a, new_source, run)
+        if fixed is None:
+            return record(loop, a, old_source, run, decision, guard)
+
+
+def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult, Decision]:
+    reruns = []
+    while True:
+        loop.set_phase("training", a.n, run_started_at=time.time())
+        log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
+                   (f".rerun{len(reruns)}" if reruns else "") + ".log"
+        with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
+            run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
+                            log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log))
+            sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
+                           "val_bpb": (run.summary or {}).get("val_bpb")})
+        loop.set_phase("judging", a.n)
+        with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
+            decision = loop.reviewer.judge(ctx, run)
+            sp.log(output={"status": decision.status, "reason": decision.reason})
+        if decision.rerun and len(reruns) < MAX_RERUNS:
+            reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path)})
+            continue
+        if reruns:
+            decision.verdicts.setdefault("reruns", reruns)
+        return run, decision
+
+
+def _tick(loop, a: Attempt, log_path) -> None:
+    """Show 'evaluating' once train.py reports it trained the whole budget."""
+    if loop.phase != "training":
+        return
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 400))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return
+    found = TRAINED_RE.findall(tail)
+    if found and float(found[-1]) >= loop.budget:
+        loop.set_phase("evaluating", a.n)
+    else:
+        loop.refresh()
+
+
+def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | None:
+    """Show the proposer the crash; on a fix, preserve the crashed commit and commit the fix."""
+    loop.prefetch.wait()   # proposers are never called concurrently
+    loop.set_phase("proposing", a.n)
+    req = loop.request(a.n, crashed_source, feedback=(
+        f"Experiment {a.n} crashed ({run.crash_class}). Last {len(run.log_tail.splitlines())} "
+        f"lines of its log:\n{run.log_tail}"), fix_of=a.proposal)
+    try:
+        fix, info = call_proposer(loop, req)
+    except ProposalError as exc:
+        a.info["fix_error"] = str(exc)
+        return None
+    ref = gitops.discarded_ref(loop.tag, a.n, attempt=len(a.attempts))
+    _timed_git(a, gitops.update_ref, loop.repo, ref, a.commit)
+    a.attempts.append({"commit": a.commit, "crash_class": run.crash_class, "ref": ref,
+                       "log": _rel(loop, run.log_path), "description": a.proposal.description})
+    base = a.parent or a.commit
+    _timed_git(a, gitops.reset_hard, loop.worktree, base)
+    if a.parent is None:
+        a.parent = base   # a fixed baseline becomes a commit on top of the base
+    a.proposal = fix
+    a.info.setdefault("fixes", []).append(info)
+    if not _commit(loop, a):
+        a.info["fix_error"] = "the fix did not change train.py"
+        _timed_git(a, gitops.reset_hard, loop.worktree, a.attempts[-1]["commit"])
+        a.commit = a.attempts.pop()["commit"]
+        return None
+    write_pending(loop, a)
+    return True
+
+
+def _commit(loop, a: Attempt) -> bool:
+    (loop.worktree / TRAIN).write_text(a.proposal.source)
+    if not gitops.status_porcelain(loop.worktree):
+        return False
+    a.commit = _timed_git(a, gitops.commit_file, loop.worktree, TRAIN, commit_message(a.proposal))
+    return True
+
+
+def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: Decision,
+           guard: GuardVerdict) -> dict:
+    """Journal, then results.tsv (both fsynced), then git: keep advances, else preserve + reset."""
+    loop.set_phase("judging", a.n)
+    summary = (run.summary if run else None) or {}
+    new_source = a.proposal.source
+    status = decision.status
+    commit = a.commit or a.parent
+    bpb = summary.get("val_bpb")
+    training = _num(summary.get("training_seconds"))
+    eval_s = _num(summary.get("eval_seconds"))
+    wall = run.wall_seconds if run else 0.0
+    discarded = None
+    if status != "keep" and a.commit and a.parent:
+        discarded = gitops.discarded_ref(loop.tag, a.n)
+    verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
+                **decision.verdicts}
+    rec = {
+        "kind": "experiment", "n": a.n, "tag": loop.tag, "parent": a.parent, "commit": commit,
+        "short": commit[:7], "status": status, "description": a.proposal.description,
+        "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
+        "model": a.proposal.model, "diff": gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
+        "summary": summary or None, "trusted_bpb": decision.trusted_bpb,
+        "crash_class": run.crash_class if run else None, "decision_reason": decision.reason,
+        "verdicts": verdicts,
+        "timings": {"proposal": a.info.get("seconds", 0.0), "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),
+                    "run": wall, "training": training, "eval": eval_s,
+                    "startup": max(0.0, wall - training - eval_s) if run else 0.0,
+                    "git": a.git_seconds},
+        "tokens": dict(a.proposal.tokens), "cost_usd": a.proposal.cost_usd + _verdict_cost(verdicts),
+        "log": _rel(loop, run.log_path) if run else None, "discarded_ref": discarded,
+        "started_at": a.started_at, "memory_gb": _num(summary.get("peak_vram_mb")) / 1024,
+        "config": knobs.values(new_source), "code": knobs.code_fingerprint(new_source),
+        "attempts": a.attempts, "notes": a.proposal.notes,
+    }
+    for key in ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
+                "resumed", "stale_parent"):
+        if key in a.info:
+            rec[key] = a.info[key]
+    rec["ended_at"] = time.time()
+    total = time.monotonic() - a.t0
+    rec["timings"].update(total=total, overhead=total - training)
+    rec = scrub(rec)
+    with loop.critical():
+        append_journal(loop.journal_path, rec)
+        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, a.proposal.description)
+        t0 = time.monotonic()
+        if status == "keep":
+            if a.commit and a.commit != gitops.head(loop.worktree):
+                gitops.reset_hard(loop.worktree, a.commit)
+            loop.last_kept = commit
+        elif discarded:
+            gitops.update_ref(loop.repo, discarded, a.commit)
+            gitops.reset_hard(loop.worktree, loop.last_kept)
+        loop.pending_path.unlink(missing_ok=True)
+    try:
+        gitops.add_note(loop.repo, commit, f"autoresearch {loop.tag} exp {a.n}: {status} "
+                        f"val_bpb={bpb} ({decision.reason})")
+    except gitops.GitError as exc:
+        loop.console.event(f"warning: could not write git note: {exc}")
+    rec["timings"]["git"] += time.monotonic() - t0
+    loop.after_record(rec, bpb if decision.trusted_bpb is None else decision.trusted_bpb)
+    return rec
+
+
+def _verdict_cost(verdicts: dict) -> float:
+    return sum(float(v.get("cost_usd") or 0.0) for v in verdicts.values() if isinstance(v, dict))
+
+
+def _num(x) -> float:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
+
+
+def _rel(loop, path) -> str:
+    try:
+        return str(path.relative_to(loop.run_dir))
+    except ValueError:
+        return str(path)
+
+
+def _unified(old: str, new: str) -> str:
+    import difflib
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                        "a/train.py", "b/train.py"))

@@ -1,0 +1,303 @@
+"""The research loop: propose an edit of train.py, commit it, train, judge, keep or reset. Forever.
+
+    uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
+        [--proposer claude|offline] [--model M] [--resume] [--fix-tries 2] [--api-patience 600]
+        [--seed 0] [--worktree-root DIR] [--baseline-repeats 2]
+
+Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
+(results.tsv, journal.jsonl, state.json, logs/...) sit at the top of that worktree. The first
+experiment is the unmodified baseline. Ctrl-C (or SIGTERM) ends the running child and leaves a
+consistent state; --resume continues after any stop (see agent/recovery.py).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from agent.console import Console
+from agent.experiment import Attempt, run_experiment
+from agent.proposers.base import Proposal, ProposalError, ProposalRequest
+from agent.proposers.offline import OfflineProposer
+from agent.proposing import Prefetch, call_proposer
+from agent.recovery import reconcile
+from agent.reviewer import build_reviewer
+from agent.tracing import Tracer
+from agent import workspace
+from harness import gitops, knobs
+from harness.results import append_journal, read_json, write_state
+from harness.runner import timeout_for
+
+DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tag", required=True, help="run name; branch autoresearch/<tag>")
+    p.add_argument("--budget", type=float, default=None,
+                   help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
+    p.add_argument("--max-experiments", type=int, default=None, help="stop after N experiments (baseline included)")
+    p.add_argument("--until", default=None, help="start no experiment after this local time, HH:MM")
+    p.add_argument("--proposer", choices=("claude", "offline"), default=None,
+                   help="default: claude when ANTHROPIC_API_KEY is set, else offline")
+    p.add_argument("--model", default=None, help="Claude model id (claude proposer)")
+    p.add_argument("--resume", action="store_true", help="continue an existing tag")
+    p.add_argument("--fix-tries", type=int, default=2, help="times the proposer may fix a crash")
+    p.add_argument("--api-patience", type=float, default=600.0,
+                   help="seconds of API outage before the offline proposer stands in")
+    p.add_argument("--seed", type=int, default=0, help="seed of the offline search")
+    p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
+    p.add_argument("--baseline-repeats", type=int, default=2,
+                   help="baseline runs used by the judges to estimate noise")
+    p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
+                   "(default 2x budget, at least budget + 120 s)")
+    p.add_argument("--repo", default=".", help="the repository (default: the current one)")
+    args = p.parse_args(argv)
+    if args.until is not None:
+        try:
+            dt.datetime.strptime(args.until, "%H:%M")
+        except ValueError:
+            p.error(f"--until wants HH:MM (24-hour local time), got {args.until!r}")
+    if args.budget is None:
+        args.budget = float(os.environ.get("AUTORESEARCH_TIME_BUDGET") or DEFAULT_BUDGET)
+    if args.proposer is None:
+        args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+    return args
+
+
+def make_proposer(args, tracer=None):
+    if args.proposer == "offline":
+        return OfflineProposer()
+    try:   # imported lazily: the offline path must not need the anthropic client
+        from agent.proposers.claude import ClaudeProposer
+    except ImportError as exc:
+        raise SystemExit(f"--proposer claude: cannot import agent/proposers/claude.py ({exc})")
+    kw = {"api_patience": args.api_patience, "tracer": tracer}
+    if args.model:
+        kw["model"] = args.model
+    return ClaudeProposer(**kw)
+
+
+def deadline_of(until: str | None) -> float | None:
+    """--until HH:MM as a unix time: the next such local time (tomorrow if already past)."""
+    if not until:
+        return None
+    hh, mm = (int(x) for x in until.split(":"))
+    now = dt.datetime.now()
+    when = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    if when <= now:
+        when += dt.timedelta(days=1)
+    return when.timestamp()
+
+
+class Loop:
+    def __init__(self, args):
+        self.args, self.tag, self.budget = args, args.tag, float(args.budget)
+        self.timeout = args.timeout or timeout_for(self.budget)
+        self.repo = gitops.toplevel(Path(args.repo).resolve())
+        self.worktree = workspace.worktree_path(self.repo, self.tag, args.worktree_root)
+        self.run_dir = self.worktree
+        self.results_path = self.run_dir / "results.tsv"
+        self.journal_path = self.run_dir / "journal.jsonl"
+        self.state_path = self.run_dir / "state.json"
+        self.pending_path = self.run_dir / "pending.json"
+        self.baseline_repeats = args.baseline_repeats
+        self.history: list[dict] = []
+        self.best, self.last_kept, self.feedback = None, None, ""
+        self.phase, self.experiment, self.run_started_at = "setup", None, None
+        self.started_at, self.last_decision = time.time(), None
+        self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
+        self.prefetch = Prefetch(self)
+        self._critical, self._stop_pending, self._last_state = False, False, 0.0
+        self.console = Console(self.tag, self.budget)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def setup(self) -> Attempt | None:
+        base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.args.resume)
+        self._lock = workspace.lock(self.run_dir)
+        self.tracer = Tracer(self.run_dir / "traces.jsonl")
+        self.proposer = make_proposer(self.args, self.tracer)
+        self.offline = self.proposer if self.args.proposer == "offline" else OfflineProposer()
+        self.reviewer = build_reviewer(self.args, self)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
+        info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
+        if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
+            fixed = (self.run_dir / "run.json").exists()
+            base = "" if fixed else gitops.head(self.worktree)
+        self.run_info = workspace.write_or_check_run_json(
+            self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
+            base_commit=base, resume=self.args.resume)
+        workspace.start_results(self.results_path)
+        self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
+                           f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
+                           f"proposer {self.proposer.name}")
+        self.last_kept = self.run_info["base_commit"]
+        if not self.args.resume:
+            return None
+        rerun, notes = reconcile(self)
+        for note in notes:
+            self.console.event(f"resume: {note}")
+        return rerun
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        rerun = self.setup()
+        deadline = deadline_of(self.args.until)
+        if rerun is not None:
+            run_experiment(self, rerun, committed=True)
+        if not self.history:
+            run_experiment(self, self.baseline())
+        while True:
+            n = self.next_n()
+            if self.args.max_experiments is not None and n > self.args.max_experiments:
+                self.console.event(f"reached --max-experiments {self.args.max_experiments}")
+                break
+            if deadline is not None and time.time() >= deadline:
+                self.console.event(f"reached --until {self.args.until}")
+                break
+            for rec in self.reviewer.boundary(self) or []:   # e.g. human-queue decisions applied
+                append_journal(self.journal_path, rec)
+                if rec.get("kind", "experiment") == "experiment":
+                    self.history.append(rec)
+            run_experiment(self, self.next_attempt(n))
+
+    def next_n(self) -> int:
+        return max((r.get("n", 0) for r in self.history), default=0) + 1
+
+    def baseline(self) -> Attempt:
+        source = gitops.show_file(self.repo, self.last_kept, "train.py")
+        p = Proposal(description="baseline (unmodified train.py)", hypothesis="reference point for the tag",
+                     source=source, proposer="baseline")
+        return Attempt(n=self.next_n(), parent=None, proposal=p, commit=self.last_kept)
+
+    def next_attempt(self, n: int) -> Attempt:
+        source = gitops.show_file(self.repo, self.last_kept, "train.py")
+        got = None if self.feedback else self.prefetch.take(n, self.last_kept, source)
+        if got is None:
+            self.prefetch.wait()
+            self.set_phase("proposing", n)
+            got = call_proposer(self, self.request(n, source, feedback=self.feedback))
+        self.feedback = ""
+        proposal, info = got
+        return Attempt(n=n, parent=self.last_kept, proposal=proposal, info=info)
+
+    def request(self, n, source, feedback="", fix_of=None, extra_history=()) -> ProposalRequest:
+        return ProposalRequest(n=n, worktree=self.worktree, train_source=source, program=self.program(),
+                               history=list(self.history) + list(extra_history), best=self.best,
+                               feedback=feedback, fix_of=fix_of, seed=self.args.seed)
+
+    def program(self) -> str:
+        """program.md, re-read every time: the human's checkout first (they edit it there)."""
+        for path in (self.repo / "program.md", self.worktree / "program.md"):
+            if path.exists():
+                return path.read_text(errors="replace")
+        return ""
+
+    def prefetch_next(self, a: Attempt, new_source: str) -> None:
+        """While `a` trains, propose n+1 on top of it (see agent/proposing.py)."""
+        n = a.n + 1
+        if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
+            return
+        pending = {"n": a.n, "status": "pending", "commit": a.commit, "parent": a.parent,
+                   "description": a.proposal.description, "config": knobs.values(new_source),
+                   "code": knobs.code_fingerprint(new_source)}
+        self.prefetch.start(self.request(n, new_source, extra_history=[pending]), a.commit)
+
+    def after_record(self, rec: dict, bpb) -> None:
+        self.history.append(rec)
+        if rec["status"] == "keep":
+            self.best = {"commit": rec["commit"], "val_bpb": bpb}
+        for k in self.tokens:
+            self.tokens[k] += int((rec.get("tokens") or {}).get(k, 0))
+        self.cost_usd += float(rec.get("cost_usd") or 0.0)
+        self.last_decision = f"exp {rec['n']} {rec['status']}: {rec['decision_reason']}"
+        self.console.decision(rec)
+        self.set_phase("idle", rec["n"])
+
+    # ---- status, signals -----------------------------------------------------------------------
+    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
+        self.phase, self.experiment = phase, n if n is not None else self.experiment
+        if run_started_at is not None:
+            self.run_started_at = run_started_at
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        if not force and time.time() - self._last_state < 1.0:
+            return
+        self._last_state = time.time()
+        decided = len(self.history)
+        keeps = sum(1 for r in self.history if r.get("status") == "keep")
+        state = dict(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
+                     run_started_at=self.run_started_at, budget=self.budget, best=self.best,
+                     last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
+                     tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid())
+        with contextlib.suppress(OSError):
+            write_state(self.state_path, **state)
+        self.console.update(state)
+
+    @contextlib.contextmanager
+    def critical(self):
+        """Signals wait while a record and its git step are written (they must go together)."""
+        self._critical = True
+        try:
+            yield
+        finally:
+            self._critical = False
+        if self._stop_pending:
+            raise KeyboardInterrupt
+
+    def on_signal(self, signum, frame) -> None:
+        if self._critical:
+            self._stop_pending = True
+            return
+        raise KeyboardInterrupt
+
+    def stop(self) -> None:
+        """After Ctrl-C or an error: an unrecorded commit is parked under a ref (pending.json
+        stays, so --resume re-runs it) and the branch goes back to the last kept commit."""
+        with contextlib.suppress(Exception):
+            head = gitops.head(self.worktree)
+            if self.last_kept and head != self.last_kept:
+                pending = read_json(self.pending_path) or {}
+                label = pending.get("n", f"unrecorded-{int(time.time())}")
+                gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
+                gitops.reset_hard(self.worktree, self.last_kept)
+        with contextlib.suppress(Exception):
+            self.set_phase("stopped")
+        with contextlib.suppress(Exception):
+            self.tracer.flush()
+        self.console.close()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        loop = Loop(args)
+    except (gitops.GitError, workspace.SetupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, loop.on_signal)
+    signal.signal(signal.SIGTERM, loop.on_signal)
+    try:
+        loop.run()
+    except KeyboardInterrupt:
+        loop.console.event("interrupted: the running experiment was stopped; --resume continues it")
+        loop.stop()
+        return 130
+    except (gitops.GitError, workspace.SetupError, ProposalError) as exc:
+        loop.stop()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    loop.stop()
+    print(f"results: {loop.results_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The proposer protocol: given the history and train.py, return a new train.py.
+
+A new proposer is one small class with a `name` and a `propose(req)` method; the loop does not
+change. Failures are exceptions the loop turns into journal entries (see docs/contracts.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class Proposal:
+    description: str          # one line, goes into results.tsv
+    hypothesis: str           # why it might lower val_bpb
+    source: str               # the full new train.py
+    proposer: str             # "offline" | "claude"
+    model: str | None = None
+    tokens: dict = field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float = 0.0
+    notes: str = ""
+
+
+@dataclass
+class ProposalRequest:
+    n: int
+    worktree: Path
+    train_source: str         # train.py of the parent commit (the one to edit)
+    program: str              # program.md, re-read each experiment
+    history: list[dict]       # journal experiment records so far (+ a "pending" one while it trains)
+    best: dict | None         # {"commit", "val_bpb"}
+    feedback: str = ""        # guard rejection, or a crash's last 50 log lines when asked to fix
+    fix_of: Proposal | None = None
+    seed: int = 0
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, req: ProposalRequest) -> Proposal: ...
+
+
+class ProposerUnavailable(Exception):
+    """The API stayed down past --api-patience; the loop uses the offline proposer this time."""
+
+
+class ProposalError(Exception):
+    """This attempt failed (malformed reply, nothing left to try, can't fix); message says why."""

@@ -1,0 +1,115 @@
+"""Getting a proposal: fallbacks, and the prefetch that overlaps proposing with training.
+
+While experiment n trains, a thread asks the proposer for n+1 as if n will be kept (its parent is
+n's commit). If n is kept, the proposal is used as is. If n is discarded or crashes, the parent
+is gone: a cheap proposer (offline) is simply asked again; an expensive one (an LLM) has its
+edit rebased onto the last kept commit with a three-way merge, and is asked again only if the
+merge conflicts or leaves nothing to try.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import replace
+
+from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
+from harness import gitops
+
+
+def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
+    """Ask loop.proposer; on an outage or a failed attempt fall back so the loop never stalls.
+
+    ProposerUnavailable -> the offline proposer this time (journal: "fallback": "offline").
+    ProposalError or a bug -> one more try with the error as feedback, then offline.
+    Fix requests are not retried: their failure means the crash is recorded.
+    """
+    t0 = time.monotonic()
+    info: dict = {}
+    with loop.tracer.span("propose", input={"n": req.n, "proposer": loop.proposer.name,
+                                            "fix": req.fix_of is not None,
+                                            "feedback": req.feedback[-2000:]}) as sp:
+        try:
+            proposal = loop.proposer.propose(req)
+        except ProposerUnavailable as exc:
+            if req.fix_of is not None:
+                raise ProposalError(f"proposer unavailable for the fix: {exc}") from exc
+            info.update(fallback="offline", proposal_error=f"unavailable: {exc}")
+            proposal = loop.offline.propose(req)
+        except Exception as exc:   # ProposalError or a bug in a proposer: never kill the loop
+            if req.fix_of is not None:
+                raise ProposalError(str(exc)) from exc
+            info["proposal_error"] = _describe(exc)
+            try:
+                proposal = loop.proposer.propose(replace(
+                    req, feedback=(req.feedback + f"\nYour previous attempt failed: {exc}").strip()))
+            except Exception as exc2:
+                if loop.proposer is loop.offline:
+                    raise ProposalError(f"offline proposer failed twice: {exc2}") from exc2
+                info.update(fallback="offline", proposal_error=_describe(exc2))
+                proposal = loop.offline.propose(req)
+        sp.log(output={"description": proposal.description, "proposer": proposal.proposer,
+                       **info}, tokens=proposal.tokens, cost=proposal.cost_usd)
+    info["seconds"] = time.monotonic() - t0
+    return proposal, info
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (ProposalError, ProposerUnavailable)):
+        return f"{type(exc).__name__}: {exc}"
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+class Prefetch:
+    """One background proposal at a time (proposers are never called concurrently)."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.thread: threading.Thread | None = None
+        self.n = None
+        self.parent = None          # commit the proposal was made on
+        self.parent_source = ""
+        self.result = None          # (proposal, info) or an exception
+
+    def start(self, req: ProposalRequest, parent: str) -> None:
+        self.wait()
+        self.n, self.parent, self.parent_source, self.result = req.n, parent, req.train_source, None
+
+        def work():
+            try:
+                self.result = call_proposer(self.loop, req)
+            except BaseException as exc:   # delivered to the main thread by take()
+                self.result = exc
+        self.thread = threading.Thread(target=work, name=f"prefetch-{req.n}", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def busy(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def take(self, n: int, parent: str, parent_source: str) -> tuple[Proposal, dict] | None:
+        """The prefetched proposal for n on `parent` (rebased if needed), or None to propose anew."""
+        if self.thread is None or self.n != n:
+            return None
+        t0 = time.monotonic()
+        self.wait()
+        self.thread, result = None, self.result
+        if isinstance(result, BaseException) or result is None:
+            return None
+        proposal, info = result
+        info = dict(info, waited=time.monotonic() - t0, prefetched=True)
+        if self.parent == parent:
+            return proposal, info
+        info["stale_parent"] = self.parent
+        if getattr(self.loop.proposer, "cheap_redo", False) or proposal.proposer == "offline":
+            return None   # re-asking costs nothing and sees the latest history
+        merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
+        if merged is None or merged == parent_source:
+            return None
+        info["rebased_from"] = self.parent
+        proposal = replace(proposal, source=merged,
+                           notes=(proposal.notes + f" [rebased from {self.parent[:7]} onto {parent[:7]}]").strip())
+        return proposal, info

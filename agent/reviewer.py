@@ -1,0 +1,105 @@
+"""The reviewer: what the loop asks before a run (guard), after it (judge) and between runs.
+
+The loop only knows this protocol. SimpleReviewer is the default (keep iff val_bpb beats the
+best so far, the rule of the seed's program.md); the judge hierarchy is another implementation
+plugged in through the same three methods.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from agent.proposers.base import Proposal
+from harness.runner import RunResult
+
+# train.py must keep these for the trusted re-evaluation and the knob tools (docs/contracts.md).
+REQUIRED_DEFS = ("build_model",)
+
+
+@dataclass
+class ExperimentContext:
+    n: int
+    tag: str
+    worktree: Path
+    parent: str
+    commit: str | None
+    old_source: str
+    new_source: str
+    diff: str
+    proposal: Proposal
+    history: list[dict]
+    best: dict | None
+    run_dir: Path
+
+
+@dataclass
+class GuardVerdict:
+    ok: bool
+    reason: str = ""
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class Decision:
+    status: str                      # keep | discard | crash
+    reason: str
+    trusted_bpb: float | None = None
+    verdicts: dict = field(default_factory=dict)
+    rerun: bool = False              # ask the loop to run the same commit again (e.g. a noisy call)
+
+
+@runtime_checkable
+class Reviewer(Protocol):
+    def guard(self, ctx: ExperimentContext) -> GuardVerdict: ...
+
+    def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision: ...
+
+    def boundary(self, loop) -> list[dict]: ...
+
+
+def _defines(source: str, names: tuple[str, ...]) -> list[str]:
+    """Names of `names` that the source does not define at module level (best effort on bad syntax)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [n for n in names if f"def {n}(" not in source]
+    top = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return [n for n in names if n not in top]
+
+
+class SimpleReviewer:
+    """Guard: the edit must change train.py and keep build_model. Judge: keep iff it beats the best."""
+
+    def guard(self, ctx: ExperimentContext) -> GuardVerdict:
+        if ctx.new_source == ctx.old_source:
+            return GuardVerdict(False, "the proposal does not change train.py")
+        if not ctx.new_source.strip():
+            return GuardVerdict(False, "the proposal empties train.py")
+        missing = _defines(ctx.new_source, REQUIRED_DEFS)
+        if missing:
+            return GuardVerdict(False, f"train.py must keep {', '.join(missing)}() (used by the "
+                                       "trusted re-evaluation)", {"missing": missing})
+        return GuardVerdict(True, "ok", {"lines_changed": ctx.diff.count("\n+") + ctx.diff.count("\n-")})
+
+    def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision:
+        if run.crash_class is not None:
+            return Decision("crash", f"run crashed: {run.crash_class}")
+        bpb = run.summary["val_bpb"]
+        best = ctx.best["val_bpb"] if ctx.best else None
+        if best is None or not math.isfinite(best):
+            return Decision("keep", f"first result: val_bpb {bpb:.6f}")
+        if bpb < best:
+            return Decision("keep", f"val_bpb {bpb:.6f} beats best {best:.6f} by {best - bpb:.6f}")
+        return Decision("discard", f"val_bpb {bpb:.6f} does not beat best {best:.6f}")
+
+    def boundary(self, loop) -> list[dict]:
+        return []
+
+
+def build_reviewer(args, loop) -> Reviewer:
+    """The reviewer the loop uses. The judge hierarchy plugs in here (it may read
+    args.baseline_repeats, args.seed, loop.run_dir...); the default is SimpleReviewer."""
+    return SimpleReviewer()

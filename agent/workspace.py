@@ -1,0 +1,126 @@
+"""Setting up (or reopening) a tag's workspace: branch, worktree, data, run.json, results.tsv.
+
+The user's checkout is never touched: everything happens on branch autoresearch/<tag> in a
+separate worktree (default <repo>/.autoresearch/<tag>/). A tag's fixed settings (budget, data
+fingerprint, profile, base commit) are written once to run.json; --resume refuses to mix them.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import gitops
+from harness.results import init_results, read_json, write_json_atomic
+
+# Default home of the worktrees, under the repository (and ignored by a .gitignore of "*").
+DEFAULT_ROOT = ".autoresearch"
+# How we ask prepare.py what data a run would see (run in the worktree, with the run's env).
+DESCRIBE_CODE = "import json, prepare; print(json.dumps(prepare.describe()))"
+# prepare.py is slow only the first time (download or fallback build); then it is a no-op.
+PREPARE_TIMEOUT = 3600
+
+
+class SetupError(RuntimeError):
+    """A refusal with a message for the user (existing tag, mismatched budget...)."""
+
+
+def worktree_path(repo: Path, tag: str, root: str | None) -> Path:
+    base = Path(root).expanduser() if root else repo / DEFAULT_ROOT
+    return (base if base.is_absolute() else repo / base).resolve() / tag
+
+
+def _ignore_root(root: Path) -> None:
+    """Keep the worktrees out of the user's `git status` without editing their .gitignore."""
+    root.mkdir(parents=True, exist_ok=True)
+    ignore = root / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# autoresearch worktrees and run files: never part of the user's checkout\n*\n")
+
+
+def open_worktree(repo: Path, tag: str, worktree: Path, resume: bool) -> tuple[str, bool]:
+    """Create (fresh tag) or reopen (--resume) the worktree; returns (base commit, created)."""
+    exists = gitops.branch_exists(repo, tag)
+    if exists and not resume:
+        raise SetupError(f"tag {tag!r} exists (branch {gitops.branch_name(tag)}); pick a new tag "
+                         f"or pass --resume to continue it")
+    if not exists and resume:
+        raise SetupError(f"--resume: no branch {gitops.branch_name(tag)} to resume")
+    _ignore_root(worktree.parent)
+    if not exists:
+        return gitops.create_worktree(repo, tag, worktree), True
+    if not (worktree / ".git").exists():
+        gitops.reattach_worktree(repo, tag, worktree)
+        print(f"warning: worktree {worktree} was missing; re-attached it to the branch "
+              f"(run files that lived there are gone)", file=sys.stderr)
+    return "", False
+
+
+def lock(run_dir: Path):
+    """Hold an exclusive lock for this tag for the life of the process (released even on kill -9)."""
+    f = open(run_dir / "loop.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SetupError(f"another loop is running on {run_dir} (loop.lock is held)") from None
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def describe_data(worktree: Path, env: dict, log_path: Path) -> dict:
+    """prepare.describe() as the runs will see it; prepares the data first if it is missing."""
+    def ask():
+        return subprocess.run([sys.executable, "-c", DESCRIBE_CODE], cwd=worktree, env=env,
+                              capture_output=True, text=True)
+    first = ask()
+    if first.returncode == 0 and _looks_ready(first.stdout):
+        return json.loads(first.stdout.strip().splitlines()[-1])
+    print(f"data not ready; running prepare.py (log: {log_path})", flush=True)
+    with open(log_path, "w") as log:
+        prep = subprocess.run([sys.executable, "prepare.py"], cwd=worktree, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=PREPARE_TIMEOUT)
+    second = ask()
+    if prep.returncode != 0 or second.returncode != 0 or not _looks_ready(second.stdout):
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        raise SetupError(f"prepare.py could not prepare the data (exit {prep.returncode}); "
+                         f"last lines of {log_path}:\n{tail}\n{second.stderr[-2000:]}")
+    return json.loads(second.stdout.strip().splitlines()[-1])
+
+
+def _looks_ready(stdout: str) -> bool:
+    try:
+        info = json.loads(stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return False
+    return bool(info.get("fingerprint")) and info.get("ready", True) is not False
+
+
+def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
+                            resume: bool) -> dict:
+    """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint."""
+    if resume and path.exists():
+        fixed = read_json(path)
+        if fixed is None:
+            raise SetupError(f"{path} is unreadable; cannot check that the resumed run is comparable")
+        if float(fixed["budget"]) != float(budget):
+            raise SetupError(f"tag {tag} was run with --budget {fixed['budget']:g}; refusing "
+                             f"--budget {budget:g} (one tag never mixes budgets)")
+        if fixed.get("fingerprint") != info.get("fingerprint"):
+            raise SetupError(f"tag {tag} was run on data {fixed.get('fingerprint')}; the prepared data "
+                             f"is now {info.get('fingerprint')} (one tag never mixes data)")
+        return fixed
+    fixed = {"tag": tag, "budget": budget, "fingerprint": info.get("fingerprint"),
+             "profile": info.get("profile"), "base_commit": base_commit, "created_at": time.time(),
+             "source": info.get("source")}
+    write_json_atomic(path, fixed)
+    return fixed
+
+
+def start_results(path: Path) -> None:
+    init_results(path)
+    print(f"results: {path}", flush=True)

@@ -1,0 +1,124 @@
+"""Read and rewrite the hyperparameter lines of train.py: `NAME = literal  # comment`.
+
+Only module-level lines whose target is a CAPS name and whose value is a simple literal (int,
+float, str, bool) are knobs; everything else in train.py is code. Rewriting touches only the
+value: the name, spacing and comment stay as the human (or Claude) wrote them, so a diff of a
+knob change is one line.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+
+# NAME = value  (no indentation: module level only)
+ASSIGN_RE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<eq>\s*=\s*)(?P<rest>.*)$")
+KNOB_TYPES = (bool, int, float, str)
+# Floats are written with this many significant digits so search steps don't leave 0.30000000000000004.
+FLOAT_DIGITS = 4
+
+
+@dataclass
+class Knob:
+    name: str
+    value: object
+    line: int        # 0-based index into source.splitlines()
+    text: str        # the value as written
+    comment: str     # "# ..." or ""
+
+
+def _split_value_comment(rest: str) -> tuple[str, str]:
+    """'0.04  # lr of x' -> ('0.04', '# lr of x'), aware of '#' inside string literals."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(rest).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return rest.strip(), ""
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            col = tok.start[1]
+            return rest[:col].rstrip(), rest[col:]
+    return rest.strip(), ""
+
+
+def read_knobs(source: str) -> dict[str, Knob]:
+    """All knob lines of a train.py source, in file order."""
+    knobs: dict[str, Knob] = {}
+    for i, line in enumerate(source.splitlines()):
+        m = ASSIGN_RE.match(line)
+        if not m:
+            continue
+        text, comment = _split_value_comment(m.group("rest"))
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if type(value) not in KNOB_TYPES:
+            continue
+        knobs[m.group("name")] = Knob(m.group("name"), value, i, text, comment)
+    return knobs
+
+
+def values(source: str) -> dict[str, object]:
+    return {k.name: k.value for k in read_knobs(source).values()}
+
+
+def format_literal(value) -> str:
+    """Python literal for a knob value; floats rounded to FLOAT_DIGITS significant digits."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float):
+        text = f"{value:.{FLOAT_DIGITS}g}"
+        if not any(c in text for c in ".en"):   # keep it a float: '2' -> '2.0' ('nan'/'inf' excluded)
+            text += ".0"
+        return text
+    if isinstance(value, str):
+        return repr(value)
+    raise TypeError(f"knob values must be {KNOB_TYPES}, got {type(value).__name__}")
+
+
+def normalize(value):
+    """The value as it will read back after format_literal (for comparing configs)."""
+    return ast.literal_eval(format_literal(value)) if isinstance(value, float) else value
+
+
+def set_knobs(source: str, changes: dict[str, object]) -> str:
+    """Return source with the given knobs' values replaced; unknown names raise KeyError."""
+    knobs = read_knobs(source)
+    lines = source.splitlines(keepends=True)
+    for name, value in changes.items():
+        if name not in knobs:
+            raise KeyError(f"{name} is not a knob of train.py (knobs: {', '.join(knobs)})")
+        k = knobs[name]
+        old = type(k.value)
+        if old is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not old:
+            raise TypeError(f"{name} is {old.__name__}; refusing to write {value!r}")
+        line = lines[k.line]
+        ending = line[len(line.rstrip("\r\n")):]
+        m = ASSIGN_RE.match(line.rstrip("\r\n"))
+        spacer = ""
+        if k.comment:
+            # keep the original gap before the comment
+            rest = m.group("rest")
+            spacer = rest[len(k.text):rest.index(k.comment)] if k.comment in rest else "  "
+        text = format_literal(value)
+        if isinstance(value, str) and k.text.startswith('"') and '"' not in value and "\\" not in value:
+            text = f'"{value}"'   # keep the file's quote style
+        lines[k.line] = f"{name}{m.group('eq')}{text}{spacer}{k.comment}{ending}"
+    return "".join(lines)
+
+
+def code_fingerprint(source: str) -> str:
+    """Hash of train.py with the knob values blanked: same code, any knob values -> same print.
+
+    With the knob values it identifies a configuration: (code_fingerprint, values) tried twice is
+    a repeat, even if a proposer reached it through different edits.
+    """
+    import hashlib
+    lines = source.splitlines()
+    for k in read_knobs(source).values():
+        lines[k.line] = f"{k.name} = ?"
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
