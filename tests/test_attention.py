@@ -1,0 +1,100 @@
+"""Every attention backend that runs on CPU agrees with a float64 reference written out here."""
+
+import math
+
+import pytest
+import torch
+
+import train
+
+CPU = torch.device("cpu")
+CPU_BACKENDS = ["sdpa", "naive", "flex"]  # fa3 needs CUDA; gpu_check.py covers it on a device
+TRAINABLE_ON_CPU = {"sdpa", "naive"}  # torch has no flex_attention backward on CPU (it raises)
+CASES = [  # (name, heads, kv heads, window)
+    ("full causal", 4, 4, -1),
+    ("sliding window", 4, 4, 5),
+    ("window of one", 4, 4, 0),
+    ("GQA full", 4, 2, -1),
+    ("GQA window", 6, 2, 3),
+    ("MQA window", 4, 1, 7),
+]
+T, D, B = 16, 8, 2
+
+
+def reference(q, k, v, window):
+    """Loop-level float64 attention: query i attends keys j with j <= i and i - j <= window."""
+    q, k, v = q.double(), k.double(), v.double()
+    Bq, Tq, H, Dq = q.shape
+    group = H // k.size(2)
+    out = torch.zeros_like(q)
+    for b in range(Bq):
+        for h in range(H):
+            kh, vh = k[b, :, h // group], v[b, :, h // group]
+            for i in range(Tq):
+                lo = 0 if window < 0 else max(0, i - window)
+                scores = kh[lo:i + 1] @ q[b, i, h] / math.sqrt(Dq)
+                out[b, i, h] = torch.softmax(scores, dim=0) @ vh[lo:i + 1]
+    return out
+
+
+def inputs(h, hkv, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, T, n, D, generator=g).requires_grad_() for n in (h, hkv, hkv)]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("name,h,hkv,window", CASES)
+def test_backend_matches_reference(backend, name, h, hkv, window):
+    q, k, v = inputs(h, hkv)
+    if backend not in TRAINABLE_ON_CPU:
+        q, k, v = (t.detach() for t in (q, k, v))
+    train.set_attention_backend(backend, T, [window], CPU)
+    try:
+        out = train.attend(q, k, v, window)
+    finally:
+        train.set_attention_backend("sdpa")
+    ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = reference(*ref_inputs, window)
+    assert out.shape == (B, T, h, D)
+    assert (out.double() - ref).abs().max().item() < 1e-5, f"{backend} forward differs on {name}"
+    if backend not in TRAINABLE_ON_CPU:
+        return
+    # gradients too: training runs the backward of whichever backend was picked
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * weight).sum().backward()
+    (ref * weight.double()).sum().backward()
+    for got, want, what in zip((q, k, v), ref_inputs, "qkv"):
+        assert (got.grad.double() - want.grad).abs().max().item() < 1e-4, f"{backend} d{what} differs on {name}"
+
+
+def test_reference_itself_is_causal_and_windowed():
+    q, k, v = inputs(2, 2)
+    full, win = reference(q, k, v, -1), reference(q, k, v, 2)
+    assert torch.allclose(full[:, :3], win[:, :3])  # the first three queries see the same keys
+    assert not torch.allclose(full[:, 3:], win[:, 3:])  # later ones lose keys to the window
+    v2 = v.detach().clone()
+    v2[:, -1] += 100.0  # changing the last value changes only the last query (causality)
+    assert torch.allclose(reference(q, k, v2, -1)[:, :-1], full[:, :-1])
+
+
+def test_layer_windows_follow_the_pattern_and_end_long():
+    cfg = train.model_config(512, 64, "tiny")
+    cfg.update(n_layer=6, window_pattern="SSL", short_window_frac=0.25)
+    assert train.layer_windows(cfg) == [16, 16, -1, 16, 16, -1]
+    cfg.update(n_layer=3, window_pattern="S")
+    assert train.layer_windows(cfg) == [16, 16, -1]  # the last layer always sees everything
+
+
+def test_probe_picks_sdpa_on_cpu_and_honours_forcing(monkeypatch, capsys):
+    import contextlib
+    args = (CPU, contextlib.nullcontext(), 4, 2, 8, T, [5, -1], False)
+    monkeypatch.delenv("AUTORESEARCH_ATTN", raising=False)
+    assert train.probe_attention(*args) == "sdpa"
+    monkeypatch.setenv("AUTORESEARCH_ATTN", "naive")
+    assert train.probe_attention(*args) == "naive"
+    assert train._attention is train.attn_naive
+    monkeypatch.setenv("AUTORESEARCH_ATTN", "fa3")  # no CUDA here: rejected with the reason printed
+    with pytest.raises(RuntimeError, match="no attention backend"):
+        train.probe_attention(*args)
+    assert "fa3 rejected" in capsys.readouterr().out
+    train.set_attention_backend("sdpa")

@@ -1,0 +1,756 @@
+"""
+Pretraining script: one GPT, one device, one fixed budget. The research loop edits this file.
+
+Read top to bottom: the knobs, the attention backends, the model, the optimizer, the schedule,
+then main(), which trains for prepare.TIME_BUDGET seconds (or AUTORESEARCH_STEPS steps),
+evaluates with prepare.evaluate_bpb and prints the summary block of docs/contracts.md.
+Usage: uv run train.py
+"""
+
+import contextlib
+import gc
+import glob
+import hashlib
+import inspect
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import prepare
+
+# ---------------------------------------------------------------------------------------------
+# Hyperparameters. One literal per line: the offline proposer and Hyperband rewrite these lines.
+# Values are sized for the cpu profile; the gpu profile scales the size knobs (see below), so an
+# edit here takes effect on every profile.
+# ---------------------------------------------------------------------------------------------
+
+# Model shape
+DEPTH = 4  # transformer layers
+ASPECT_RATIO = 32  # model_dim = depth * ASPECT_RATIO, rounded to a multiple of HEAD_DIM
+HEAD_DIM = 64  # width of one attention head
+KV_HEAD_RATIO = 1  # query heads per key/value head (GQA); 1 = plain multi-head attention
+WINDOW_PATTERN = "SSSL"  # per-layer attention span, repeated: L = full context, S = short window
+SHORT_WINDOW_FRAC = 0.5  # an S layer sees this fraction of the context
+LOGIT_SOFTCAP = 15.0  # logits = cap * tanh(logits / cap): keeps early logits from running away
+
+# Batch
+DEVICE_BATCH_SIZE = 8  # sequences per forward/backward
+TOTAL_BATCH_SIZE = 2048  # tokens per optimizer step (gradient accumulation makes up the rest)
+
+# Optimization
+MATRIX_LR = 0.02  # Muon learning rate for the 2-D weights inside the blocks
+EMBEDDING_LR = 0.3  # AdamW learning rate for token and value embeddings
+UNEMBEDDING_LR = 0.004  # AdamW learning rate for the output head
+SCALAR_LR = 0.5  # AdamW learning rate for the per-layer residual scalars
+WEIGHT_DECAY = 0.0  # decoupled weight decay on the Muon weights
+ADAM_BETA1 = 0.8  # AdamW first-moment decay (short memory: embeddings move fast)
+ADAM_BETA2 = 0.95  # AdamW second-moment decay
+MUON_MOMENTUM = 0.95  # Muon Nesterov momentum (ramped up from 0.85 over the first 300 steps)
+GRAD_CLIP = 1.0  # clip the global gradient norm to this; 0 disables
+WARMUP_RATIO = 0.0  # fraction of the budget spent warming the LR up
+WARMDOWN_RATIO = 0.5  # fraction of the budget spent cooling the LR down (WSD schedule)
+FINAL_LR_FRAC = 0.0  # LR at the end of the cool-down, as a fraction of the peak
+SEED = 42  # initialisation seed (AUTORESEARCH_SEED overrides it)
+
+# Runtime (measured with scripts/bench_cpu.py; see docs)
+COMPILE_CPU = False  # torch.compile on CPU: faster steps on the bench but ~90 s of compile per run
+CPU_BF16 = False  # bfloat16 autocast on CPU: slower than float32 on CPUs without bf16 units
+CPU_THREADS = 1  # torch threads on CPU, 0 = all cores: 1 beat 2 on the shared 2-core bench
+STARTUP_STEPS = 3  # first steps not counted as training time (compile, allocator warm-up)
+EXPLODE_FACTOR = 3.0  # fast-fail when the loss exceeds this times ln(vocab): diverged
+FA3_REPO = "kernels-community/flash-attn3"  # FlashAttention-3 build on the kernels hub
+FA3_KERNEL_VERSION = 1  # pinned major version (kernels >= 0.15 refuses to load without one)
+
+# Profile scaling: the gpu profile multiplies the cpu-sized knobs above.
+GPU_DEPTH_MULT = 2  # 4 -> 8 layers, the reference depth
+GPU_WIDTH_MULT = 2  # model_dim 128 -> 512 at depth 8 (the reference width)
+GPU_BATCH_MULT = 16  # sequences per forward/backward: 8 -> 128
+GPU_TOTAL_BATCH_MULT = 256  # tokens per step: 2048 -> 524288, the reference
+GPU_STARTUP_STEPS = 10  # compile and autotune happen in the first steps on GPU
+
+
+def effective_knobs(profile):
+    """The size knobs in force for a profile. Only `gpu` is scaled; cpu and tiny use them as is."""
+    knobs = dict(depth=DEPTH, aspect=ASPECT_RATIO, rows=DEVICE_BATCH_SIZE, total=TOTAL_BATCH_SIZE,
+                 startup=STARTUP_STEPS)
+    if profile == "gpu":
+        knobs.update(depth=DEPTH * GPU_DEPTH_MULT, aspect=ASPECT_RATIO * GPU_WIDTH_MULT,
+                     rows=DEVICE_BATCH_SIZE * GPU_BATCH_MULT,
+                     total=TOTAL_BATCH_SIZE * GPU_TOTAL_BATCH_MULT, startup=GPU_STARTUP_STEPS)
+    return knobs
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention backends. All take q [B,T,H,D], k and v [B,T,Hkv,D] (Hkv divides H: GQA) and a
+# window w: query i sees keys j with 0 <= i-j <= w; w < 0 means the full causal context.
+# ---------------------------------------------------------------------------------------------
+
+
+def window_mask(T, window, device):
+    """Boolean [T,T] mask, True where attention is allowed. Built inline so torch.compile traces it."""
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    allowed = j <= i
+    if 0 <= window < T - 1:
+        allowed = allowed & (i - j <= window)
+    return allowed
+
+
+def attn_naive(q, k, v, window):
+    """Written-out softmax attention: the slow path that works everywhere, and the test reference."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    rep = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    scores = scores.masked_fill(~window_mask(q.size(2), window, q.device), float("-inf"))
+    y = scores.float().softmax(dim=-1).to(v.dtype) @ v
+    return y.transpose(1, 2)
+
+
+def attn_sdpa(q, k, v, window):
+    """PyTorch SDPA; sliding windows need an explicit mask (which rules out the flash kernels)."""
+    T = q.size(1)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    gqa = q.size(1) != k.size(1)
+    if window < 0 or window >= T - 1:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(T, window, q.device),
+                                           enable_gqa=gqa)
+    return y.transpose(1, 2)
+
+
+_flex_masks = {}  # (T, window, device) -> BlockMask, built before training by prepare_backend()
+
+
+def attn_flex(q, k, v, window):
+    """flex_attention with block-sparse masks: skips whole blocks outside the window (fast under compile)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    block_mask = _flex_masks[(q.size(1), window, str(q.device))]
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    y = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=q.size(1) != k.size(1))
+    return y.transpose(1, 2)
+
+
+_fa3 = None  # the FlashAttention-3 module, loaded by load_fa3()
+
+
+def attn_fa3(q, k, v, window):
+    """FlashAttention-3 (Hopper) from the kernels hub: native windows and GQA, bf16 only."""
+    dtype = q.dtype
+    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    out = _fa3.flash_attn_func(q, k, v, causal=True, window_size=(window, 0) if window >= 0 else (-1, -1))
+    if isinstance(out, tuple):  # some builds also return the log-sum-exp
+        out = out[0]
+    return out.to(dtype)
+
+
+ATTENTION_BACKENDS = {"fa3": attn_fa3, "flex": attn_flex, "sdpa": attn_sdpa, "naive": attn_naive}
+_attention = attn_sdpa  # the backend in force; main() picks one with probe_attention()
+
+
+def attend(q, k, v, window):
+    return _attention(q, k, v, window)
+
+
+def load_fa3():
+    """Load FA3 through `kernels`: pinned version, and trust granted to this one repository only."""
+    global _fa3
+    if _fa3 is not None:
+        return
+    from kernels import get_kernel
+    params = inspect.signature(get_kernel).parameters
+    kwargs = {"version": FA3_KERNEL_VERSION} if "version" in params else {}
+    if "trust_remote_code" in params:
+        kwargs["trust_remote_code"] = [FA3_REPO]
+    try:
+        module = get_kernel(FA3_REPO, **kwargs)
+    except TypeError:  # a kernels release that takes trust_remote_code only as a bool
+        kwargs["trust_remote_code"] = True
+        module = get_kernel(FA3_REPO, **kwargs)
+    _fa3 = module if hasattr(module, "flash_attn_func") else module.flash_attn_interface
+
+
+def prepare_backend(name, T, windows, device):
+    """Whatever a backend needs before its first call (downloads, block masks); raises if unusable."""
+    if name == "fa3":
+        if device.type != "cuda":
+            raise RuntimeError("FA3 needs a CUDA device")
+        load_fa3()
+    elif name == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+        for w in set(windows):
+            def mask_mod(b, h, qi, kj, w=w):
+                return (kj <= qi) & ((qi - kj <= w) if w >= 0 else (kj >= 0))
+            _flex_masks[(T, w, str(device))] = create_block_mask(mask_mod, None, None, T, T, device=str(device))
+    elif name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; known: {', '.join(ATTENTION_BACKENDS)}")
+
+
+def set_attention_backend(name, T=None, windows=(), device=torch.device("cpu")):
+    global _attention
+    if T is not None:
+        prepare_backend(name, T, windows, device)
+    _attention = ATTENTION_BACKENDS[name]
+
+
+def attention_candidates(device):
+    """The cascade, best first. AUTORESEARCH_ATTN forces one backend (tests, benchmarks)."""
+    forced = os.environ.get("AUTORESEARCH_ATTN")
+    if forced:
+        return [forced]
+    if device.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(device)
+        if major == 12:  # Blackwell sm_12x (GB10, RTX 50xx): no FA3 build; FA3+compile breaks there
+            return ["flex", "sdpa"]
+        return ["fa3", "flex", "sdpa"]  # kernels' arch check refuses FA3 where no build exists
+    return ["sdpa", "naive"]
+
+
+def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, compile_on):
+    """Pick the first backend that runs forward+backward (compiled if compile is on) and agrees
+    with the naive reference; print why each rejected one failed."""
+    for name in attention_candidates(device):
+        try:
+            set_attention_backend(name, T, windows, device)
+            g = torch.Generator(device="cpu").manual_seed(0)
+            q = torch.randn(1, T, n_head, head_dim, generator=g).to(device).requires_grad_()
+            k = torch.randn(1, T, n_kv_head, head_dim, generator=g).to(device).requires_grad_()
+            v = torch.randn(1, T, n_kv_head, head_dim, generator=g).to(device).requires_grad_()
+            fn = torch.compile(attend, dynamic=False) if compile_on else attend
+            for w in sorted(set(windows)):
+                with autocast:
+                    out = fn(q, k, v, w)
+                out.float().square().sum().backward()
+                ref = attn_naive(q.detach().double(), k.detach().double(), v.detach().double(), w)
+                err = (out.detach().double() - ref).abs().max().item()
+                if not err < 5e-2:
+                    raise RuntimeError(f"window {w}: max error {err:.3g} against the reference")
+            set_attention_backend(name)
+            return name
+        except Exception as e:  # any failure means: try the next backend
+            print(f"attention: {name} rejected: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    raise RuntimeError("no attention backend works on this device")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model: a nanochat-style GPT.
+# ---------------------------------------------------------------------------------------------
+
+VE_GATE_CHANNELS = 32  # the value-embedding gate reads this many leading channels of the input
+
+
+def norm(x):
+    return F.rms_norm(x, (x.size(-1),))  # RMSNorm without a learned gain
+
+
+def has_value_embedding(layer, n_layer):
+    return layer % 2 == (n_layer - 1) % 2  # alternating layers, always including the last
+
+
+def apply_rotary(x, cos, sin):
+    d = x.size(-1) // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg, layer):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"]
+        dim = cfg["n_embd"]
+        self.c_q = nn.Linear(dim, self.n_head * self.head_dim, bias=False)
+        self.c_k = nn.Linear(dim, self.n_kv_head * self.head_dim, bias=False)
+        self.c_v = nn.Linear(dim, self.n_kv_head * self.head_dim, bias=False)
+        self.c_proj = nn.Linear(self.n_head * self.head_dim, dim, bias=False)
+        use_ve = has_value_embedding(layer, cfg["n_layer"])
+        self.ve_gate = nn.Linear(VE_GATE_CHANNELS, self.n_kv_head, bias=False) if use_ve else None
+
+    def forward(self, x, ve, cos, sin, window):
+        B, T, _ = x.shape
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
+        k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
+        v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
+        if ve is not None:  # value residual: mix a per-token embedding into v, gated per head
+            gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
+            v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
+        q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm
+        y = attend(q, k, v, window)
+        return self.c_proj(y.reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.c_fc = nn.Linear(dim, 4 * dim, bias=False)
+        self.c_proj = nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(F.relu(self.c_fc(x)).square())  # relu^2
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, layer):
+        super().__init__()
+        self.attn = Attention(cfg, layer)
+        self.mlp = MLP(cfg["n_embd"])
+
+    def forward(self, x, ve, cos, sin, window):
+        x = x + self.attn(norm(x), ve, cos, sin, window)
+        return x + self.mlp(norm(x))
+
+
+def layer_windows(cfg):
+    """Window per layer from the pattern; the last layer always sees the full context."""
+    T, pattern = cfg["sequence_len"], cfg["window_pattern"].upper()
+    assert pattern and set(pattern) <= {"S", "L"}, f"WINDOW_PATTERN must use S and L: {pattern!r}"
+    short = max(1, int(T * cfg["short_window_frac"]))
+    windows = [short if pattern[i % len(pattern)] == "S" else -1 for i in range(cfg["n_layer"])]
+    windows[-1] = -1
+    return windows
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = dict(cfg)
+        V, dim, L = cfg["vocab_size"], cfg["n_embd"], cfg["n_layer"]
+        self.windows = layer_windows(cfg)
+        self.wte = nn.Embedding(V, dim)
+        self.blocks = nn.ModuleList([Block(cfg, i) for i in range(L)])
+        self.lm_head = nn.Linear(dim, V, bias=False)
+        self.resid_lambdas = nn.Parameter(torch.ones(L))  # per-layer scale of the residual stream
+        self.x0_lambdas = nn.Parameter(torch.zeros(L))  # per-layer mix-in of the first embedding
+        kv_dim = cfg["n_kv_head"] * cfg["head_dim"]
+        self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(V, kv_dim)
+                                           for i in range(L) if has_value_embedding(i, L)})
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, cfg["head_dim"], 2).float() / cfg["head_dim"]))
+        freqs = torch.outer(torch.arange(cfg["sequence_len"]).float(), inv_freq)
+        self.register_buffer("cos", freqs.cos()[None, :, None, :], persistent=False)
+        self.register_buffer("sin", freqs.sin()[None, :, None, :], persistent=False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self):
+        s = 3 ** 0.5 * self.cfg["n_embd"] ** -0.5  # uniform bound with std 1/sqrt(dim)
+        nn.init.normal_(self.wte.weight, std=1.0)
+        nn.init.normal_(self.lm_head.weight, std=0.001)  # near-uniform predictions at the start
+        for block in self.blocks:
+            for lin in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_fc):
+                nn.init.uniform_(lin.weight, -s, s)
+            nn.init.zeros_(block.attn.c_proj.weight)  # each block starts as the identity
+            nn.init.zeros_(block.mlp.c_proj.weight)
+            if block.attn.ve_gate is not None:
+                nn.init.zeros_(block.attn.ve_gate.weight)  # gate 2*sigmoid(0) = 1: neutral
+        for ve in self.value_embeds.values():
+            nn.init.uniform_(ve.weight, -s, s)
+        self.resid_lambdas.fill_(1.0)
+        self.x0_lambdas.fill_(0.1)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        cos, sin = self.cos[:, :T], self.sin[:, :T]
+        x = x0 = norm(self.wte(idx))
+        for i, block in enumerate(self.blocks):
+            x = self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0
+            ve = self.value_embeds[str(i)](idx) if str(i) in self.value_embeds else None
+            x = block(x, ve, cos, sin, self.windows[i])
+        logits = self.lm_head(norm(x)).float()
+        cap = self.cfg["softcap"]
+        return cap * torch.tanh(logits / cap)
+
+    def flops_per_token(self):
+        """Forward+backward matmul FLOPs per token: 6 per weight (embeddings are lookups) + attention."""
+        embed = self.wte.weight.numel() + sum(v.weight.numel() for v in self.value_embeds.values())
+        scalars = self.resid_lambdas.numel() + self.x0_lambdas.numel()
+        matmul_params = sum(p.numel() for p in self.parameters()) - embed - scalars
+        T, h, d = self.cfg["sequence_len"], self.cfg["n_head"], self.cfg["head_dim"]
+        attn = sum(12 * h * d * (T if w < 0 else min(w + 1, T)) for w in self.windows)
+        return 6 * matmul_params + attn
+
+
+def model_config(vocab_size, seq_len, profile):
+    """Everything needed to rebuild the model (the trusted re-evaluation runs build_model on it)."""
+    k = effective_knobs(profile)
+    dim = max(1, round(k["depth"] * k["aspect"] / HEAD_DIM)) * HEAD_DIM
+    n_head = dim // HEAD_DIM
+    assert n_head % KV_HEAD_RATIO == 0, f"KV_HEAD_RATIO {KV_HEAD_RATIO} must divide {n_head} heads"
+    return {"vocab_size": vocab_size, "sequence_len": seq_len, "n_layer": k["depth"], "n_embd": dim,
+            "n_head": n_head, "n_kv_head": n_head // KV_HEAD_RATIO, "head_dim": HEAD_DIM,
+            "window_pattern": WINDOW_PATTERN, "short_window_frac": SHORT_WINDOW_FRAC,
+            "softcap": LOGIT_SOFTCAP}
+
+
+def build_model(config: dict) -> nn.Module:
+    """The model for a config dict (freshly initialised; load a state_dict into it to evaluate)."""
+    return GPT(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer: Muon for the 2-D weights inside the blocks, AdamW for everything else.
+# ---------------------------------------------------------------------------------------------
+
+NS_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic Newton-Schulz iteration (Muon's published tuning)
+
+
+def orthogonalize(G, steps=5):
+    """Approximately replace G's singular values by ~1 (batched over the leading dim)."""
+    X = G.to(torch.bfloat16 if G.is_cuda else torch.float32)
+    tall = X.size(-2) > X.size(-1)
+    if tall:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    a, b, c = NS_COEFFS
+    for _ in range(steps):
+        A = X @ X.mT
+        X = a * X + (b * A + c * (A @ A)) @ X
+    return (X.mT if tall else X).to(G.dtype)
+
+
+class Muon(torch.optim.Optimizer):
+    """SGD-Nesterov momentum, then orthogonalised updates; params of one shape are stacked."""
+
+    def __init__(self, params, lr, momentum, weight_decay):
+        by_shape = {}
+        for p in params:
+            by_shape.setdefault(tuple(p.shape), []).append(p)
+        groups = [dict(params=ps, kind="muon") for _, ps in sorted(by_shape.items())]
+        super().__init__(groups, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = torch.stack([p.grad for p in params])
+            state = self.state[params[0]]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(grads)
+            buf, mu = state["momentum_buffer"], group["momentum"]
+            buf.lerp_(grads, 1 - mu)
+            update = orthogonalize(grads.lerp_(buf, mu))
+            rows, cols = params[0].shape
+            lr = group["lr"] * max(1.0, rows / cols) ** 0.5  # same RMS step for tall matrices
+            for p, u in zip(params, update.unbind(0)):
+                p.mul_(1 - group["lr"] * group["weight_decay"]).add_(u, alpha=-lr)
+
+
+class MuonAdamW:
+    """Both optimizers behind one step()/zero_grad()/state_dict(); every group keeps 'initial_lr'."""
+
+    def __init__(self, model):
+        dim = model.cfg["n_embd"]
+        scale = (dim / 768) ** -0.5  # AdamW LRs were tuned at width 768: scale by 1/sqrt(width)
+        betas = (ADAM_BETA1, ADAM_BETA2)
+        adam_groups = [
+            dict(params=[model.lm_head.weight], lr=UNEMBEDDING_LR * scale),
+            dict(params=[model.wte.weight, *[v.weight for v in model.value_embeds.values()]],
+                 lr=EMBEDDING_LR * scale),
+            dict(params=[model.resid_lambdas], lr=SCALAR_LR * 0.01),
+            dict(params=[model.x0_lambdas], lr=SCALAR_LR, betas=(0.96, 0.95)),
+        ]
+        for g in adam_groups:
+            g["kind"] = "adamw"
+        self.adamw = torch.optim.AdamW(adam_groups, betas=betas, eps=1e-10, weight_decay=0.0)
+        self.muon = Muon(list(model.blocks.parameters()), MATRIX_LR, MUON_MOMENTUM, WEIGHT_DECAY)
+        for g in self.param_groups:
+            g["initial_lr"] = g["lr"]
+        n_opt = sum(len(g["params"]) for g in self.param_groups)
+        assert n_opt == len(list(model.parameters())), "every parameter needs exactly one optimizer"
+
+    @property
+    def param_groups(self):  # a property: load_state_dict() replaces the group dicts
+        return self.adamw.param_groups + self.muon.param_groups
+
+    def step(self):
+        self.adamw.step()
+        self.muon.step()
+
+    def zero_grad(self):
+        self.adamw.zero_grad(set_to_none=True)
+        self.muon.zero_grad(set_to_none=True)
+
+    def state_dict(self):
+        return {"adamw": self.adamw.state_dict(), "muon": self.muon.state_dict()}
+
+    def load_state_dict(self, sd):
+        self.adamw.load_state_dict(sd["adamw"])
+        self.muon.load_state_dict(sd["muon"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedule: warmup-stable-decay. Under a time budget progress is time; under a step budget the
+# last `decay_steps` steps are the cool-down branch, so a state saved before them is undecayed.
+# ---------------------------------------------------------------------------------------------
+
+
+def lr_multiplier(step, elapsed, plan):
+    if plan["steps"]:
+        n, d, w = plan["steps"], plan["decay_steps"], plan["warmup_steps"]
+        if step < w:
+            return (step + 1) / w
+        if step < n - d:
+            return 1.0
+        left = (n - 1 - step) / d  # 1 -> 0 over the cool-down; the last step runs at FINAL_LR_FRAC
+        return FINAL_LR_FRAC + (1 - FINAL_LR_FRAC) * left
+    progress = min(elapsed / plan["budget"], 1.0)
+    if progress < WARMUP_RATIO:
+        return (progress + 1e-9) / WARMUP_RATIO
+    if progress < 1.0 - WARMDOWN_RATIO:
+        return 1.0
+    left = (1.0 - progress) / WARMDOWN_RATIO
+    return FINAL_LR_FRAC + (1 - FINAL_LR_FRAC) * left
+
+
+def muon_momentum(step):
+    frac = min(step / 300, 1.0)  # a lower momentum early, while gradients change quickly
+    return (1 - frac) * 0.85 + frac * MUON_MOMENTUM
+
+
+def in_decay(step, elapsed, plan):
+    if plan["steps"]:
+        return step >= plan["steps"] - plan["decay_steps"]
+    return elapsed / plan["budget"] >= 1.0 - WARMDOWN_RATIO
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime: device, precision, threads, peak FLOPs, memory, saved state.
+# ---------------------------------------------------------------------------------------------
+
+PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak per device name, for the MFU estimate
+    "H100": 989e12,
+    "H200": 989e12,
+    "A100": 312e12,
+    "GB10": 125e12,  # a guess: half the published sparse-FP4 petaflop, /4 for bf16; not measured
+}
+
+
+def ensure_ptxas():
+    """Triton on sm_121a (GB10) needs a CUDA 13 ptxas; point TRITON_PTXAS_PATH at one if unset."""
+    if os.environ.get("TRITON_PTXAS_PATH"):
+        return
+    found = sorted(glob.glob("/usr/local/cuda-13*/bin/ptxas"), reverse=True) + glob.glob("/usr/local/cuda/bin/ptxas")
+    if found:
+        os.environ["TRITON_PTXAS_PATH"] = found[0]
+        print(f"TRITON_PTXAS_PATH={found[0]} (sm_12x needs a CUDA 13 ptxas)")
+    else:
+        print("warning: no CUDA 13 ptxas found; Triton may fail on sm_12x (set TRITON_PTXAS_PATH)")
+
+
+def setup_runtime():
+    """(device, autocast context, compile?) for this machine."""
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
+        if torch.cuda.get_device_capability()[0] == 12:
+            ensure_ptxas()
+        return torch.device("cuda"), torch.amp.autocast("cuda", dtype=torch.bfloat16), True
+    if torch.backends.mps.is_available():
+        return torch.device("mps"), contextlib.nullcontext(), False
+    threads = int(os.environ.get("AUTORESEARCH_THREADS") or CPU_THREADS or os.cpu_count() or 1)
+    torch.set_num_threads(threads)
+    autocast = torch.amp.autocast("cpu", dtype=torch.bfloat16) if CPU_BF16 else contextlib.nullcontext()
+    return torch.device("cpu"), autocast, COMPILE_CPU
+
+
+def peak_flops(device):
+    if device.type != "cuda":
+        return 0.0  # CPU/MPS: no trustworthy peak figure here, so mfu_percent reads 0.00
+    name = torch.cuda.get_device_name(device)
+    return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), 0.0)
+
+
+def peak_memory_mb(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux, bytes on macOS
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+def file_sha():
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def atomic_save(obj, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def make_plan():
+    """Time budget, or a step budget whose last `decay_steps` steps are the cool-down."""
+    steps = int(os.environ.get("AUTORESEARCH_STEPS") or 0)
+    decay = os.environ.get("AUTORESEARCH_DECAY_STEPS")
+    decay_steps = min(int(decay) if decay else round(WARMDOWN_RATIO * steps), steps)
+    return {"budget": prepare.TIME_BUDGET, "steps": steps, "decay_steps": decay_steps,
+            "warmup_steps": round(WARMUP_RATIO * steps)}
+
+
+def fail(reason):
+    print(f"FAIL: {reason}", flush=True)
+    sys.exit(1)
+
+
+def print_summary(values):
+    print("---")
+    for key, value in values.items():
+        print(f"{key + ':':<18}{value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training.
+# ---------------------------------------------------------------------------------------------
+
+
+def main():
+    t_start = time.time()
+    device, autocast, compile_on = setup_runtime()
+    profile = prepare.PROFILE
+    seed = int(os.environ.get("AUTORESEARCH_SEED") or SEED)
+    torch.manual_seed(seed)
+    knobs = effective_knobs(profile)
+    tokenizer = prepare.Tokenizer.from_directory()
+    V, T = tokenizer.get_vocab_size(), prepare.MAX_SEQ_LEN
+    cfg = model_config(V, T, profile)
+    model = build_model(cfg).to(device)
+    num_params = sum(p.numel() for p in model.parameters())
+    try:
+        backend = probe_attention(device, autocast, cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"],
+                                  T, model.windows, compile_on)
+    except (RuntimeError, ValueError) as e:
+        fail(f"attention: {e}")
+    optimizer = MuonAdamW(model)
+    rows = knobs["rows"]
+    accum = max(1, round(knobs["total"] / (rows * T)))
+    tokens_per_step = accum * rows * T
+    plan = make_plan()
+    print(f"profile {profile} | device {device} | attention {backend} | compile {compile_on} | "
+          f"threads {torch.get_num_threads()} | seed {seed}")
+    print(f"model {cfg}")
+    print(f"params {num_params:,} | flops/token {model.flops_per_token():.3e} | batch {rows}x{T} x{accum} "
+          f"= {tokens_per_step:,} tokens/step | " +
+          (f"steps {plan['steps']} (decay {plan['decay_steps']})" if plan["steps"] else f"budget {plan['budget']}s"))
+
+    step, elapsed, loader_state = 0, 0.0, None
+    resume_path, save_path = os.environ.get("AUTORESEARCH_RESUME_STATE"), os.environ.get("AUTORESEARCH_SAVE_STATE")
+    if resume_path:
+        try:
+            state = torch.load(resume_path, map_location=device, weights_only=False)
+        except (OSError, RuntimeError, EOFError) as e:
+            fail(f"cannot read resume state {resume_path}: {e}")
+        if state["config"] != cfg:
+            fail(f"resume state was saved for another model: {state['config']} != {cfg}")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, elapsed, loader_state = state["step"], state["training_seconds"], state["loader"]
+        plan["warmup_steps"] = state["warmup_steps"]  # the warmup already run stays what it was
+        torch.set_rng_state(state["rng"]["cpu"])
+        if device.type == "cuda" and state["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        print(f"resumed from {resume_path} at step {step} ({elapsed:.1f}s trained)")
+    loader = prepare.make_dataloader(tokenizer, rows, T, "train", device=device, state=loader_state)
+
+    def loss_fn(x, y):
+        return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1), ignore_index=-1)
+
+    train_loss = torch.compile(loss_fn, dynamic=False) if compile_on else loss_fn
+    flops_per_step, peak = model.flops_per_token() * tokens_per_step, peak_flops(device)
+    explode_at = EXPLODE_FACTOR * math.log(V)
+    saved, local_steps, counted_steps = False, 0, 0
+    t_train = time.time()
+    while True:
+        if plan["steps"] and step >= plan["steps"]:
+            break
+        if save_path and not saved and in_decay(step, elapsed, plan):  # the pre-decay point
+            atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                         "loader": loader.state_dict(), "training_seconds": elapsed,
+                         "warmup_steps": plan["warmup_steps"], "config": cfg, "train_py_sha": file_sha(),
+                         "rng": {"cpu": torch.get_rng_state(),
+                                 "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None}},
+                        save_path)
+            saved = True
+            print(f"saved state at step {step} to {save_path}")
+        t0 = time.time()
+        lrm = lr_multiplier(step, elapsed, plan)
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * lrm
+            if group["kind"] == "muon":
+                group["momentum"] = muon_momentum(step)
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(accum):
+            x, y, epoch = next(loader)
+            with autocast:
+                loss = train_loss(x, y)
+            (loss / accum).backward()
+            loss_sum += loss.detach()
+        if GRAD_CLIP > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimizer.step()
+        optimizer.zero_grad()
+        loss_f = loss_sum.item() / accum  # .item() waits for the device, so dt below is honest
+        if not math.isfinite(loss_f):
+            fail(f"loss is {loss_f} at step {step}")
+        if loss_f > explode_at:
+            fail(f"loss exploded to {loss_f:.2f} at step {step} (limit {explode_at:.2f})")
+        dt = time.time() - t0
+        step, local_steps = step + 1, local_steps + 1
+        if local_steps > knobs["startup"]:  # compile and warm-up steps are not training time
+            elapsed += dt
+            counted_steps += 1
+        print(f"step {step:05d} | loss {loss_f:.6f} | lrm {lrm:.3f} | dt {dt * 1000:.0f}ms | "
+              f"tok/s {tokens_per_step / dt:,.0f} | epoch {epoch} | trained {elapsed:.1f}s", flush=True)
+        if local_steps == 1:  # Python's GC stalls for long on big heaps: freeze what exists now
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+        elif step % 5000 == 0:
+            gc.collect()
+        if not plan["steps"] and local_steps > knobs["startup"] and elapsed >= plan["budget"]:
+            break
+    gc.unfreeze()  # hand everything back to the collector (else native bindings report leaks at exit)
+    gc.enable()
+    if local_steps <= knobs["startup"]:  # too few steps to time: count the wall clock instead
+        elapsed += time.time() - t_train
+
+    model.eval()
+    eval_model = torch.compile(model, dynamic=False) if compile_on else model
+    t_eval = time.time()
+    with torch.no_grad(), autocast:
+        val_bpb = prepare.evaluate_bpb(eval_model, tokenizer, rows)
+    eval_seconds = time.time() - t_eval
+    if not math.isfinite(val_bpb):
+        fail(f"val_bpb is {val_bpb}")
+    artifact = os.environ.get("AUTORESEARCH_ARTIFACT")
+    if artifact:
+        atomic_save({"config": cfg, "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                     "train_py_sha": file_sha()}, artifact)
+    mfu = 100 * flops_per_step * counted_steps / elapsed / peak if peak and counted_steps and elapsed else 0.0
+    print_summary({
+        "val_bpb": f"{val_bpb:.6f}",
+        "training_seconds": f"{elapsed:.1f}",
+        "total_seconds": f"{time.time() - t_start:.1f}",
+        "peak_vram_mb": f"{peak_memory_mb(device):.1f}",
+        "mfu_percent": f"{mfu:.2f}",
+        "total_tokens_M": f"{step * tokens_per_step / 1e6:.1f}",
+        "num_steps": step,
+        "num_params_M": f"{num_params / 1e6:.1f}",
+        "depth": cfg["n_layer"],
+        "eval_seconds": f"{eval_seconds:.1f}",
+        "attn_backend": backend,
+        "device": device.type,
+        "profile": profile,
+        "data": prepare.data_fingerprint(),
+    })
+
+
+if __name__ == "__main__":
+    main()
