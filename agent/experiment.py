@@ -203,6 +203,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
         "model": a.proposal.model, "diff": gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
         "summary": summary or None, "trusted_bpb": decision.trusted_bpb,
+        "verify_seconds": (decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
         "crash_class": run.crash_class if run else None, "decision_reason": decision.reason,
         "verdicts": verdicts,
         "timings": {"proposal": a.info.get("seconds", 0.0), "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),

@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
     p.add_argument("--baseline-repeats", type=int, default=2,
                    help="baseline runs used by the judges to estimate noise")
+    p.add_argument("--reviewer", choices=("hierarchy", "simple"), default="hierarchy",
+                   help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
+                   "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
     p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
                    "(default 2x budget, at least budget + 120 s)")
     p.add_argument("--repo", default=".", help="the repository (default: the current one)")

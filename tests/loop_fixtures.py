@@ -101,6 +101,10 @@ def fake_env(tmp: Path, **extra) -> dict:
 
 
 def loop_cmd(*args) -> list[str]:
+    """The loop's command line; the stand-in train.py saves no model, so unless a test asks for the
+    judge hierarchy (which re-evaluates the saved model) it gets the simple reviewer."""
+    if "--reviewer" not in args:
+        args = (*args, "--reviewer", "simple")
     return [sys.executable, str(REPO / "agent" / "loop.py"), *args]
 
 

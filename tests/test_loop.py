@@ -74,7 +74,8 @@ def test_loop_real_train(tiny_cache, tmp_path):
     user_head = git(repo, "rev-parse", "HEAD")
     env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
     env.pop("ANTHROPIC_API_KEY", None)
-    p = run_loop(repo, env, "--tag", "t", "--budget", "2", "--max-experiments", "3", timeout=600)
+    p = run_loop(repo, env, "--tag", "t", "--budget", "2", "--max-experiments", "3", "--reviewer", "hierarchy",
+                 timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     wt = repo / ".autoresearch" / "t"
     assert f"results: {wt / 'results.tsv'}" in p.stdout
@@ -84,6 +85,8 @@ def test_loop_real_train(tiny_cache, tmp_path):
         if rec["status"] != "crash":
             assert rec["summary"]["profile"] == "tiny" and rec["summary"]["num_steps"] == 2
             assert rec["timings"]["run"] > 0 and "overhead" in rec["timings"]
+            # the judge hierarchy decided on the trusted re-evaluation of the saved model
+            assert rec["verdicts"]["verify"]["ok"] and rec["trusted_bpb"] is not None and rec["verify_seconds"] > 0
         assert (wt / rec["log"]).exists()
     assert all(r["proposer"] == "offline" for r in records[1:])
     run_json = json.loads((wt / "run.json").read_text())
@@ -202,7 +205,7 @@ def run_in_process(repo, tmp_path, monkeypatch, proposer, *extra):
     monkeypatch.setenv("FAKE_DATA_DIR", str(tmp_path / "fakedata"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setattr(loop_mod, "make_proposer", lambda args, tracer=None: proposer)
-    args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), *extra])
+    args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), "--reviewer", "simple", *extra])
     lp = loop_mod.Loop(args)
     lp.run()
     lp.stop()

@@ -1,0 +1,323 @@
+"""The judge hierarchy: a Reviewer (agent/reviewer.py) where every verdict acts.
+
+    guard (before the run)  -> agent/guard.py: deterministic; a rejection costs no run
+    judge (after the run)   -> trusted metric (harness/verify.py, separate process)
+                               -> rule judge (agent/judge.py, noise band) + LLM judge with a key
+                               -> MetaJudge audit (agent/metajudge.py)
+                               -> escalation to the human queue (harness/queue_store.py)
+    boundary (between runs) -> audit records, and human decisions applied (agent/queue_apply.py)
+
+Noise: the baseline's first judgement asks the loop for reruns (Decision.rerun) until
+`baseline_repeats` trusted values exist; their spread is the band. A later gain inside the band
+asks for one confirming rerun; the mean of the runs decides, and if it is still inside the band
+the experiment is discarded as "contested" and escalated. The loop never waits for a human.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+
+from agent import metajudge
+from agent.guard import diff_lines, guard as run_guard
+from agent.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion
+from agent.queue_apply import apply_decided
+from agent.reviewer import Decision, GuardVerdict
+from agent.tracing import scrub
+from harness import gitops
+from harness.queue_store import QueueStore
+from harness.runner import run_train
+from harness.verify import VerifyResult, batch_size_for, verify
+
+DEFAULT_BASELINE_REPEATS = 2
+# Confirming reruns asked for a gain inside the band (the loop allows up to 2 reruns per commit).
+CONFIRM_RERUNS = 1
+# An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
+LLM_VETO_CONFIDENCE = 0.7
+# A run's wall clock may be this factor of the budget plus this grace (startup, compile, eval)
+# before the run is judged to have trained past its budget (checked in time-budget mode only).
+WALL_FACTOR = 1.5
+WALL_GRACE_S = 90.0
+# The judge's own notes ref: the loop's `add -f` on refs/notes/autoresearch would replace ours.
+JUDGE_NOTES_REF = "refs/notes/autoresearch-judge"
+# Characters of a diff stored in a queue item's payload.
+PAYLOAD_DIFF_CHARS = 50_000
+
+
+class JudgeHierarchy:
+    def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, k: float = K_SPREAD,
+                 llm_judge=None, tracer=None, budget: float | None = None, verify_timeout: float | None = None):
+        self.baseline_repeats = max(1, int(baseline_repeats))
+        self.k, self.llm, self.tracer, self.budget = k, llm_judge, tracer, budget
+        self.verify_timeout = verify_timeout
+        self.band: NoiseBand | None = None
+        self._runs: dict[str, list[float]] = {}
+        self._audits: list[dict] = []
+        self._prepare: str | None = None
+
+    @classmethod
+    def for_loop(cls, args, loop) -> "JudgeHierarchy":
+        """The hierarchy the loop builds: LLM judge only with ANTHROPIC_API_KEY."""
+        llm = None
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            from agent.llm_judge import LLMJudge
+            llm = LLMJudge()
+        return cls(baseline_repeats=getattr(args, "baseline_repeats", DEFAULT_BASELINE_REPEATS),
+                   llm_judge=llm, tracer=getattr(loop, "tracer", None), budget=getattr(loop, "budget", None))
+
+    # ---- guard -------------------------------------------------------------------------------
+    def guard(self, ctx) -> GuardVerdict:
+        return run_guard(ctx)
+
+    # ---- judge -------------------------------------------------------------------------------
+    def judge(self, ctx, run) -> Decision:
+        if run.crash_class is not None:
+            op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
+            return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": "crash",
+                                                                 "rule": op.as_dict()}})
+        printed = (run.summary or {}).get("val_bpb")
+        v = self._verify(ctx, run, printed)
+        over = self._over_budget(ctx, run)
+        if over and v.ok:
+            v.ok, v.reason = False, over
+        if not v.ok:
+            return self._integrity(ctx, v)
+        runs = self._runs.setdefault(ctx.commit, [])
+        runs.append(v.trusted_bpb)
+        if ctx.best is None:
+            return self._baseline(ctx, v, runs)
+        return self._experiment(ctx, v, runs)
+
+    def _baseline(self, ctx, v: VerifyResult, runs: list[float]) -> Decision:
+        mean = statistics.fmean(runs)
+        jd = {"status": "keep", "basis": "baseline", "runs": list(runs), "baseline_values": list(runs)}
+        verdicts = {"verify": v.as_dict(), "judge": jd}
+        # The band from the runs so far, every time: if the loop stops rerunning early (it caps
+        # reruns), the baseline's record still carries a usable band.
+        self.band = NoiseBand(list(runs), self.k)
+        jd.update(band=self.band.as_dict(), threshold=self.band.threshold, spread=self.band.spread)
+        if len(runs) < self.baseline_repeats:
+            return Decision("keep", f"baseline run {len(runs)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}; "
+                            "rerunning to measure the noise", mean, verdicts, rerun=True)
+        reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(runs)} run(s); noise band "
+                  f"{self.band.threshold:.6f} ({self.k:g}x spread {self.band.spread:.6f}"
+                  f"{'' if self.band.measured else ', floor: one run only'})")
+        jd["reason"] = reason
+        self._note(ctx, "keep", reason, verdicts)
+        return Decision("keep", reason, mean, verdicts)
+
+    def _experiment(self, ctx, v: VerifyResult, runs: list[float]) -> Decision:
+        band = self._band(ctx)
+        mean = statistics.fmean(runs)
+        # The mean of m runs is sqrt(m) times less noisy: the band narrows accordingly.
+        eff = NoiseBand(band.values, band.k / math.sqrt(len(runs)))
+        lines = diff_lines(ctx.diff)
+        similar = near_duplicates(ctx.diff, ctx.history)
+        best = ctx.best.get("val_bpb")
+        rule = rule_opinion(trusted_bpb=mean, best_bpb=best, band=eff, lines=lines, similar_to=similar)
+        jd = {"best_before": best, "threshold": eff.threshold, "spread": band.spread, "runs": list(runs),
+              "improvement": (best - mean) if best is not None else None, "net_lines": lines["net"],
+              "rule": rule.as_dict(), "llm": None, "cost_usd": 0.0}
+        verdicts = {"verify": v.as_dict(), "judge": jd}
+        if rule.status == "contested" and len(runs) <= CONFIRM_RERUNS:
+            jd.update(status="discard", basis="metric")
+            return Decision("discard", f"contested: {rule.reason}; asking a confirming rerun", mean, verdicts,
+                            rerun=True)
+        llm = self._llm(ctx, rule, jd)
+        status, basis, reason, escalate = self._combine(rule, llm)
+        jd.update(status=status, basis=basis, reason=reason)
+        current = {"n": ctx.n, "status": status, "trusted_bpb": mean, "diff": ctx.diff, "verdicts": verdicts}
+        with self._span("metajudge", {"n": ctx.n}) as sp:
+            audit = metajudge.audit(ctx.history, current)
+            sp.log(output=audit.as_dict())
+        meta = audit.as_dict()
+        meta["escalated"] = []
+        verdicts["metajudge"] = meta
+        items = []
+        if escalate:
+            items.append((escalate, reason))
+        if audit.contradiction:
+            items.append(("contradiction", audit.contradiction))
+        for flag in audit.flags:
+            if not metajudge.recently_flagged(ctx.history, flag["kind"]):
+                items.append(("bias", f"{flag['kind']}: {flag['reason']}"))
+                meta["escalated"].append(flag)
+        jd["escalations"] = [self._escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
+        self._audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
+        self._note(ctx, status, reason, verdicts)
+        return Decision(status, reason, mean, verdicts)
+
+    def _combine(self, rule: Opinion, llm: dict | None):
+        """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
+        basis = "simplicity" if rule.reason.startswith("simplicity") else "metric"
+        if rule.status == "contested":
+            return "discard", basis, f"contested: {rule.reason}", "contested"
+        st, conf = (llm or {}).get("status"), (llm or {}).get("confidence") or 0.0
+        if rule.status == "keep" and st in ("discard", "contested") and conf >= LLM_VETO_CONFIDENCE:
+            return ("discard", "llm_veto", f"contested: the rule judge would keep ({rule.reason}) but the LLM "
+                    f"judge says {st} at {conf:.2f}: {llm.get('reason')}", "disagreement")
+        if rule.status == "discard" and st == "keep" and conf >= LLM_VETO_CONFIDENCE:
+            return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.get('reason')})", "disagreement"
+        suffix = f" (LLM judge agrees: {llm.get('reason')})" if st == rule.status else ""
+        return rule.status, basis, rule.reason + suffix, None
+
+    def _integrity(self, ctx, v: VerifyResult) -> Decision:
+        reason = f"integrity: {v.reason}"
+        jd = {"status": "discard", "basis": "integrity", "reason": reason,
+              "best_before": (ctx.best or {}).get("val_bpb")}
+        verdicts = {"verify": v.as_dict(), "judge": jd}
+        jd["escalations"] = [self._escalate(ctx, "integrity", reason, "discard", verdicts, "")]
+        self._note(ctx, "discard", reason, verdicts)
+        return Decision("discard", reason, None, verdicts)
+
+    # ---- pieces ------------------------------------------------------------------------------
+    def _band(self, ctx) -> NoiseBand:
+        if self.band is None:
+            for rec in ctx.history:   # after --resume: the baseline record has the values
+                vals = ((rec.get("verdicts") or {}).get("judge") or {}).get("baseline_values")
+                if vals:
+                    self.band = NoiseBand(list(vals), self.k)
+                    break
+        return self.band or NoiseBand([], self.k)
+
+    def _verify(self, ctx, run, printed) -> VerifyResult:
+        with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
+            profile = _run_json(ctx).get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
+            v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
+                       printed_bpb=printed, batch_size=batch_size_for(ctx.new_source, profile),
+                       **({"timeout_s": self.verify_timeout} if self.verify_timeout else {}))
+            sp.log(output={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "seconds": v.seconds})
+        return v
+
+    def _trusted_prepare(self, ctx) -> str:
+        """prepare.py as committed at the tag's base: what no experiment could have touched."""
+        if self._prepare is None:
+            for rev in (_run_json(ctx).get("base_commit"), ctx.parent):
+                if rev:
+                    with contextlib.suppress(gitops.GitError):
+                        self._prepare = gitops.show_file(Path(ctx.worktree), rev, "prepare.py")
+                        break
+            else:
+                self._prepare = (Path(ctx.worktree) / "prepare.py").read_text()
+        return self._prepare
+
+    def _over_budget(self, ctx, run) -> str | None:
+        if os.environ.get("AUTORESEARCH_STEPS"):
+            return None
+        budget = self.budget or _run_json(ctx).get("budget")
+        if not budget or run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
+            return None
+        return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
+                f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
+
+    def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
+        if self.llm is None:
+            return None
+        figures = {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")}
+        with self._span("llm_judge", {"n": ctx.n, "rule": rule.status}) as sp:
+            res = self.llm.review(diff=ctx.diff, hypothesis=ctx.proposal.hypothesis,
+                                  description=ctx.proposal.description, figures=figures, rule=rule,
+                                  history=ctx.history)
+            sp.log(output={"status": res.opinion.status if res.opinion else None, "error": res.error},
+                   tokens=res.tokens, cost=res.cost_usd)
+        jd["llm"], jd["cost_usd"] = res.as_dict(), res.cost_usd
+        return jd["llm"] if res.opinion else None
+
+    def _escalate(self, ctx, kind: str, reason: str, status: str, verdicts: dict, meta_reason: str) -> dict:
+        jd = verdicts.get("judge") or {}
+        payload = scrub({
+            "status": status, "description": ctx.proposal.description, "hypothesis": ctx.proposal.hypothesis,
+            "parent": ctx.parent, "diff": (ctx.diff or "")[:PAYLOAD_DIFF_CHARS],
+            "figures": {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement",
+                                               "net_lines")} | {"trusted_bpb": (verdicts.get("verify") or {}).get("trusted_bpb"),
+                                                                "printed_bpb": (verdicts.get("verify") or {}).get("printed_bpb")},
+            "rule": jd.get("rule"), "llm": jd.get("llm"), "metajudge": meta_reason,
+            "verify": verdicts.get("verify"),
+            "discarded_ref": gitops.discarded_ref(ctx.tag, ctx.n) if status != "keep" else None})
+        try:
+            item = QueueStore(Path(ctx.run_dir) / "queue.sqlite").escalate(
+                tag=ctx.tag, experiment=ctx.n, commit=ctx.commit, kind=kind, reason=scrub(reason), payload=payload)
+        except Exception as e:  # the queue must never stop the loop; the journal keeps the reason
+            return {"kind": kind, "error": f"{type(e).__name__}: {e}"}
+        return {"kind": kind, "id": item}
+
+    def _note(self, ctx, status: str, reason: str, verdicts: dict) -> None:
+        """The decision and both opinions as a git note on the experiment commit (own notes ref)."""
+        if not ctx.commit:
+            return
+        jd = verdicts.get("judge") or {}
+        note = scrub({"n": ctx.n, "status": status, "reason": reason, "trusted_bpb": (verdicts.get("verify") or {}).get("trusted_bpb"),
+                      "rule": jd.get("rule"), "llm": jd.get("llm"),
+                      "metajudge": (verdicts.get("metajudge") or {}).get("flags"),
+                      "verify": (verdicts.get("verify") or {}).get("reason"),
+                      "verify_seconds": (verdicts.get("verify") or {}).get("seconds")})
+        with contextlib.suppress(gitops.GitError, OSError):
+            gitops.git(Path(ctx.worktree), *gitops._identity_args(Path(ctx.worktree)), "notes", "--ref",
+                       JUDGE_NOTES_REF, "add", "-f", "-m", json.dumps(note, default=str, indent=1), ctx.commit)
+
+    @contextlib.contextmanager
+    def _span(self, name: str, input: dict):
+        if self.tracer is None:
+            yield _NoSpan()
+            return
+        with self.tracer.span(name, input=input) as sp:
+            yield sp
+
+    # ---- boundary ----------------------------------------------------------------------------
+    def boundary(self, loop) -> list[dict]:
+        records, self._audits = self._audits, []
+        queue_path = Path(loop.run_dir) / "queue.sqlite"
+        if not queue_path.exists():
+            return records
+
+        def measure(commit: str) -> dict:
+            return self.measure(loop, commit)
+
+        def moved(outcome) -> None:
+            loop.last_kept = outcome.head
+            if outcome.best is not None:
+                loop.best = outcome.best
+
+        records += apply_decided(QueueStore(queue_path), repo=loop.repo, worktree=loop.worktree, tag=loop.tag,
+                                 measure=measure, history=loop.history, on_outcome=moved)
+        return [scrub(r) for r in records]
+
+    def measure(self, loop, commit: str) -> dict:
+        """Train and verify `commit` (checked out in the worktree) outside the experiment sequence."""
+        with contextlib.suppress(Exception):
+            loop.set_phase("training")
+        n = loop.next_n()
+        run = run_train(loop.worktree, loop.run_dir, n, loop.budget, timeout=getattr(loop, "timeout", None),
+                        log_name=f"queue-{commit[:7]}.log")
+        log = str(run.log_path)
+        if run.crash_class is not None:
+            return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
+        source = gitops.show_file(Path(loop.worktree), commit, "train.py")
+        ctx = _MeasureCtx(loop, commit, source)
+        v = self._verify(ctx, run, (run.summary or {}).get("val_bpb"))
+        return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
+                "verify_seconds": v.seconds, "memory_gb": float((run.summary or {}).get("peak_vram_mb") or 0) / 1024,
+                "log": log}
+
+
+class _NoSpan:
+    def log(self, *a, **k):
+        pass
+
+
+class _MeasureCtx:
+    """Just what _verify and _trusted_prepare read, for a re-measurement outside an experiment."""
+
+    def __init__(self, loop, commit, source):
+        self.n, self.commit, self.new_source = None, commit, source
+        self.worktree, self.run_dir, self.parent = Path(loop.worktree), Path(loop.run_dir), commit
+
+
+def _run_json(ctx) -> dict:
+    try:
+        return json.loads((Path(ctx.run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,130 @@
+"""The rule judge: keep, discard, crash or contested, from the trusted metric and the diff.
+
+Noise-aware. At the start of a tag the baseline is measured `--baseline-repeats` times; the
+spread of those runs (sample standard deviation, never below a floor) sets a band of k x spread
+around the best. A change is kept only if its trusted val_bpb beats the best by more than the
+band. Inside the band a gain is "contested": the hierarchy asks for a confirming rerun, and if the
+mean of the runs still does not clear the band it discards and escalates to the human queue.
+
+Simplicity (program.md): a gain that is tiny next to the band but adds many lines is discarded;
+a change that deletes code and stays within the band of the best is kept.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+
+# Multiples of the spread an improvement must clear (the issue's default k=2).
+K_SPREAD = 2.0
+# The spread is never taken below this (bpb), nor below this fraction of the baseline: two
+# runs can agree by chance, and a deterministic CPU run agrees with itself exactly.
+SPREAD_FLOOR_ABS = 0.0005
+SPREAD_FLOOR_REL = 0.0005
+# Net added code lines that count as "much added complexity".
+BIG_DIFF_LINES = 25
+# A gain below this many bands is "tiny" when weighed against a big diff.
+TINY_GAIN_BANDS = 2.0
+# Net removed code lines that make a change a simplification.
+DELETION_LINES = 3
+# Diffs this similar (difflib ratio over the tokens of their changed lines) are "the same idea
+# again". Token-level, so a one-line knob diff with another value is a different experiment, while
+# a long diff with one number changed is the same idea.
+NEAR_DUPLICATE_RATIO = 0.92
+TOKEN_RE = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\w+|\S")
+
+
+@dataclass
+class NoiseBand:
+    values: list[float]          # trusted val_bpb of the baseline repeats
+    k: float = K_SPREAD
+
+    @property
+    def spread(self) -> float:
+        vals = [v for v in self.values if v is not None and math.isfinite(v)]
+        measured = statistics.stdev(vals) if len(vals) >= 2 else 0.0
+        ref = statistics.fmean(vals) if vals else 0.0
+        return max(measured, SPREAD_FLOOR_ABS, SPREAD_FLOOR_REL * abs(ref))
+
+    @property
+    def measured(self) -> bool:
+        return len(self.values) >= 2
+
+    @property
+    def threshold(self) -> float:
+        return self.k * self.spread
+
+    def as_dict(self) -> dict:
+        return {"values": self.values, "spread": self.spread, "k": self.k, "threshold": self.threshold,
+                "measured": self.measured}
+
+
+@dataclass
+class Opinion:
+    judge: str                   # "rule" | "llm"
+    status: str                  # keep | discard | crash | contested
+    reason: str
+    confidence: float            # 0..1
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"judge": self.judge, "status": self.status, "reason": self.reason,
+                "confidence": round(self.confidence, 3), **self.details}
+
+
+def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: NoiseBand, lines: dict,
+                 crash: str | None = None, similar_to: list | None = None) -> Opinion:
+    """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff."""
+    facts = {"trusted_bpb": trusted_bpb, "best_bpb": best_bpb, "threshold": band.threshold,
+             "spread": band.spread, "net_lines": lines.get("net", 0), "similar_to": similar_to or []}
+    if crash:
+        return Opinion("rule", "crash", f"run crashed: {crash}", 1.0, facts)
+    if trusted_bpb is None or not math.isfinite(trusted_bpb):
+        return Opinion("rule", "crash", f"no trusted val_bpb ({trusted_bpb})", 1.0, facts)
+    if best_bpb is None or not math.isfinite(best_bpb):
+        return Opinion("rule", "keep", f"first result: trusted val_bpb {trusted_bpb:.6f}", 1.0, facts)
+    gain = best_bpb - trusted_bpb
+    th = band.threshold
+    facts["improvement"] = gain
+    net = lines.get("net", 0)
+    seen = f"; near-identical to experiment(s) {similar_to}" if similar_to else ""
+    if gain > th:
+        if net >= BIG_DIFF_LINES and gain < TINY_GAIN_BANDS * th:
+            return Opinion("rule", "discard", f"simplicity: gain {gain:.6f} is under {TINY_GAIN_BANDS:g} bands "
+                           f"({TINY_GAIN_BANDS * th:.6f}) for +{net} lines of code{seen}", 0.6, facts)
+        conf = min(0.99, 0.6 + 0.1 * (gain / th - 1))
+        return Opinion("rule", "keep", f"trusted val_bpb {trusted_bpb:.6f} beats best {best_bpb:.6f} by "
+                       f"{gain:.6f}, beyond the noise band {th:.6f} ({band.k:g}x spread {band.spread:.6f}){seen}",
+                       conf, facts)
+    if abs(gain) <= th:
+        if net <= -DELETION_LINES:
+            return Opinion("rule", "keep", f"simplicity: {-net} fewer lines of code with an equal result "
+                           f"({trusted_bpb:.6f} vs best {best_bpb:.6f}, within the band {th:.6f})", 0.7, facts)
+        if gain > 0:
+            return Opinion("rule", "contested", f"gain {gain:.6f} is inside the noise band {th:.6f}: "
+                           f"{trusted_bpb:.6f} vs best {best_bpb:.6f}{seen}", 0.5, facts)
+        return Opinion("rule", "discard", f"no gain: {trusted_bpb:.6f} vs best {best_bpb:.6f} "
+                       f"(band {th:.6f}){seen}", 0.7, facts)
+    return Opinion("rule", "discard", f"worse: {trusted_bpb:.6f} vs best {best_bpb:.6f}, by {-gain:.6f} "
+                   f"(band {th:.6f}){seen}", min(0.99, 0.7 + 0.05 * (-gain / th)), facts)
+
+
+def changed_lines(diff: str) -> list[str]:
+    """Tokens of the +/- code lines of a diff, without headers: what two proposals are compared on."""
+    lines = [line for line in (diff or "").splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return TOKEN_RE.findall("\n".join(lines))
+
+
+def near_duplicates(diff: str, history: list[dict], window: int = 50) -> list[int]:
+    """Experiment numbers (recent first) whose diff is near-identical to this one."""
+    mine = changed_lines(diff)
+    if not mine:
+        return []
+    out = []
+    for rec in reversed(history[-window:]):
+        theirs = changed_lines(rec.get("diff") or "")
+        if theirs and difflib.SequenceMatcher(None, mine, theirs, autojunk=False).ratio() >= NEAR_DUPLICATE_RATIO:
+            out.append(rec.get("n"))
+    return out

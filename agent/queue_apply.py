@@ -1,0 +1,141 @@
+"""Apply the human queue's decisions to the branch, at an experiment boundary.
+
+- approve a discarded experiment: its commit is cherry-picked onto the branch (on top of the
+  current best) as a new commit, and re-measured there; if the re-measurement fails (crash or
+  integrity), the branch goes back and the item says so.
+- reject a kept experiment: a revert commit undoes it on the branch, and the branch is re-measured.
+- any other decision (approve a keep, reject a discard, a bias report) is acknowledged: nothing
+  to change in git.
+
+Each application is a commit (its message carries the queue item id, so a crash between the
+commit and mark_applied is not applied twice), a git note on the new commit, a journal record
+(kind "queue_applied"), and the item marked applied with the outcome. No results.tsv row: that
+table is one row per experiment, and --resume relies on it (agent/recovery.py).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness import gitops
+from harness.queue_store import QueueStore
+
+TRAIN = "train.py"
+# Commit-message trailer naming the queue item an application came from.
+TRAILER = "Autoresearch-Queue-Item"
+
+
+@dataclass
+class Outcome:
+    head: str                 # the branch head after the application
+    best: dict | None         # {"commit", "val_bpb"} when the branch's measured value changed
+    record: dict              # the journal record
+
+
+def _item_commit_on_branch(worktree: Path, item_id: int) -> str | None:
+    out = gitops.git(worktree, "log", "--format=%H", f"--grep={TRAILER}: {item_id}$", "HEAD", check=False)
+    return out.split()[0] if out else None
+
+
+def _commit(worktree: Path, message: str) -> str:
+    return gitops.commit_file(worktree, TRAIN, message)
+
+
+def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Callable[[str], dict],
+               history: list[dict]) -> Outcome:
+    """Apply one decided queue item; never raises on a git conflict (the outcome says so)."""
+    payload = item.get("payload") or {}
+    status, source = payload.get("status"), item.get("commit")
+    decision = item["status"]
+    head0 = gitops.head(worktree)
+    rec = {"kind": "queue_applied", "tag": tag, "item": item["id"], "item_kind": item.get("kind"),
+           "experiment": item.get("experiment"), "decision": decision, "decided_by": item.get("decided_by"),
+           "note": item.get("note") or "", "source_commit": source, "parent": head0, "commit": None,
+           "action": "acknowledged", "trusted_bpb": None, "measure": None, "started_at": time.time()}
+    if decision == "approved" and status != "keep" and source:
+        action, verb = "restore", "restored"
+    elif decision == "rejected" and status == "keep" and source:
+        action, verb = "revert", "reverted"
+    else:
+        rec["result"] = f"{decision} {item.get('kind')} item: nothing to change on the branch"
+        return _finish(rec, head0, None)
+    done = _item_commit_on_branch(worktree, item["id"])
+    if done:
+        rec.update(action=action, commit=done, result=f"already {verb} as {done[:7]} (applied before a stop)")
+        return _finish(rec, done, None)
+
+    who = item.get("decided_by") or "human"
+    message = (f"{'Restore' if action == 'restore' else 'Revert'} experiment {item.get('experiment')} "
+               f"({source[:7]}), {decision} by {who}\n\n{item.get('reason', '')}\n"
+               f"{('Note: ' + item['note']) if item.get('note') else ''}\n\n{TRAILER}: {item['id']}\n")
+    git_args = (["cherry-pick", "--no-commit", source] if action == "restore"
+                else ["revert", "--no-commit", source])
+    try:
+        gitops.git(worktree, *git_args)
+    except gitops.GitError as e:
+        gitops.git(worktree, "reset", "-q", "--hard", head0)
+        rec.update(action=f"{action}_conflict", result=f"could not {action} {source[:7]} on {head0[:7]}: "
+                                                       f"{str(e).splitlines()[-1][:200]}")
+        return _finish(rec, head0, None)
+    if not gitops.git(worktree, "status", "--porcelain", "--untracked-files=no"):
+        rec.update(action=f"{action}_empty", result=f"nothing to {action}: the branch already has that state")
+        return _finish(rec, head0, None)
+    new = _commit(worktree, message)
+    rec.update(action=action, commit=new)
+    m = measure(new) or {}
+    rec["measure"] = m
+    best = None
+    if m.get("ok"):
+        rec["trusted_bpb"] = m.get("trusted_bpb")
+        best = {"commit": new, "val_bpb": m.get("trusted_bpb")}
+        rec["result"] = f"{verb} {source[:7]} as {new[:7]}; re-measured trusted val_bpb {m.get('trusted_bpb'):.6f}"
+    elif action == "restore":
+        gitops.git(worktree, "reset", "-q", "--hard", head0)
+        gitops.update_ref(repo, f"{gitops.REF_PREFIX}{tag}/queue/{item['id']}", new)
+        rec.update(action="restore_failed", result=f"restored {source[:7]} as {new[:7]} but its re-measurement "
+                                                   f"failed ({m.get('reason')}); branch left at {head0[:7]}")
+        new = head0
+    else:
+        prior = _measured_value(history, gitops.parent_of(repo, source))
+        best = {"commit": new, "val_bpb": prior} if prior is not None else None
+        rec["result"] = (f"reverted {source[:7]} as {new[:7]}; re-measurement failed ({m.get('reason')}), "
+                         f"best taken from the reverted-to commit: {prior}")
+    if rec["commit"] and rec["action"] in ("restore", "revert"):
+        gitops.add_note(repo, rec["commit"], json.dumps(
+            {"queue_item": item["id"], "action": action, "source": source, "decided_by": who,
+             "note": item.get("note") or "", "trusted_bpb": rec["trusted_bpb"], "result": rec["result"]}))
+    return _finish(rec, new, best)
+
+
+def _measured_value(history: list[dict], commit: str | None) -> float | None:
+    for r in reversed(history):
+        if commit and r.get("commit") == commit and r.get("status") == "keep":
+            return r.get("trusted_bpb") or (r.get("summary") or {}).get("val_bpb")
+    return None
+
+
+def _finish(rec: dict, head: str, best: dict | None) -> Outcome:
+    rec["ended_at"] = time.time()
+    return Outcome(head, best, rec)
+
+
+def apply_decided(queue: QueueStore, *, repo: Path, worktree: Path, tag: str, measure, history,
+                  on_outcome=None) -> list[dict]:
+    """Apply every approved/rejected item of this tag, oldest first; returns their journal records.
+
+    `on_outcome(outcome)` lets the caller move its own state (the loop's best and last kept commit)
+    after each item, before the next one is applied on top.
+    """
+    records = []
+    for item in sorted([*queue.list("approved"), *queue.list("rejected")], key=lambda i: i["id"]):
+        if item.get("tag") != tag:
+            continue
+        outcome = apply_item(item, repo=repo, worktree=worktree, tag=tag, measure=measure, history=history)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        queue.mark_applied(item["id"], outcome.record["result"])
+        records.append(outcome.record)
+    return records

@@ -1,0 +1,140 @@
+"""The human queue from the command line.
+
+    uv run agent/review.py [--run DIR] list [--status pending|approved|rejected|applied|all]
+    uv run agent/review.py [--run DIR] show ID
+    uv run agent/review.py [--run DIR] approve ID [--note TEXT] [--who NAME]
+    uv run agent/review.py [--run DIR] reject ID [--note TEXT] [--who NAME]
+
+DIR is a run's folder (the worktree, where queue.sqlite lives); by default the most recently
+active run under ./.autoresearch/. Deciding only records the decision: the running loop applies it
+at its next experiment boundary (approve a discarded experiment: restored onto the branch and
+re-measured; reject a kept one: reverted).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import json
+import sys
+from pathlib import Path
+
+from harness.queue_store import QueueError, QueueStore
+
+QUEUE_FILE = "queue.sqlite"
+RUNS_ROOT = ".autoresearch"
+# Characters of the diff printed by `show` (the whole diff is in the payload and the dashboard).
+SHOW_DIFF_CHARS = 6000
+
+
+def find_run(root: Path) -> Path | None:
+    """The run folder under root/.autoresearch whose queue or journal changed last."""
+    runs = [p for p in (root / RUNS_ROOT).glob("*") if p.is_dir()]
+    scored = []
+    for p in runs:
+        stamps = [f.stat().st_mtime for f in (p / QUEUE_FILE, p / "journal.jsonl", p / "state.json") if f.exists()]
+        if stamps:
+            scored.append((max(stamps), p))
+    return max(scored)[1] if scored else None
+
+
+def _when(t) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else "-"
+
+
+def cmd_list(q: QueueStore, status: str) -> int:
+    items = q.list(None if status == "all" else status)
+    if not items:
+        print(f"no {'' if status == 'all' else status + ' '}items")
+        return 0
+    print(f"{'id':>4}  {'status':<9} {'kind':<13} {'exp':>4}  {'commit':<8} {'created':<16}  reason")
+    for it in items:
+        print(f"{it['id']:>4}  {it['status']:<9} {it['kind']:<13} {str(it['experiment'] or '-'):>4}  "
+              f"{(it['commit'] or '-')[:7]:<8} {_when(it['created_at']):<16}  {it['reason'][:100]}")
+    return 0
+
+
+def cmd_show(q: QueueStore, item_id: int) -> int:
+    it = q.get(item_id)
+    if it is None:
+        print(f"error: no queue item {item_id}", file=sys.stderr)
+        return 1
+    p = it["payload"] or {}
+    print(f"item {it['id']}: {it['kind']} — {it['status']}"
+          + (f" by {it['decided_by']} at {_when(it['decided_at'])}" if it["decided_by"] else ""))
+    print(f"experiment {it['experiment']}  commit {it['commit']}  tag {it['tag']}")
+    print(f"reason: {it['reason']}")
+    if it["note"]:
+        print(f"note: {it['note']}")
+    if it["result"]:
+        print(f"applied: {it['result']}")
+    print(f"\n{p.get('description', '')}\nhypothesis: {p.get('hypothesis', '')}")
+    print(f"status at escalation: {p.get('status')}   discarded ref: {p.get('discarded_ref') or '-'}")
+    print("figures: " + json.dumps(p.get("figures") or {}, default=str))
+    for who in ("rule", "llm"):
+        op = p.get(who)
+        if op:
+            print(f"{who} judge: {op.get('status')} (confidence {op.get('confidence')}): {op.get('reason')}"
+                  + (f" [error: {op['error']}]" if op.get("error") else ""))
+    if p.get("metajudge"):
+        print(f"metajudge: {p['metajudge']}")
+    if (p.get("verify") or {}).get("reason"):
+        print(f"verify: {p['verify']['reason']}")
+    diff = p.get("diff") or ""
+    if diff:
+        print("\n" + diff[:SHOW_DIFF_CHARS] + ("\n... (diff truncated)" if len(diff) > SHOW_DIFF_CHARS else ""))
+    return 0
+
+
+def cmd_decide(q: QueueStore, item_id: int, decision: str, who: str, note: str) -> int:
+    try:
+        it = q.decide(item_id, decision, who=who, note=note)
+    except QueueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    p = it["payload"] or {}
+    effect = {("approved", "discard"): "the loop will restore it onto the branch and re-measure it",
+              ("rejected", "keep"): "the loop will revert it on the branch"}.get(
+        (it["status"], p.get("status")), "nothing changes on the branch")
+    print(f"item {it['id']} {it['status']} by {who}: {effect} (at its next experiment boundary)")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Review the judge hierarchy's escalations.")
+    ap.add_argument("--run", default=None, help="the run folder (default: latest under ./.autoresearch)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="list queue items")
+    ls.add_argument("--status", default="pending", choices=("pending", "approved", "rejected", "applied", "all"))
+    sh = sub.add_parser("show", help="show one item: figures, opinions, diff")
+    sh.add_argument("id", type=int)
+    for name in ("approve", "reject"):
+        d = sub.add_parser(name, help=f"{name} a pending item")
+        d.add_argument("id", type=int)
+        d.add_argument("--note", default="", help="why (kept with the decision, in git notes and journal)")
+        d.add_argument("--who", default=None, help="your name (default: the login name)")
+    args = ap.parse_args(argv)
+
+    run = Path(args.run) if args.run else find_run(Path.cwd())
+    if run is None or not (run / QUEUE_FILE).exists():
+        where = run or Path.cwd() / RUNS_ROOT
+        print(f"error: no human queue at {where} (give --run DIR: a run folder with {QUEUE_FILE})", file=sys.stderr)
+        return 2
+    q = QueueStore(run / QUEUE_FILE)
+    if args.cmd == "list":
+        return cmd_list(q, args.status)
+    if args.cmd == "show":
+        return cmd_show(q, args.id)
+    who = args.who or _login()
+    return cmd_decide(q, args.id, args.cmd, who, args.note)
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "human"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

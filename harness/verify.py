@@ -1,0 +1,156 @@
+"""The trusted metric: re-evaluate a run's saved model in a separate, isolated process.
+
+train.py prints its own val_bpb, and train.py is written by the proposer, so that number is a
+claim. The runner sets AUTORESEARCH_ARTIFACT; train.py saves {"config", "state_dict",
+"train_py_sha"} there. `verify()` copies a pristine prepare.py and the *committed* train.py into a
+fresh folder, starts `python -I harness/verify_worker.py` there (isolated mode: no user site, no
+PYTHON* variables, no script folder on sys.path), and reads back:
+
+- trusted_bpb: prepare.evaluate_bpb on the saved weights, model fed a copy of the tokens and
+  asked for logits only;
+- a causality probe (future tokens and other rows must not move earlier logits);
+- whether evaluation-relevant functions were replaced while train.py was imported or ran;
+- whether the artifact's train_py_sha is the committed file's.
+
+`VerifyResult.ok` is False on any disagreement; `.reason` says which. Cost: one extra evaluation
+plus process start and model build; `.seconds` reports it (see the final report / journal).
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.knobs import read_knobs
+
+WORKER = Path(__file__).with_name("verify_worker.py")
+# The printed val_bpb may differ from the trusted one by this much (absolute, or relative to the
+# value, whichever is larger) before we call it a disagreement. The keep decision always uses the
+# trusted value, so this only has to separate rounding and kernel differences (fused attention in
+# the run vs SDPA here, bf16) from a claim that is simply wrong.
+ABS_TOL = 0.005
+REL_TOL = 0.005
+# Seconds the worker may take (import torch + build + one evaluation + probe); generous on CPU.
+DEFAULT_TIMEOUT_S = 900
+# Lines of the worker's output kept in the result when it fails.
+TAIL_CHARS = 3000
+# Most rows per evaluation batch on a GPU. The re-evaluation runs eagerly (train.py's own eval is
+# compiled, which fuses the logit softcap), so its logit intermediates are several full copies of
+# [B, T, V]; a divisor of the run's batch covers exactly the same validation tokens.
+GPU_MAX_ROWS = 32
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    reason: str
+    trusted_bpb: float | None = None
+    printed_bpb: float | None = None
+    causal: bool | None = None
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "reason": self.reason, "trusted_bpb": self.trusted_bpb,
+                "printed_bpb": self.printed_bpb, "causal": self.causal,
+                "seconds": round(self.seconds, 3), "details": self.details}
+
+
+def batch_size_for(train_source: str, profile: str) -> int:
+    """The batch train.py evaluates with (DEVICE_BATCH_SIZE, times GPU_BATCH_MULT on gpu), or on a
+    GPU its largest divisor <= GPU_MAX_ROWS: same tokens, bounded memory."""
+    k = read_knobs(train_source)
+    rows = int(k["DEVICE_BATCH_SIZE"].value) if "DEVICE_BATCH_SIZE" in k else 8
+    if profile == "gpu":
+        rows *= int(k["GPU_BATCH_MULT"].value) if "GPU_BATCH_MULT" in k else 1
+        rows = max(d for d in range(1, min(rows, GPU_MAX_ROWS) + 1) if rows % d == 0)
+    return max(1, rows)
+
+
+def tolerance(bpb: float) -> float:
+    return max(ABS_TOL, REL_TOL * abs(bpb))
+
+
+def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
+           batch_size: int = 8, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+           python: str | None = None) -> VerifyResult:
+    """Re-evaluate `artifact` with `train_source`'s build_model and `prepare_source`'s evaluation."""
+    t0 = time.time()
+    artifact = Path(artifact) if artifact else None
+    if artifact is None or not artifact.is_file():
+        return VerifyResult(False, f"no model artifact at {artifact}: train.py did not save one "
+                                   "(AUTORESEARCH_ARTIFACT), so its val_bpb cannot be verified",
+                            printed_bpb=printed_bpb, seconds=time.time() - t0)
+    work = Path(tempfile.mkdtemp(prefix="verify-"))
+    try:
+        (work / "prepare.py").write_text(prepare_source)
+        (work / "train.py").write_text(train_source)
+        spec = {"dir": str(work), "artifact": str(artifact.resolve()), "out": str(work / "result.json"),
+                "batch_size": int(batch_size)}
+        (work / "spec.json").write_text(json.dumps(spec))
+        # The worker script is copied too, so the process never runs code from a folder train.py
+        # could have written to.
+        shutil.copy(WORKER, work / "verify_worker.py")
+        try:
+            proc = subprocess.run([python or sys.executable, "-I", str(work / "verify_worker.py"),
+                                   str(work / "spec.json")], cwd=work, env=env, capture_output=True,
+                                  text=True, timeout=timeout_s)
+            tail = (proc.stdout + proc.stderr)[-TAIL_CHARS:]
+        except subprocess.TimeoutExpired:
+            return VerifyResult(False, f"trusted re-evaluation timed out after {timeout_s:.0f}s",
+                                printed_bpb=printed_bpb, seconds=time.time() - t0)
+        try:
+            out = json.loads((work / "result.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return VerifyResult(False, f"trusted re-evaluation died (exit {proc.returncode}) without a "
+                                       f"result: {tail[-300:]}", printed_bpb=printed_bpb,
+                                seconds=time.time() - t0, details={"log_tail": tail})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return judge_worker_output(out, printed_bpb, time.time() - t0)
+
+
+def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float) -> VerifyResult:
+    """Turn the worker's JSON into a verdict: every check must pass."""
+    details = {k: out.get(k) for k in ("timings", "probe", "patched", "patched_at_import", "sha_match",
+                                       "stage", "error")}
+    trusted = out.get("trusted_bpb")
+    probe = out.get("probe") or {}
+    causal = probe.get("causal") if probe else None
+    r = VerifyResult(False, "", trusted, printed_bpb, causal, seconds, details)
+    if not out.get("ok"):
+        r.reason = f"trusted re-evaluation failed at {out.get('stage')}: {out.get('error')}"
+        return r
+    if out.get("patched_at_import") or out.get("patched"):
+        names = out.get("patched_at_import") or out.get("patched")
+        r.reason = f"train.py replaced functions the evaluation relies on: {', '.join(names[:8])}"
+        return r
+    if not out.get("sha_match"):
+        r.reason = "the artifact's train_py_sha is not the committed train.py: the run used other code"
+        return r
+    if trusted is None or not math.isfinite(trusted):
+        r.reason = f"trusted val_bpb is {trusted}"
+        return r
+    if not causal:
+        r.reason = (f"causality probe failed: changing tokens at positions >= {probe.get('at')} moved earlier "
+                    f"logits by {probe.get('max_future_leak'):.3g} (other rows: "
+                    f"{probe.get('max_cross_row_leak'):.3g}; limit {probe.get('limit'):.3g})")
+        return r
+    if printed_bpb is None or not math.isfinite(printed_bpb):
+        r.reason = f"printed val_bpb is {printed_bpb}; trusted is {trusted:.6f}"
+        return r
+    gap = abs(printed_bpb - trusted)
+    if gap > tolerance(trusted):
+        r.reason = (f"printed val_bpb {printed_bpb:.6f} disagrees with the trusted re-evaluation "
+                    f"{trusted:.6f} (gap {gap:.6f} > tolerance {tolerance(trusted):.6f})")
+        return r
+    r.ok = True
+    r.reason = (f"verified: trusted val_bpb {trusted:.6f} (printed {printed_bpb:.6f}), causal, "
+                f"{seconds:.1f}s")
+    return r

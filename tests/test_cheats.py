@@ -1,0 +1,115 @@
+"""Cheating edits of the real train.py, each caught by the judge hierarchy before a keep.
+
+Guard (no run spent): monkeypatched evaluation, training on the validation split, a changed budget,
+a changed seed. Trusted metric (after the run): non-causal attention (causality probe) and a
+printed fake val_bpb (disagreement) — both look honest to the guard, so the guard passes them and
+verify must catch them. The fake print goes through a real tiny training run (harness.runner).
+"""
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agent.hierarchy import JudgeHierarchy
+from harness.queue_store import QueueStore
+from harness.runner import RunResult, run_train
+from tests.test_verify import NON_CAUSAL, make_artifact
+
+REPO = Path(__file__).resolve().parent.parent
+SRC = (REPO / "train.py").read_text()
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "train.py").write_text(SRC)
+    (wt / "prepare.py").write_text((REPO / "prepare.py").read_text())
+    (wt / ".gitignore").write_text("results.tsv\njournal.jsonl\nqueue.sqlite*\nlogs/\nartifacts/\nrun.json\n"
+                                   "__pycache__/\nchild.pid\n")
+    git(wt, "init", "-q")
+    git(wt, "add", ".")
+    git(wt, "commit", "-q", "-m", "base")
+    base = git(wt, "rev-parse", "HEAD")
+    (wt / "run.json").write_text(json.dumps({"tag": "t", "base_commit": base, "profile": "tiny"}))
+    return wt, base
+
+
+def ctx_for(wt, base, new_source, n=2, commit=None):
+    import difflib
+    diff = "".join(difflib.unified_diff(SRC.splitlines(True), new_source.splitlines(True), "a/train.py", "b/train.py"))
+    return SimpleNamespace(n=n, tag="t", worktree=wt, run_dir=wt, parent=base, commit=commit, old_source=SRC,
+                           new_source=new_source, diff=diff, history=[], best={"commit": base, "val_bpb": 9.0},
+                           proposal=SimpleNamespace(description="cheat", hypothesis="better numbers"))
+
+
+def commit(wt, source, msg="exp"):
+    (wt / "train.py").write_text(source)
+    git(wt, "commit", "-q", "-am", msg)
+    return git(wt, "rev-parse", "HEAD")
+
+
+def swap(old, new):
+    assert old in SRC, f"anchor {old!r} vanished from train.py"
+    return SRC.replace(old, new, 1)
+
+
+GUARD_CHEATS = {
+    "monkeypatched evaluation": swap("import prepare\n", "import prepare\n"
+                                     "_real_eval = prepare.evaluate_bpb\n"
+                                     "prepare.evaluate_bpb = lambda m, t, b: 0.9 * _real_eval(m, t, b)\n"),
+    "training on the validation split": swap('T, "train", device=device', 'T, "val", device=device'),
+    "changed budget": swap('"budget": prepare.TIME_BUDGET', '"budget": prepare.TIME_BUDGET * 3'),
+    "seed change": swap("SEED = 42", "SEED = 7"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GUARD_CHEATS))
+def test_guard_catches_before_any_run(repo, name):
+    wt, base = repo
+    v = JudgeHierarchy().guard(ctx_for(wt, base, GUARD_CHEATS[name]))
+    assert not v.ok and v.reason.startswith("guard:"), v.reason
+
+
+def test_non_causal_attention_passes_guard_but_not_the_probe(repo, tiny_cache, tmp_path):
+    wt, base = repo
+    cheat = swap(*NON_CAUSAL)
+    h = JudgeHierarchy()
+    assert h.guard(ctx_for(wt, base, cheat)).ok
+    sha = commit(wt, cheat)
+    art, bpb = make_artifact(cheat, tmp_path, "noncausal")
+    run = RunResult(0, {"val_bpb": bpb}, None, tmp_path / "log", 1.0, False, art)
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
+    assert d.status == "discard" and d.reason.startswith("integrity: causality probe failed")
+    assert d.trusted_bpb is None
+    items = QueueStore(wt / "queue.sqlite").list("pending")
+    assert [(i["kind"], i["commit"]) for i in items] == [("integrity", sha)]
+    assert "causality" in git(wt, "notes", "--ref", "refs/notes/autoresearch-judge", "show", sha)
+
+
+def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
+    wt, base = repo
+    old = '"val_bpb": f"{val_bpb:.6f}"'
+    cheat = swap(old, '"val_bpb": f"{val_bpb * 0.8:.6f}"')
+    h = JudgeHierarchy(budget=5)
+    assert h.guard(ctx_for(wt, base, cheat)).ok
+    sha = commit(wt, cheat)
+    run = run_train(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"})
+    assert run.crash_class is None, run.log_tail
+    assert run.artifact is not None and run.artifact.exists()
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
+    assert d.status == "discard" and "disagrees with the trusted re-evaluation" in d.reason
+    v = d.verdicts["verify"]
+    assert v["printed_bpb"] == pytest.approx(0.8 * v["trusted_bpb"], rel=1e-4)
+    assert v["seconds"] > 0
+    assert QueueStore(wt / "queue.sqlite").list("pending")[0]["kind"] == "integrity"

@@ -1,0 +1,153 @@
+"""The guard on edits of the real train.py: honest edits pass, each kind of forbidden edit is refused."""
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agent.guard import check_source, diff_lines, guard, stray_changes
+
+REPO = Path(__file__).resolve().parent.parent
+SRC = (REPO / "train.py").read_text()
+
+
+def edit(old: str, new: str, src: str = SRC) -> str:
+    assert old in src, f"anchor {old!r} vanished from train.py; update the test"
+    return src.replace(old, new, 1)
+
+
+def after_imports(code: str) -> str:
+    return edit("import prepare\n", "import prepare\n" + code + "\n")
+
+
+HONEST = {
+    "learning rate": edit("MATRIX_LR = 0.02", "MATRIX_LR = 0.03"),
+    "depth": edit("DEPTH = 4", "DEPTH = 6"),
+    "architecture: gelu mlp": edit("F.relu(self.c_fc(x)).square()", "F.gelu(self.c_fc(x))"),
+    "architecture: new module": edit("class MLP(nn.Module):", "class Scale(nn.Module):\n"
+                                     "    def __init__(self, d):\n        super().__init__()\n"
+                                     "        self.g = nn.Parameter(torch.ones(d))\n\n"
+                                     "    def forward(self, x):\n        return x * self.g\n\n\n"
+                                     "class MLP(nn.Module):"),
+    "fewer startup steps": edit("STARTUP_STEPS = 3", "STARTUP_STEPS = 2"),
+    "a cuda env setting": after_imports('os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"'),
+    "a backend config": after_imports("torch.backends.cuda.matmul.allow_tf32 = True"),
+    "a compiled helper": after_imports("from torch.nn.attention.flex_attention import flex_attention\n"
+                                       "flex_attention = torch.compile(flex_attention, dynamic=False)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_edits_pass(name):
+    v = check_source(SRC, HONEST[name])
+    assert v.ok, v.reason
+
+
+CHEATS = {
+    # rebinding prepare's constants / the budget
+    "budget rebound": (after_imports("prepare.TIME_BUDGET = 600"), "monkeypatch"),
+    "budget via from-import": (after_imports("from prepare import TIME_BUDGET\nTIME_BUDGET = 900"), "budget"),
+    "budget doubled": (edit('"budget": prepare.TIME_BUDGET', '"budget": prepare.TIME_BUDGET * 2'), "budget"),
+    "budget dropped": (edit('"budget": prepare.TIME_BUDGET', '"budget": 600.0'), "budget"),
+    "untimed steps": (edit("STARTUP_STEPS = 3", "STARTUP_STEPS = 5000"), "budget"),
+    "budget env": (edit("import prepare\n", 'os.environ["AUTORESEARCH_TIME_BUDGET"] = "900"\nimport prepare\n'), "env"),
+    "seq len": (after_imports("prepare.MAX_SEQ_LEN = 16"), "monkeypatch"),
+    # monkeypatching evaluation / time / torch
+    "patched evaluate": (after_imports("prepare.evaluate_bpb = lambda model, tok, bs: 0.5"), "monkeypatch"),
+    "setattr evaluate": (after_imports('setattr(prepare, "evaluate_bpb", lambda *a: 0.5)'), "monkeypatch"),
+    "patched clock": (after_imports("time.time = lambda: 0.0"), "monkeypatch"),
+    "shadowed clock": (after_imports("from time import perf_counter\nperf_counter = lambda: 0.0"), "monkeypatch"),
+    "shadowed module": (after_imports("time = None"), "monkeypatch"),
+    "patched loss": (after_imports("F.cross_entropy = lambda *a, **k: torch.zeros(())"), "monkeypatch"),
+    "patched code": (after_imports("prepare.evaluate_bpb.__code__ = (lambda m, t, b: 0.5).__code__"), "dynamic"),
+    "sys.modules": (after_imports('sys.modules["prepare"] = None'), "forbidden"),
+    "private prepare": (after_imports("x = prepare.VAL_FILENAME"), "prepare_api"),
+    # the validation split
+    "val split": (edit('T, "train", device=device', 'T, "val", device=device'), "val_split"),
+    "val split by variable": (edit('T, "train", device=device', 'T, SPLIT, device=device'), "val_split"),
+    "extra evaluation": (edit("    eval_seconds = time.time() - t_eval",
+                              "    eval_seconds = time.time() - t_eval\n"
+                              "    again = prepare.evaluate_bpb(eval_model, tokenizer, rows)"), "eval_calls"),
+    # network, processes, dynamic code
+    "socket": (after_imports("import socket"), "network"),
+    "urllib": (after_imports("from urllib.request import urlopen"), "network"),
+    "requests": (after_imports("import requests"), "network"),
+    "subprocess": (after_imports("import subprocess"), "process"),
+    "os.system": (after_imports('os.system("curl example.com")'), "forbidden"),
+    "exec": (after_imports('exec("x = 1")'), "dynamic"),
+    "eval": (after_imports('y = eval("1 + 1")'), "dynamic"),
+    "compile": (after_imports('c = compile("1", "f", "eval")'), "dynamic"),
+    "__import__": (after_imports('m = __import__("socket")'), "dynamic"),
+    "importlib": (after_imports("import importlib"), "dynamic"),
+    "unknown module": (after_imports("import antigravity"), "import"),
+    # writes outside the run's directory
+    "write absolute": (after_imports('open("/tmp/leak.txt", "w").write("x")'), "write"),
+    "write upwards": (after_imports('open("../prepare.py", "w")'), "write"),
+    "write code": (after_imports('open("prepare.py", "a")'), "write"),
+    # the seed
+    "seed constant": (edit("SEED = 42", "SEED = 1337"), "seed"),
+    "seed call": (edit("torch.manual_seed(seed)", "torch.manual_seed(seed + 7)"), "seed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_cheating_edits_are_rejected(name):
+    src, rule = CHEATS[name]
+    v = check_source(SRC, src)
+    assert not v.ok, f"{name} passed the guard"
+    assert rule in v.details["rules"], (rule, v.details)
+    assert v.reason.startswith("guard:")
+
+
+def test_parse_failure_and_required_defs():
+    v = check_source(SRC, SRC + "\ndef broken(:\n")
+    assert not v.ok and v.details["rule"] == "syntax" and "does not parse" in v.reason
+    v = check_source(SRC, edit("def build_model(config: dict) -> nn.Module:", "def make_model(config: dict) -> nn.Module:"))
+    assert not v.ok and "build_model" in v.reason
+    v = check_source(SRC, edit('os.environ.get("AUTORESEARCH_ARTIFACT")', 'os.environ.get("ARTIFACT")'))
+    assert not v.ok and "AUTORESEARCH_ARTIFACT" in v.reason
+    assert not check_source(SRC, SRC).ok
+
+
+def test_preexisting_idioms_are_tolerated_but_not_a_second_copy():
+    # train.py already globs an absolute ptxas path; the same line elsewhere is one violation more.
+    line = 'found = sorted(glob.glob("/usr/local/cuda-13*/bin/ptxas"), reverse=True)'
+    assert '"/usr/local/cuda-13*/bin/ptxas"' in SRC
+    v = check_source(SRC, after_imports(line))
+    assert not v.ok and "write" in v.details["rules"]
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+
+
+def test_only_train_py_may_change(tmp_path):
+    (tmp_path / "train.py").write_text(SRC)
+    (tmp_path / "prepare.py").write_text("X = 1\n")
+    (tmp_path / ".gitignore").write_text("results.tsv\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "base")
+    ctx = SimpleNamespace(worktree=tmp_path, old_source=SRC, new_source=HONEST["depth"],
+                          diff="--- a\n+++ b\n-DEPTH = 4\n+DEPTH = 6\n")
+    (tmp_path / "results.tsv").write_text("ignored\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "prepare.cpython-311.pyc").write_bytes(b"x")
+    (tmp_path / "loop.lock").write_text("")          # the loop's own untracked files are not edits
+    (tmp_path / "pending.json").write_text("{}")
+    (tmp_path / "train.py").write_text(HONEST["depth"])
+    assert stray_changes(tmp_path) == []
+    v = guard(ctx)
+    assert v.ok, v.reason
+    assert v.details["lines"] == {"added": 1, "removed": 1, "net": 0}
+    (tmp_path / "prepare.py").write_text("X = 2\n")
+    (tmp_path / "time.py").write_text("def time(): return 0\n")
+    v = guard(ctx)
+    assert not v.ok and set(v.details["stray"]) == {"prepare.py", "time.py"}
+
+
+def test_diff_lines_counts_code_only():
+    diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n+# a comment\n+\n+y = 3\n"
+    assert diff_lines(diff) == {"added": 2, "removed": 1, "net": 1}

@@ -1,0 +1,133 @@
+"""The rule judge's noise band and simplicity criterion, on synthetic figures."""
+import math
+
+import pytest
+
+from agent.judge import (SPREAD_FLOOR_ABS, NoiseBand, near_duplicates, rule_opinion)
+
+BEST = 1.0000
+BAND = NoiseBand([1.0000, 1.0040])          # stdev 0.002828..., threshold k=2 -> 0.005657
+LINES = {"added": 2, "removed": 2, "net": 0}
+
+
+def test_band_from_baseline_repeats():
+    assert BAND.spread == pytest.approx(0.004 / math.sqrt(2))
+    assert BAND.threshold == pytest.approx(2 * 0.004 / math.sqrt(2))
+    assert BAND.measured
+    # identical repeats (deterministic CPU) and a single run fall back to the floor
+    assert NoiseBand([1.0, 1.0]).spread == pytest.approx(SPREAD_FLOOR_ABS)
+    single = NoiseBand([2.0])
+    assert not single.measured and single.spread == pytest.approx(max(SPREAD_FLOOR_ABS, 0.0005 * 2.0))
+
+
+def test_improvement_inside_band_is_contested_outside_is_kept():
+    inside = rule_opinion(trusted_bpb=BEST - 0.004, best_bpb=BEST, band=BAND, lines=LINES)
+    assert inside.status == "contested" and "noise band" in inside.reason
+    outside = rule_opinion(trusted_bpb=BEST - 0.008, best_bpb=BEST, band=BAND, lines=LINES)
+    assert outside.status == "keep"
+    assert outside.confidence > inside.confidence
+    # the same gain with a narrower band (quieter baseline) is a keep
+    quiet = NoiseBand([1.0, 1.0005])
+    assert rule_opinion(trusted_bpb=BEST - 0.004, best_bpb=BEST, band=quiet, lines=LINES).status == "keep"
+
+
+def test_worse_or_equal_is_discarded_and_crash_is_crash():
+    assert rule_opinion(trusted_bpb=BEST + 0.02, best_bpb=BEST, band=BAND, lines=LINES).status == "discard"
+    assert rule_opinion(trusted_bpb=BEST + 0.001, best_bpb=BEST, band=BAND, lines=LINES).status == "discard"
+    assert rule_opinion(trusted_bpb=None, best_bpb=BEST, band=BAND, lines=LINES, crash="oom").status == "crash"
+    assert rule_opinion(trusted_bpb=float("nan"), best_bpb=BEST, band=BAND, lines=LINES).status == "crash"
+    first = rule_opinion(trusted_bpb=1.2, best_bpb=None, band=BAND, lines=LINES)
+    assert first.status == "keep" and "first result" in first.reason
+
+
+def test_simplicity_criterion():
+    th = BAND.threshold
+    big = {"added": 60, "removed": 5, "net": 55}
+    tiny_gain = rule_opinion(trusted_bpb=BEST - 1.2 * th, best_bpb=BEST, band=BAND, lines=big)
+    assert tiny_gain.status == "discard" and tiny_gain.reason.startswith("simplicity")
+    large_gain = rule_opinion(trusted_bpb=BEST - 3 * th, best_bpb=BEST, band=BAND, lines=big)
+    assert large_gain.status == "keep"
+    deletion = {"added": 0, "removed": 12, "net": -12}
+    equal = rule_opinion(trusted_bpb=BEST + 0.5 * th, best_bpb=BEST, band=BAND, lines=deletion)
+    assert equal.status == "keep" and "fewer lines" in equal.reason
+    clearly_worse = rule_opinion(trusted_bpb=BEST + 3 * th, best_bpb=BEST, band=BAND, lines=deletion)
+    assert clearly_worse.status == "discard"
+
+
+def test_near_duplicates_found_in_history():
+    diff = "--- a/train.py\n+++ b/train.py\n-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03\n"
+    hist = [{"n": 2, "diff": diff.replace("0.03", "0.05")}, {"n": 3, "diff": "-DEPTH = 4\n+DEPTH = 8\n"},
+            {"n": 4, "diff": diff}]
+    assert near_duplicates(diff, hist) == [4]
+    assert near_duplicates("", hist) == []
+
+
+# ---- the hierarchy's noise protocol, with synthetic trusted values -----------------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+from agent.hierarchy import JudgeHierarchy  # noqa: E402
+from harness.queue_store import QueueStore  # noqa: E402
+from harness.verify import VerifyResult  # noqa: E402
+
+
+def _ctx(tmp_path, n, commit, best, history=()):
+    return SimpleNamespace(n=n, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent="p" * 40,
+                           diff="-MATRIX_LR = 0.02\n+MATRIX_LR = 0.025\n", history=list(history), best=best,
+                           proposal=SimpleNamespace(description=f"exp {n}", hypothesis="h"))
+
+
+def _judge(h, ctx, bpb):
+    """What JudgeHierarchy.judge does after a verified run (verify itself is tested elsewhere)."""
+    v = VerifyResult(True, "verified", bpb, bpb, True, 0.5)
+    runs = h._runs.setdefault(ctx.commit, [])
+    runs.append(bpb)
+    return h._baseline(ctx, v, runs) if ctx.best is None else h._experiment(ctx, v, runs)
+
+
+def test_baseline_repeats_then_contested_rerun_then_escalation(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=2)
+    d1 = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.000)
+    assert d1.rerun and d1.status == "keep"
+    d2 = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.004)
+    assert not d2.rerun and d2.status == "keep" and d2.trusted_bpb == pytest.approx(1.002)
+    assert d2.verdicts["judge"]["baseline_values"] == [1.000, 1.004]
+    th = h.band.threshold
+    baseline_rec = {"n": 1, "status": "keep", "trusted_bpb": 1.002, "verdicts": d2.verdicts}
+    best = {"commit": "b" * 40, "val_bpb": 1.002}
+
+    clear = _judge(h, _ctx(tmp_path, 2, "c" * 40, best, [baseline_rec]), 1.002 - 2 * th)
+    assert clear.status == "keep" and not clear.rerun
+
+    first = _judge(h, _ctx(tmp_path, 3, "d" * 40, best, [baseline_rec]), 1.002 - 0.6 * th)
+    assert first.rerun and "confirming rerun" in first.reason
+    # the rerun agrees: the mean clears the (narrower, sqrt 2) band of a two-run mean -> keep
+    second = _judge(h, _ctx(tmp_path, 3, "d" * 40, best, [baseline_rec]), 1.002 - 1.2 * th)
+    assert second.status == "keep" and not second.rerun
+
+    _judge(h, _ctx(tmp_path, 4, "e" * 40, best, [baseline_rec]), 1.002 - 0.5 * th)
+    last = _judge(h, _ctx(tmp_path, 4, "e" * 40, best, [baseline_rec]), 1.002 - 0.1 * th)
+    assert last.status == "discard" and last.reason.startswith("contested:") and not last.rerun
+    items = QueueStore(tmp_path / "queue.sqlite").list("pending")
+    assert [(i["kind"], i["experiment"]) for i in items] == [("contested", 4)]
+    assert items[0]["payload"]["figures"]["runs"] == pytest.approx([1.002 - 0.5 * th, 1.002 - 0.1 * th])
+    assert items[0]["payload"]["status"] == "discard"
+    # every judged experiment leaves an audit record for the journal, handed out at the boundary
+    audits = h.boundary(SimpleNamespace(run_dir=tmp_path / "nowhere"))
+    assert [a["kind"] for a in audits] == ["audit"] * 3 and [a["n"] for a in audits] == [2, 3, 4]
+
+
+def test_band_is_recovered_from_history_after_resume(tmp_path):
+    hist = [{"n": 1, "status": "keep", "verdicts": {"judge": {"baseline_values": [1.0, 1.01]}}}]
+    h = JudgeHierarchy()
+    assert h._band(_ctx(tmp_path, 2, "c" * 40, {"val_bpb": 1.0}, hist)).values == [1.0, 1.01]
+
+
+def test_a_run_far_past_its_budget_is_an_integrity_failure(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
+    h = JudgeHierarchy(budget=10)
+    ctx = _ctx(tmp_path, 2, "c" * 40, {"val_bpb": 1.0})
+    assert h._over_budget(ctx, SimpleNamespace(wall_seconds=60)) is None
+    assert "trained past the budget" in h._over_budget(ctx, SimpleNamespace(wall_seconds=500))
+    monkeypatch.setenv("AUTORESEARCH_STEPS", "5")   # a step budget has no wall-clock limit
+    assert h._over_budget(ctx, SimpleNamespace(wall_seconds=500)) is None

@@ -1,0 +1,96 @@
+"""The human queue store: escalate, list, decide once, apply; survives reopen and bad payloads."""
+
+import sqlite3
+import threading
+
+import pytest
+
+from harness.queue_store import QueueError, QueueStore
+
+
+def _escalate(q, **kw):
+    args = dict(tag="t1", experiment=3, commit="a" * 40, kind="contested",
+                reason="inside the noise band", payload={"diff": "-x\n+y", "val_bpb": 1.23})
+    args.update(kw)
+    return q.escalate(**args)
+
+
+def test_escalate_list_get_roundtrip(tmp_path):
+    q = QueueStore(tmp_path / "queue.sqlite")
+    i = _escalate(q)
+    j = _escalate(q, kind="bias", experiment=4, payload={"keep_rate": 1.0})
+    assert i != j
+    items = q.list()
+    assert [x["id"] for x in items] == [i, j]
+    first = q.get(i)
+    assert first["status"] == "pending"
+    assert first["payload"] == {"diff": "-x\n+y", "val_bpb": 1.23}
+    assert first["commit"] == "a" * 40 and first["kind"] == "contested" and first["experiment"] == 3
+    assert first["created_at"] > 0 and first["decided_at"] is None and first["applied_at"] is None
+    assert q.get(9999) is None
+    # WAL mode, so the dashboard can read while the loop writes.
+    mode = sqlite3.connect(tmp_path / "queue.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode.lower() == "wal"
+
+
+def test_decide_only_pending_and_apply(tmp_path):
+    q = QueueStore(tmp_path / "queue.sqlite")
+    i = _escalate(q)
+    row = q.decide(i, "approve", who="alice", note="looks real")
+    assert row["status"] == "approved" and row["decided_by"] == "alice" and row["note"] == "looks real"
+    assert row["decided_at"] is not None
+    with pytest.raises(QueueError, match="not pending"):
+        q.decide(i, "reject", who="bob")
+    assert q.list("pending") == []
+    assert [x["id"] for x in q.list("approved")] == [i]
+    q.mark_applied(i, "restored as abc1234")
+    row = q.get(i)
+    assert row["status"] == "applied" and row["result"] == "restored as abc1234"
+    with pytest.raises(QueueError):
+        q.mark_applied(i, "twice")
+
+
+def test_bad_requests_are_refused_clearly(tmp_path):
+    q = QueueStore(tmp_path / "queue.sqlite")
+    i = _escalate(q)
+    with pytest.raises(QueueError, match="unknown decision"):
+        q.decide(i, "maybe", who="x")
+    with pytest.raises(QueueError, match="no queue item"):
+        q.decide(12345, "approve", who="x")
+    with pytest.raises(QueueError, match="only decided"):
+        q.mark_applied(i, "not yet decided")
+    with pytest.raises(QueueError, match="unknown status"):
+        q.list("weird")
+
+
+def test_persists_across_reopen_and_tolerates_corrupt_payload(tmp_path):
+    path = tmp_path / "queue.sqlite"
+    i = _escalate(QueueStore(path))
+    con = sqlite3.connect(path)
+    con.execute("UPDATE queue SET payload = '{broken' WHERE id = ?", (i,))
+    con.commit()
+    con.close()
+    again = QueueStore(path)
+    item = again.get(i)
+    assert item["payload"] == {"unparsed": "{broken"}
+    assert again.decide(i, "reject", who="cli")["status"] == "rejected"
+
+
+def test_two_deciders_racing_only_one_wins(tmp_path):
+    path = tmp_path / "queue.sqlite"
+    i = _escalate(QueueStore(path))
+    outcomes = []
+
+    def decide(who):
+        try:
+            QueueStore(path).decide(i, "approve", who=who)
+            outcomes.append("won")
+        except QueueError:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=decide, args=(w,)) for w in ("cli", "dashboard", "other")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["lost", "lost", "won"]
