@@ -22,6 +22,7 @@ from harness.runner import RunResult, run_train
 TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (noise); at most this many times.
 MAX_RERUNS = 2
+RERUN_SEED_BASE = 1000  # AUTORESEARCH_SEED of the k-th confirming rerun is this + k
 # The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 
@@ -107,8 +108,11 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
         log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                    (f".rerun{len(reruns)}" if reruns else "") + ".log"
         with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
+            # A confirming rerun uses another seed, so the noise band measures seed noise, not
+            # a bit-identical replay of the same run.
+            seed_env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else None
             run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                            log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log))
+                            env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log))
             sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                            "val_bpb": (run.summary or {}).get("val_bpb")})
         loop.set_phase("judging", a.n)
@@ -226,7 +230,10 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     rec = scrub(rec)
     with loop.critical():
         append_journal(loop.journal_path, rec)
-        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, a.proposal.description)
+        # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
+        # there is one, so a forged printed val_bpb never appears as the result.
+        shown = bpb if decision.trusted_bpb is None else decision.trusted_bpb
+        append_result(loop.results_path, commit, shown, rec["memory_gb"], status, a.proposal.description)
         t0 = time.monotonic()
         if status == "keep":
             if a.commit and a.commit != gitops.head(loop.worktree):

@@ -65,19 +65,35 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
             notes.append(f"git: restored {ref}")
 
     base = loop.run_info["base_commit"]
-    kept = [r for r in records if r.get("status") == "keep" and r.get("commit")]
-    last_kept = kept[-1]["commit"] if kept else base
+    last_kept, best_bpb = _branch_head(loop.journal_path, base)
     loop.history = records
     loop.last_kept = last_kept
-    loop.best = None
-    if kept:
-        s = kept[-1].get("summary") or {}
-        bpb = kept[-1].get("trusted_bpb") or s.get("val_bpb")
-        loop.best = {"commit": last_kept, "val_bpb": bpb}
+    loop.best = {"commit": last_kept, "val_bpb": best_bpb} if last_kept != base or best_bpb else None
 
     rerun = _pending(loop, records, base, last_kept, notes)
     gitops.reset_hard(loop.worktree, rerun.commit if rerun else last_kept)
     return rerun, notes
+
+
+def _branch_head(journal_path, base) -> tuple[str, float | None]:
+    """The commit the branch should point at, and its val_bpb: the last event that moved it.
+
+    Kept experiments move the branch, and so do human-queue decisions applied at a boundary
+    (journal kind "queue_applied", action restore or revert, agent/queue_apply.py). The journal
+    is chronological, so the last such record wins.
+    """
+    head, bpb = base, None
+    everything, _ = read_journal(journal_path, kind=None)
+    for rec in everything:
+        kind = rec.get("kind", "experiment")
+        if kind == "experiment" and rec.get("status") == "keep" and rec.get("commit"):
+            head = rec["commit"]
+            bpb = rec.get("trusted_bpb") or (rec.get("summary") or {}).get("val_bpb")
+        elif kind == "queue_applied" and rec.get("action") in ("restore", "revert") and rec.get("commit"):
+            head = rec["commit"]
+            if rec.get("trusted_bpb") is not None:
+                bpb = rec["trusted_bpb"]
+    return head, bpb
 
 
 def _pending(loop, records, base, last_kept, notes) -> Attempt | None:

@@ -143,7 +143,9 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     child_env = dict(os.environ)
     child_env.update({"AUTORESEARCH_TIME_BUDGET": f"{budget:g}",
                       "AUTORESEARCH_ARTIFACT": str(artifact),
-                      "PYTHONUNBUFFERED": "1"})
+                      "PYTHONUNBUFFERED": "1",
+                      # no .pyc files: a forged prepare.pyc must not change the next run
+                      "PYTHONDONTWRITEBYTECODE": "1"})
     child_env.update(env or {})
 
     started = time.time()
