@@ -1,0 +1,288 @@
+"""Arms: does the search learn? Random vs Hyperband vs Hyperband + prior (vs + SNIP, + Claude).
+
+    uv run python -m harness.arms run --quick [--warm-prior prior_store.json]
+
+Every arm gets the identical total step budget, runs through the same worker pool with the same
+train.py, profile, tokenizer, dtype and seeds, and is scored by the same deterministic
+fixed-window evaluation (prepare.evaluate_bpb inside train.py, after the same decay branch).
+An arm's quality after s steps is the best val_bpb of any model it had evaluated by then
+(steps are charged in dispatch order, so concurrency does not change the curve's x axis).
+
+Headline, per seed: steps an arm needed to reach random search's final quality, divided by the
+steps random itself needed (< 1: the arm gets there faster; null: it never got there).
+Outputs arms_report.json and a self-contained arms_report.html (SVG regret plot, no assets).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from harness.sweep import SweepSettings, run_sweep
+
+# Quality is reported at these fractions of the budget.
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+# Quick mode: the tiny profile (prepare it first) and the small base model (space.SMALL_BASE),
+# sized to finish in well under ~20 minutes on 2 busy cores. Full mode: the profile in force.
+QUICK = dict(seeds=[0, 1], max_steps=9, min_steps=1, eta=3, budget_steps=150)
+FULL = dict(seeds=[0, 1, 2], max_steps=81, min_steps=3, eta=3, budget_steps=1200)
+QUICK_PROFILE = "tiny"
+# Arms always run, in this order; "claude" joins when ANTHROPIC_API_KEY is set.
+ARMS = ("random", "hyperband", "prior", "snip")
+
+
+# ---- metrics (pure functions over trajectories) ----
+
+def trajectory(records: list[dict]) -> list[tuple[int, float]]:
+    """[(cum_steps, best val_bpb so far)] at every improvement, in dispatch order."""
+    out, best = [], math.inf
+    for r in sorted(records, key=lambda r: r["cum_steps"]):
+        v = r.get("val_bpb")
+        if v is not None and v < best:
+            best = v
+            out.append((int(r["cum_steps"]), float(v)))
+    return out
+
+
+def best_at(traj: list[tuple[int, float]], steps: float) -> float | None:
+    """Best quality reached with at most `steps` steps spent (None before the first result)."""
+    val = None
+    for s, v in traj:
+        if s > steps:
+            break
+        val = v
+    return val
+
+
+def steps_to_reach(traj: list[tuple[int, float]], target: float) -> int | None:
+    return next((s for s, v in traj if v <= target + 1e-12), None)
+
+
+def headline(trajs: dict[str, list[tuple[int, float]]], baseline: str = "random") -> dict[str, float | None]:
+    """Steps to reach the baseline's final quality / steps the baseline needed, per arm."""
+    base = trajs.get(baseline) or []
+    if not base:
+        return {a: None for a in trajs}
+    target = base[-1][1]
+    base_steps = steps_to_reach(base, target)
+    out = {}
+    for arm, traj in trajs.items():
+        s = steps_to_reach(traj, target)
+        out[arm] = None if s is None else round(s / base_steps, 4)
+    return out
+
+
+def quality_table(traj: list[tuple[int, float]], budget: int) -> dict[str, float | None]:
+    return {f"{int(f * 100)}%": best_at(traj, f * budget) for f in FRACTIONS}
+
+
+def summarize(runs: dict[int, dict[str, list[dict]]], budget: int) -> dict:
+    """Per-seed trajectories, headline ratios and quality table, plus their averages."""
+    per_seed, arms = {}, []
+    for seed, by_arm in runs.items():
+        trajs = {a: trajectory(recs) for a, recs in by_arm.items()}
+        arms = arms or list(by_arm)
+        finals = [t[-1][1] for t in trajs.values() if t]
+        per_seed[seed] = {
+            "trajectories": trajs,
+            "headline": headline(trajs),
+            "quality": {a: quality_table(t, budget) for a, t in trajs.items()},
+            "reference_best": min(finals) if finals else None,
+        }
+    mean_head, mean_q = {}, {}
+    for a in arms:
+        ratios = [per_seed[s]["headline"].get(a) for s in per_seed]
+        reached = [r for r in ratios if r is not None]
+        mean_head[a] = {"mean": round(sum(reached) / len(reached), 4) if reached else None,
+                        "reached": f"{len(reached)}/{len(ratios)}"}
+        mean_q[a] = {}
+        for f in FRACTIONS:
+            key = f"{int(f * 100)}%"
+            vals = [per_seed[s]["quality"][a][key] for s in per_seed]
+            vals = [v for v in vals if v is not None]
+            mean_q[a][key] = round(sum(vals) / len(vals), 6) if len(vals) == len(per_seed) else None
+    return {"per_seed": per_seed, "headline_mean": mean_head, "quality_mean": mean_q}
+
+
+# ---- the Claude policy (only with a key) ----
+
+class ClaudePolicy:
+    """Asks Claude for n configurations given every result so far; random fills any shortfall."""
+
+    def __init__(self, space, model: str | None = None, client=None):
+        import anthropic
+        self.space = space
+        self.model = model or os.environ.get("AUTORESEARCH_ARMS_MODEL", "claude-sonnet-4-6")
+        self.client = client or anthropic.Anthropic()
+        self.tokens = {"input": 0, "output": 0}
+        self.errors: list[str] = []
+
+    def prompt(self, n: int, history: list[dict]) -> str:
+        ranges = "\n".join(f"- {k}: {v[0]} in {v[1:]}" for k, v in self.space.to_json().items())
+        done = sorted((h for h in history if h.get("val_bpb") is not None), key=lambda h: h["val_bpb"])
+        lines = [json.dumps({"config": h["config"], "steps": h["steps"], "val_bpb": round(h["val_bpb"], 5)})
+                 for h in done[:30]]
+        crashed = [json.dumps(h["config"]) for h in history if h.get("val_bpb") is None][:10]
+        return (f"You are tuning hyperparameters of a small GPT pretraining script (train.py). "
+                f"Lower val_bpb is better; results at fewer steps are noisier, earlier views.\n"
+                f"Search space:\n{ranges}\n\nBest results so far (up to 30):\n"
+                + ("\n".join(lines) or "(none yet)")
+                + ("\n\nConfigs that crashed:\n" + "\n".join(crashed) if crashed else "")
+                + f"\n\nPropose {n} new, diverse configurations likely to reach a lower val_bpb. "
+                f"Reply with only a JSON array of {n} objects, each with exactly the keys "
+                f"{', '.join(self.space.names)}.")
+
+    def __call__(self, n: int, history: list[dict]) -> list[dict]:
+        try:
+            msg = self.client.messages.create(model=self.model, max_tokens=4000,
+                                              messages=[{"role": "user", "content": self.prompt(n, history)}])
+            self.tokens["input"] += msg.usage.input_tokens
+            self.tokens["output"] += msg.usage.output_tokens
+            text = "".join(b.text for b in msg.content if getattr(b, "type", "") == "text")
+            return self.parse(text)[:n]
+        except Exception as e:                       # API down or a malformed reply: random fills in
+            self.errors.append(f"{type(e).__name__}: {e}")
+            return []
+
+    def parse(self, text: str) -> list[dict]:
+        start, end = text.find("["), text.rfind("]")
+        if start < 0 or end < start:
+            raise ValueError("no JSON array in the reply")
+        items = json.loads(text[start:end + 1])
+        out = []
+        for item in items:
+            if isinstance(item, dict) and set(self.space.names) <= set(item):
+                out.append(self.clip(item))
+        return out
+
+    def clip(self, item: dict) -> dict:
+        cfg = {}
+        for name, spec in self.space.specs.items():
+            v = item[name]
+            if spec.kind == "choice":
+                cfg[name] = v if v in spec.choices else spec.choices[0]
+            elif spec.kind == "int":
+                cfg[name] = int(min(spec.high, max(spec.low, round(float(v)))))
+            else:
+                cfg[name] = float(min(spec.high, max(spec.low, float(v))))
+        return cfg
+
+
+# ---- running the arms ----
+
+def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget_steps,
+             workers: int, arms=ARMS, warm_prior: Path | None = None, log=print, pool_env=None,
+             base_knobs: dict | None = None) -> dict:
+    import prepare
+    from harness.pool import Pool
+    from harness.prior import CheapPrior
+    from harness.snip import SnipFilter
+    from harness.space import Space
+
+    from harness import knobs
+    source = train.read_text()
+    if base_knobs:
+        source = knobs.set_knobs(source, base_knobs)
+    space = Space.for_source(source)
+    arms = list(arms) + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") and "claude" not in arms else [])
+    settings = dict(max_steps=max_steps, min_steps=min_steps, eta=eta, budget_steps=budget_steps)
+    fingerprint, profile = prepare.data_fingerprint(), prepare.PROFILE
+    runs: dict[int, dict[str, list[dict]]] = {}
+    walls, extras = {}, {}
+    prepare_dir = Path(prepare.__file__).resolve().parent
+    t0 = time.time()
+    with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs", env=pool_env) as pool:
+        for seed in seeds:
+            runs[seed] = {}
+            for arm in arms:
+                policy = {"random": "random", "hyperband": "hyperband", "prior": "prior",
+                          "snip": "snip", "claude": "proposer"}[arm]
+                st = SweepSettings(seed=seed, policy=policy, **settings)
+                prior = snip = proposer = None
+                if arm in ("prior", "claude"):
+                    prior = CheapPrior(space, max_steps, fingerprint=fingerprint, profile=profile)
+                    if warm_prior and warm_prior.exists() and arm == "prior":
+                        log(f"arms: prior warm-started with {prior.warm_start(warm_prior)} observations")
+                if arm == "snip":
+                    snip = SnipFilter(source, space, prepare_dir)
+                if arm == "claude":
+                    proposer = ClaudePolicy(space)
+                log(f"arms: seed {seed}, arm {arm}")
+                ta = time.time()
+                res = run_sweep(source, space, pool, out / f"seed{seed}" / arm, st, prior=prior,
+                                snip=snip, proposer=proposer, log=lambda m: log("  " + m))
+                runs[seed][arm] = res.records
+                walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)
+                if proposer is not None:
+                    extras[f"{seed}/claude"] = {"tokens": proposer.tokens, "errors": proposer.errors[:5]}
+                if arm == "prior" and warm_prior:
+                    prior.save(warm_prior)
+    report = summarize(runs, budget_steps)
+    report.update(settings=dict(settings, seeds=list(seeds), workers=workers, decay_steps=SweepSettings(
+        max_steps, min_steps).decay(), profile=profile, fingerprint=fingerprint, space=space.to_json()),
+        base_knobs=base_knobs or {}, arms=arms, wall_s=round(time.time() - t0, 1), wall_per_run=walls, extras=extras,
+        records={str(s): r for s, r in runs.items()},
+        load_avg=os.getloadavg(), created_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+    return report
+
+
+def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
+    from harness.arms_html import render_html
+    out.mkdir(parents=True, exist_ok=True)
+    jpath, hpath = out / "arms_report.json", out / "arms_report.html"
+    jpath.write_text(json.dumps(report, indent=1, default=str))
+    hpath.write_text(render_html(report))
+    return jpath, hpath
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.throughput import load_profile
+    ap = argparse.ArgumentParser(prog="python -m harness.arms")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run the arms and write arms_report.json/.html")
+    r.add_argument("--quick", action="store_true", help=f"{QUICK}")
+    r.add_argument("--train", type=Path, default=Path("train.py"))
+    r.add_argument("--warm-prior", type=Path, default=None)
+    r.add_argument("--seeds", default="", help="comma-separated, overrides the mode's")
+    r.add_argument("--budget-steps", type=int, default=None)
+    r.add_argument("--max-steps", type=int, default=None)
+    r.add_argument("--min-steps", type=int, default=None)
+    r.add_argument("--arms", default=",".join(ARMS))
+    r.add_argument("--workers", type=int, default=None)
+    r.add_argument("--out", type=Path, default=Path("out/arms"))
+    r.add_argument("--full-size", action="store_true", help="search the train.py model as is "
+                   "(default in quick mode: the small base model of harness/space.py)")
+    args = ap.parse_args(argv)
+    if args.quick and not os.environ.get("AUTORESEARCH_PROFILE"):
+        os.environ["AUTORESEARCH_PROFILE"] = QUICK_PROFILE     # before prepare is imported anywhere
+    mode = dict(QUICK if args.quick else FULL)
+    if args.seeds:
+        mode["seeds"] = [int(s) for s in args.seeds.split(",")]
+    for k in ("budget_steps", "max_steps", "min_steps"):
+        if getattr(args, k):
+            mode[k] = getattr(args, k)
+    workers = args.workers or load_profile()["workers"]
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    from harness.space import SMALL_BASE
+    base = None if (args.full_size or not args.quick) else SMALL_BASE
+    report = run_arms(args.train.resolve(), args.out, workers=workers, base_knobs=base,
+                      arms=[a for a in args.arms.split(",") if a], warm_prior=args.warm_prior, **mode)
+    jpath, hpath = write_reports(report, args.out)
+    print(f"arms: {report['wall_s']:.0f}s; headline (steps to random's final / random's steps, mean "
+          f"over seeds; < 1 is better): " + ", ".join(
+              f"{a} {v['mean']} ({v['reached']} reached)" for a, v in report["headline_mean"].items()))
+    print(f"arms: quality at 25/50/75/100% of budget: " + "; ".join(
+        f"{a} " + "/".join("-" if v is None else f"{v:.4f}" for v in q.values())
+        for a, q in report["quality_mean"].items()))
+    print(f"arms: wrote {jpath} and {hpath}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

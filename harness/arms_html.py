@@ -1,0 +1,116 @@
+"""The arms report as one self-contained HTML page: an inline SVG regret plot and tables.
+
+Regret at s steps = the arm's best val_bpb after s steps minus the best val_bpb any arm found
+in that seed (the reference), averaged over seeds. No scripts, fonts or images are fetched.
+"""
+from __future__ import annotations
+
+import html
+
+# Plot geometry (px) and the number of points sampled along the step axis.
+W, H, PAD, GRID = 720, 360, 56, 120
+# One colour per arm, in ARMS order (colour-blind-safe Okabe-Ito palette).
+COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00"]
+
+
+def _best_at(traj, steps):
+    val = None
+    for s, v in traj:
+        if s > steps:
+            break
+        val = v
+    return val
+
+
+def regret_curves(report: dict) -> tuple[list[float], dict[str, list[float | None]]]:
+    budget = report["settings"]["budget_steps"]
+    xs = [budget * (k + 1) / GRID for k in range(GRID)]
+    curves = {}
+    for arm in report["arms"]:
+        ys = []
+        for x in xs:
+            vals = []
+            for seed in report["per_seed"].values():
+                ref, traj = seed["reference_best"], seed["trajectories"].get(arm) or []
+                b = _best_at(traj, x)
+                if b is None or ref is None:
+                    vals = None
+                    break
+                vals.append(b - ref)
+            ys.append(None if vals is None else sum(vals) / len(vals))
+        curves[arm] = ys
+    return xs, curves
+
+
+def svg_plot(report: dict) -> str:
+    xs, curves = regret_curves(report)
+    ymax = max((y for ys in curves.values() for y in ys if y is not None), default=1.0) or 1.0
+    xmax = xs[-1] if xs else 1
+
+    def px(x, y):
+        return PAD + (W - 2 * PAD) * x / xmax, H - PAD - (H - 2 * PAD) * y / ymax
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+             f'role="img" aria-label="mean regret against steps">',
+             f'<rect width="{W}" height="{H}" fill="white"/>',
+             f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#444"/>',
+             f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#444"/>']
+    for k in range(5):                                   # axis ticks
+        x, y = xmax * k / 4, ymax * k / 4
+        X, _ = px(x, 0)
+        _, Y = px(0, y)
+        parts.append(f'<text x="{X:.1f}" y="{H - PAD + 18}" font-size="11" text-anchor="middle">{x:.0f}</text>')
+        parts.append(f'<text x="{PAD - 6}" y="{Y + 4:.1f}" font-size="11" text-anchor="end">{y:.3f}</text>')
+        parts.append(f'<line x1="{PAD}" y1="{Y:.1f}" x2="{W - PAD}" y2="{Y:.1f}" stroke="#eee"/>')
+    parts.append(f'<text x="{W / 2}" y="{H - 12}" font-size="12" text-anchor="middle">training steps spent</text>')
+    parts.append(f'<text x="14" y="{H / 2}" font-size="12" text-anchor="middle" '
+                 f'transform="rotate(-90 14 {H / 2})">regret (val_bpb above best found)</text>')
+    for i, (arm, ys) in enumerate(curves.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        pts = " ".join("%.1f,%.1f" % px(x, y) for x, y in zip(xs, ys) if y is not None)
+        if pts:
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{pts}"/>')
+        parts.append(f'<rect x="{W - PAD - 110}" y="{PAD + 16 * i}" width="12" height="3" fill="{colour}"/>')
+        parts.append(f'<text x="{W - PAD - 92}" y="{PAD + 16 * i + 5}" font-size="12">{html.escape(arm)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _fmt(v, digits=4):
+    return "&mdash;" if v is None else f"{v:.{digits}f}"
+
+
+def render_html(report: dict) -> str:
+    s = report["settings"]
+    arms = report["arms"]
+    head_rows = "".join(
+        f"<tr><td>{html.escape(a)}</td>"
+        + "".join(f"<td>{_fmt(report['per_seed'][seed]['headline'].get(a), 3)}</td>" for seed in report["per_seed"])
+        + f"<td><b>{_fmt(report['headline_mean'][a]['mean'], 3)}</b></td>"
+        f"<td>{report['headline_mean'][a]['reached']}</td></tr>" for a in arms)
+    q_rows = "".join(
+        f"<tr><td>{html.escape(a)}</td>" + "".join(f"<td>{_fmt(v)}</td>" for v in report["quality_mean"][a].values())
+        + "</tr>" for a in arms)
+    seeds = "".join(f"<th>seed {html.escape(str(k))}</th>" for k in report["per_seed"])
+    fracs = "".join(f"<th>{html.escape(k)}</th>" for k in next(iter(report["quality_mean"].values())))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>arms report</title>
+<style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em}} table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left}}</style></head>
+<body>
+<h1>Arms: does the search learn?</h1>
+<p>Identical budget of {s['budget_steps']} training steps per arm; full evaluation {s['max_steps']} steps,
+lowest rung {s['min_steps']}, eta {s['eta']}, decay branch {s['decay_steps']} steps; profile {html.escape(str(s['profile']))},
+data {html.escape(str(s['fingerprint']))}; seeds {html.escape(str(s['seeds']))}; {s['workers']} workers;
+{report['wall_s']:.0f} s wall-clock.</p>
+<h2>Headline</h2>
+<p>Steps to reach random search's final quality, divided by the steps random needed
+(below 1: faster than random; &mdash;: never reached it within the budget).</p>
+<table><tr><th>arm</th>{seeds}<th>mean</th><th>reached</th></tr>{head_rows}</table>
+<h2>Mean regret</h2>
+{svg_plot(report)}
+<h2>Quality (mean best val_bpb) at fractions of the budget</h2>
+<table><tr><th>arm</th>{fracs}</tr>{q_rows}</table>
+<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
+</body></html>
+"""

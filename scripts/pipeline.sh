@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One command: install -> prepare data -> tune -> Hyperband sweep -> benchmark the winner -> dashboard.
+#
+#   scripts/pipeline.sh                       # defaults below
+#   SWEEP_MAX_STEPS=243 SWEEP_MIN_STEPS=9 scripts/pipeline.sh
+#
+# The sweep searches train.py's knobs (harness/space.py) with Hyperband + the cheap prior, through
+# the throughput harness; the winner's train.py is then trained for the full wall-clock budget
+# (AUTORESEARCH_TIME_BUDGET, default 300 s) like any loop experiment, and its result is written
+# as a run folder the dashboard shows. Everything lands in $OUT (git-ignored).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-out/pipeline}
+SWEEP_MAX_STEPS=${SWEEP_MAX_STEPS:-81}     # steps of a full evaluation in the sweep
+SWEEP_MIN_STEPS=${SWEEP_MIN_STEPS:-3}      # steps at the lowest rung
+SWEEP_ETA=${SWEEP_ETA:-3}
+PRIOR_STORE=${PRIOR_STORE:-$OUT/prior_store.json}   # the prior's memory, reused by later runs
+SWEEP_ARGS=${SWEEP_ARGS:-}                 # extra sweep options, e.g. "--small --budget-steps 600"
+PORT=${PORT:-8000}
+
+echo "== install"; uv sync
+echo "== prepare"; uv run prepare.py
+if [ ! -f harness_profile.json ]; then
+    echo "== tune (once per machine)"; uv run python -m harness.throughput tune
+fi
+mkdir -p "$OUT"
+echo "== sweep"
+uv run python -m harness.hyperband sweep --max-steps "$SWEEP_MAX_STEPS" --min-steps "$SWEEP_MIN_STEPS" \
+    --eta "$SWEEP_ETA" --policy prior --warm-prior "$PRIOR_STORE" --out "$OUT/sweep" $SWEEP_ARGS
+
+echo "== benchmark the winner (full wall-clock budget)"
+RUN="$OUT/run"
+mkdir -p "$RUN/logs"
+cp "$OUT/sweep/winner_train.py" "$RUN/train.py"
+# train.py imports prepare: run the winner's copy with the repo root on the path
+PYTHONPATH=".:${PYTHONPATH:-}" uv run python "$RUN/train.py" > "$RUN/logs/exp-0001.log" 2>&1 \
+    || echo "winner run failed: see $RUN/logs/exp-0001.log"
+uv run python - "$RUN" <<'PY'
+import sys
+from pathlib import Path
+from harness.summary import parse_summary
+run = Path(sys.argv[1])
+s = parse_summary((run / "logs" / "exp-0001.log").read_text(errors="replace"))
+row = ("sweep", f"{s['val_bpb']:.6f}", f"{s['peak_vram_mb'] / 1024:.1f}", "keep",
+       "Hyperband sweep winner, full budget") if s else ("sweep", "0.000000", "0.0", "crash", "winner run crashed")
+(run / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n" + "\t".join(row) + "\n")
+print("winner:", "\t".join(row))
+PY
+
+echo "== dashboard on http://127.0.0.1:$PORT (Ctrl-C to stop)"
+exec uv run dashboard/app.py --runs "$OUT" --port "$PORT"
