@@ -221,7 +221,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         "attempts": a.attempts, "notes": a.proposal.notes,
     }
     for key in ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                "resumed", "stale_parent"):
+                "resumed", "stale_parent", "screen", "screen_error"):
         if key in a.info:
             rec[key] = a.info[key]
     rec["ended_at"] = time.time()

@@ -2,7 +2,7 @@
 
     uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
         [--proposer claude|offline] [--model M] [--resume] [--fix-tries 2] [--api-patience 600]
-        [--seed 0] [--worktree-root DIR] [--baseline-repeats 2]
+        [--seed 0] [--worktree-root DIR] [--baseline-repeats 2] [--screen K]
 
 Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
 (results.tsv, journal.jsonl, state.json, logs/...) sit at the top of that worktree. The first
@@ -26,6 +26,7 @@ from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers.offline import OfflineProposer
 from agent.proposing import Prefetch, call_proposer
 from agent.recovery import reconcile
+from agent import screening
 from agent.reviewer import build_reviewer
 from agent.tracing import Tracer
 from agent import workspace
@@ -60,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
                    "(default 2x budget, at least budget + 120 s)")
     p.add_argument("--repo", default=".", help="the repository (default: the current one)")
+    p.add_argument("--screen", type=int, default=1, metavar="K",
+                   help="propose K candidates per experiment, screen them with short successive-halving "
+                        "runs, give only the winner the full run (default 1: no screen)")
     args = p.parse_args(argv)
     if args.until is not None:
         try:
@@ -187,6 +191,8 @@ class Loop:
             self.set_phase("proposing", n)
             got = call_proposer(self, self.request(n, source, feedback=self.feedback))
         self.feedback = ""
+        if self.args.screen > 1:
+            got = screening.pick(self, n, source, got)
         proposal, info = got
         return Attempt(n=n, parent=self.last_kept, proposal=proposal, info=info)
 

@@ -1,0 +1,76 @@
+"""`--screen K`: the proposer makes K candidate edits, a short successive-halving screen picks one.
+
+Only the winner gets the loop's full wall-clock run (and the judges). The screen trains each
+candidate for a few hundred steps at most through harness/screen.py (step budgets, checkpoint
+promotion, a short cool-down branch before each rung's evaluation), so it costs a fraction of one
+full run. Every screened candidate is journaled (kind "screen", with its experiment number), so
+the losers are never lost: their sources sit under the run folder's screen/NNNN/candidates/.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from agent.proposers.base import Proposal
+from agent.proposing import call_proposer
+from harness import knobs
+from harness.results import append_journal
+
+# Steps of the screen's first rung (later rungs multiply it by the screen's eta).
+SCREEN_MIN_STEPS = 20
+
+
+def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> list[tuple[Proposal, dict]]:
+    """K distinct proposals for experiment n: `first`, then K-1 more, each request seeing the
+    candidates already gathered (as pending history) so a proposer does not repeat itself."""
+    got = [first]
+    seen = {first[0].source}
+    tries = 0
+    while len(got) < k and tries < 2 * k:
+        tries += 1
+        pending = [{"n": n, "status": "pending", "commit": None, "parent": loop.last_kept,
+                    "description": f"(screen candidate) {p.description}", "config": knobs.values(p.source),
+                    "code": knobs.code_fingerprint(p.source)} for p, _ in got]
+        proposal, info = call_proposer(loop, loop.request(n, source, extra_history=pending))
+        if proposal.source in seen or proposal.source == source:
+            continue
+        seen.add(proposal.source)
+        got.append((proposal, info))
+    return got
+
+
+def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
+    """Screen K candidates and return the winner (with the screen's summary in its info)."""
+    from harness.screen import screen   # imported lazily: only --screen runs need the pool
+
+    k = int(loop.args.screen)
+    loop.set_phase("proposing", n)
+    candidates = gather(loop, n, source, first, k)
+    if len(candidates) < 2:
+        return first
+    loop.set_phase("screening", n)
+    t0 = time.monotonic()
+    labels = [p.description for p, _ in candidates]
+    with loop.tracer.span("screen", input={"n": n, "k": len(candidates), "labels": labels}) as sp:
+        try:
+            res = screen([p.source for p, _ in candidates], workdir=loop.run_dir / "screen" / f"{n:04d}",
+                         prepare_dir=loop.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
+                         seed=loop.args.seed, log=loop.console.event)
+        except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
+            loop.console.event(f"screen failed ({exc}); running the first candidate unscreened")
+            sp.log(output={"error": str(exc)})
+            return first[0], dict(first[1], screen_error=str(exc))
+        sp.log(output={"winner": res.winner, "ranking": res.ranking, "spent_steps": res.spent_steps})
+    for rec in res.records:
+        append_journal(loop.journal_path, dict(rec, n=n, tag=loop.tag))
+    index = res.winner if res.winner is not None else 0
+    proposal, info = candidates[index]
+    seconds = time.monotonic() - t0
+    summary = {"k": len(candidates), "winner": index, "ranking": res.ranking,
+               "spent_steps": res.spent_steps, "seconds": round(seconds, 2),
+               "labels": labels}
+    note = f" [screened: won {len(candidates)}-way successive halving]"
+    # The proposal time of the whole screen is part of this experiment's overhead.
+    extra = sum(i.get("seconds", 0.0) for _, i in candidates if i is not info)
+    info = dict(info, screen=summary, seconds=info.get("seconds", 0.0) + extra + seconds)
+    return replace(proposal, notes=(proposal.notes + note).strip()), info
