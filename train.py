@@ -59,9 +59,9 @@ FINAL_LR_FRAC = 0.0  # LR at the end of the cool-down, as a fraction of the peak
 SEED = 42  # initialisation seed (AUTORESEARCH_SEED overrides it)
 
 # Runtime (measured with scripts/bench_cpu.py; see docs)
-COMPILE_CPU = False  # torch.compile on CPU: faster steps on the bench but ~90 s of compile per run
-CPU_BF16 = False  # bfloat16 autocast on CPU: slower than float32 on CPUs without bf16 units
-CPU_THREADS = 1  # torch threads on CPU, 0 = all cores: 1 beat 2 on the shared 2-core bench
+COMPILE_CPU = False  # torch.compile on CPU: 1.4x tok/s on the idle 2-core bench, but ~30 s cold compile per run and a C++ toolchain
+CPU_BF16 = False  # bfloat16 autocast on CPU: 11x slower than float32 on the bench CPU (no bf16 units)
+CPU_THREADS = 0  # torch threads on CPU, 0 = all cores: 2 threads gave 1.7x the tok/s of 1 on the idle bench
 STARTUP_STEPS = 3  # first steps not counted as training time (compile, allocator warm-up)
 EXPLODE_FACTOR = 3.0  # fast-fail when the loss exceeds this times ln(vocab): diverged
 FA3_REPO = "kernels-community/flash-attn3"  # FlashAttention-3 build on the kernels hub
