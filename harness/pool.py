@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -148,7 +149,7 @@ class Pool:
         self.cores = cores or os.cpu_count() or 1
         self.fixed_threads = threads                 # if set, every task gets exactly this
         self.adaptive = adaptive_threads and threads is None
-        self.prepare_dir, self.log_dir = str(Path(prepare_dir).resolve()), Path(log_dir)
+        self.prepare_dir, self.log_dir = str(Path(prepare_dir).resolve()), Path(log_dir).resolve()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {k: v for k, v in (env or {}).items() if v is not None}
         self.timeout = task_timeout
@@ -182,6 +183,11 @@ class Pool:
     def submit(self, task: Task) -> None:
         if self.free_slots() <= 0:
             raise RuntimeError("no free worker: call next_result() first")
+        # Workers run each task from its log folder: relative paths (an `--out out/sweep`) would
+        # point somewhere else there, so every path is made absolute here.
+        task = replace(task, source=Path(task.source).resolve(),
+                       resume=Path(task.resume).resolve() if task.resume is not None else None,
+                       save=Path(task.save).resolve() if task.save is not None else None)
         self.pending.append(task)
 
     def _dispatch(self) -> None:
