@@ -102,7 +102,7 @@ def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
 
 
 def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult, Decision]:
-    reruns = []
+    reruns, last_ok = [], None
     while True:
         loop.set_phase("training", a.n, run_started_at=time.time())
         log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
@@ -121,9 +121,15 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
             sp.log(output={"status": decision.status, "reason": decision.reason})
         if decision.rerun and len(reruns) < MAX_RERUNS:
             reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path)})
+            last_ok = run
             continue
         if reruns:
             decision.verdicts.setdefault("reruns", reruns)
+            if run.crash_class is not None and decision.status != "crash":
+                # the judge decided on the runs that finished; the record keeps their figures
+                decision.verdicts["reruns"].append({"summary": None, "log": _rel(loop, run.log_path),
+                                                    "crash_class": run.crash_class})
+                run = last_ok
         return run, decision
 
 

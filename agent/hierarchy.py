@@ -55,6 +55,7 @@ class JudgeHierarchy:
         self.verify_timeout = verify_timeout
         self.band: NoiseBand | None = None
         self._runs: dict[str, list[float]] = {}
+        self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
         self._audits: list[dict] = []
         self._prepare: str | None = None
 
@@ -74,6 +75,13 @@ class JudgeHierarchy:
 
     # ---- judge -------------------------------------------------------------------------------
     def judge(self, ctx, run) -> Decision:
+        if run.crash_class is not None and self._runs.get(ctx.commit) and ctx.best is None \
+                and ctx.commit in self._last_verify:
+            # A baseline repeat crashed (say a timeout on a loaded machine): the runs that
+            # finished still make the baseline; the band comes from them (or the floor).
+            d = self._baseline(ctx, self._last_verify[ctx.commit], self._runs[ctx.commit], final=True)
+            d.reason += f" (a repeat run crashed: {run.crash_class}; not counted)"
+            return d
         if run.crash_class is not None:
             op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
             return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": "crash",
@@ -87,11 +95,12 @@ class JudgeHierarchy:
             return self._integrity(ctx, v)
         runs = self._runs.setdefault(ctx.commit, [])
         runs.append(v.trusted_bpb)
+        self._last_verify[ctx.commit] = v
         if ctx.best is None:
             return self._baseline(ctx, v, runs)
         return self._experiment(ctx, v, runs)
 
-    def _baseline(self, ctx, v: VerifyResult, runs: list[float]) -> Decision:
+    def _baseline(self, ctx, v: VerifyResult, runs: list[float], final: bool = False) -> Decision:
         mean = statistics.fmean(runs)
         jd = {"status": "keep", "basis": "baseline", "runs": list(runs), "baseline_values": list(runs)}
         verdicts = {"verify": v.as_dict(), "judge": jd}
@@ -99,7 +108,7 @@ class JudgeHierarchy:
         # reruns), the baseline's record still carries a usable band.
         self.band = NoiseBand(list(runs), self.k)
         jd.update(band=self.band.as_dict(), threshold=self.band.threshold, spread=self.band.spread)
-        if len(runs) < self.baseline_repeats:
+        if len(runs) < self.baseline_repeats and not final:
             return Decision("keep", f"baseline run {len(runs)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}; "
                             "rerunning to measure the noise", mean, verdicts, rerun=True)
         reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(runs)} run(s); noise band "

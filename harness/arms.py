@@ -1,4 +1,4 @@
-"""Arms: does the search learn? Random vs Hyperband vs Hyperband + prior (vs + SNIP, + Claude).
+"""Arms: does the search learn? Random vs Hyperband vs + prior vs + SNIP vs screen-K (vs + Claude).
 
     uv run python -m harness.arms run --quick [--warm-prior prior_store.json]
 
@@ -7,6 +7,10 @@ train.py, profile, tokenizer, dtype and seeds, and is scored by the same determi
 fixed-window evaluation (prepare.evaluate_bpb inside train.py, after the same decay branch).
 An arm's quality after s steps is the best val_bpb of any model it had evaluated by then
 (steps are charged in dispatch order, so concurrency does not change the curve's x axis).
+
+The screen-K arm (harness/arms_screen.py) is the loop's `--screen K`: K candidates screened by
+successive halving, only the winner trained to the full budget; its screen steps are charged
+but only full runs count as results, as in the loop.
 
 Headline, per seed: steps an arm needed to reach random search's final quality, divided by the
 steps random itself needed (< 1: the arm gets there faster; null: it never got there).
@@ -23,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
 from harness.sweep import SweepSettings, run_sweep
 
 # Quality is reported at these fractions of the budget.
@@ -32,17 +37,21 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 QUICK = dict(seeds=[0, 1], max_steps=9, min_steps=1, eta=3, budget_steps=150)
 FULL = dict(seeds=[0, 1, 2], max_steps=81, min_steps=3, eta=3, budget_steps=1200)
 QUICK_PROFILE = "tiny"
-# Arms always run, in this order; "claude" joins when ANTHROPIC_API_KEY is set.
-ARMS = ("random", "hyperband", "prior", "snip")
+# Default arms, in this order; "claude" joins when ANTHROPIC_API_KEY is set. "screen" is the
+# screen-K arm (K = --screen-k); "screen-5" names K directly.
+ARMS = ("random", "hyperband", "prior", "snip", "screen")
 
 
 # ---- metrics (pure functions over trajectories) ----
 
 def trajectory(records: list[dict]) -> list[tuple[int, float]]:
-    """[(cum_steps, best val_bpb so far)] at every improvement, in dispatch order."""
+    """[(cum_steps, best val_bpb so far)] at every improvement, in dispatch order.
+
+    Records with counts=False (the screen arm's screen evaluations) cost steps, which later
+    records' cum_steps include, but are not results."""
     out, best = [], math.inf
     for r in sorted(records, key=lambda r: r["cum_steps"]):
-        v = r.get("val_bpb")
+        v = r.get("val_bpb") if r.get("counts", True) else None
         if v is not None and v < best:
             best = v
             out.append((int(r["cum_steps"]), float(v)))
@@ -177,7 +186,7 @@ class ClaudePolicy:
 
 def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget_steps,
              workers: int, arms=ARMS, warm_prior: Path | None = None, log=print, pool_env=None,
-             base_knobs: dict | None = None) -> dict:
+             base_knobs: dict | None = None, screen_k_default: int = SCREEN_K) -> dict:
     import prepare
     from harness.pool import Pool
     from harness.prior import CheapPrior
@@ -189,17 +198,32 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     if base_knobs:
         source = knobs.set_knobs(source, base_knobs)
     space = Space.for_source(source)
+    arms = [f"screen-{screen_k(a, screen_k_default)}" if screen_k(a) is not None else a for a in arms]
     arms = list(arms) + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") and "claude" not in arms else [])
     settings = dict(max_steps=max_steps, min_steps=min_steps, eta=eta, budget_steps=budget_steps)
+    for arm in arms:                          # a screen that cannot fit under R fails before any run
+        if screen_k(arm) is not None:
+            round_bracket(screen_k(arm), min_steps, max_steps, eta)
     fingerprint, profile = prepare.data_fingerprint(), prepare.PROFILE
     runs: dict[int, dict[str, list[dict]]] = {}
-    walls, extras = {}, {}
+    walls, extras, screens = {}, {}, {}
+    decay = SweepSettings(max_steps, min_steps).decay()
     prepare_dir = Path(prepare.__file__).resolve().parent
     t0 = time.time()
     with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs", env=pool_env) as pool:
         for seed in seeds:
             runs[seed] = {}
             for arm in arms:
+                if screen_k(arm) is not None:
+                    log(f"arms: seed {seed}, arm {arm}")
+                    ta = time.time()
+                    recs, acct = run_screen_arm(source, space, pool, out / f"seed{seed}" / arm, seed=seed,
+                                                k=screen_k(arm), decay_steps=decay, log=lambda m: log("  " + m),
+                                                **settings)
+                    runs[seed][arm] = recs
+                    screens.setdefault(arm, {})[seed] = acct
+                    walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)
+                    continue
                 policy = {"random": "random", "hyperband": "hyperband", "prior": "prior",
                           "snip": "snip", "claude": "proposer"}[arm]
                 st = SweepSettings(seed=seed, policy=policy, **settings)
@@ -222,11 +246,15 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
                     extras[f"{seed}/claude"] = {"tokens": proposer.tokens, "errors": proposer.errors[:5]}
                 if arm == "prior" and warm_prior:
                     prior.save(warm_prior)
+    for arm, per_seed in screens.items():       # did the screen pick what full runs would have?
+        for seed, acct in per_seed.items():
+            if "random" in runs[seed]:
+                acct["fidelity"] = pick_fidelity(runs[seed][arm], runs[seed]["random"])
     report = summarize(runs, budget_steps)
-    report.update(settings=dict(settings, seeds=list(seeds), workers=workers, decay_steps=SweepSettings(
-        max_steps, min_steps).decay(), profile=profile, fingerprint=fingerprint, space=space.to_json()),
-        base_knobs=base_knobs or {}, arms=arms, wall_s=round(time.time() - t0, 1), wall_per_run=walls, extras=extras,
-        records={str(s): r for s, r in runs.items()},
+    report.update(settings=dict(settings, seeds=list(seeds), workers=workers, decay_steps=decay,
+                                profile=profile, fingerprint=fingerprint, space=space.to_json()),
+        base_knobs=base_knobs or {}, arms=arms, screen=screens, wall_s=round(time.time() - t0, 1),
+        wall_per_run=walls, extras=extras, records={str(s): r for s, r in runs.items()},
         load_avg=os.getloadavg(), created_at=time.strftime("%Y-%m-%d %H:%M:%S"))
     return report
 
@@ -252,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget-steps", type=int, default=None)
     r.add_argument("--max-steps", type=int, default=None)
     r.add_argument("--min-steps", type=int, default=None)
-    r.add_argument("--arms", default=",".join(ARMS))
+    r.add_argument("--arms", default=",".join(ARMS), help="comma-separated; 'screen' is screen-K")
+    r.add_argument("--screen-k", type=int, default=SCREEN_K, help="candidates per screen round")
     r.add_argument("--workers", type=int, default=None)
     r.add_argument("--out", type=Path, default=Path("out/arms"))
     r.add_argument("--full-size", action="store_true", help="search the train.py model as is "
@@ -272,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.space import SMALL_BASE
     base = None if (args.full_size or not args.quick) else SMALL_BASE
     report = run_arms(args.train.resolve(), args.out, workers=workers, base_knobs=base,
-                      arms=[a for a in args.arms.split(",") if a], warm_prior=args.warm_prior, **mode)
+                      arms=[a for a in args.arms.split(",") if a], warm_prior=args.warm_prior,
+                      screen_k_default=args.screen_k, **mode)
     jpath, hpath = write_reports(report, args.out)
     print(f"arms: {report['wall_s']:.0f}s; headline (steps to random's final / random's steps, mean "
           f"over seeds; < 1 is better): " + ", ".join(
@@ -280,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"arms: quality at 25/50/75/100% of budget: " + "; ".join(
         f"{a} " + "/".join("-" if v is None else f"{v:.4f}" for v in q.values())
         for a, q in report["quality_mean"].items()))
+    for arm, per_seed in report["screen"].items():
+        print(f"arms: {arm} ({next(iter(per_seed.values()))['shape']}): " + "; ".join(
+            f"seed {s}: {a['rounds']} rounds, {a['screen_steps']} screen + {a['full_steps']} full-run steps"
+            + (f", picked the full-run best in {a['fidelity']['hits']}/{a['fidelity']['rounds_checked']} "
+               f"checkable rounds" if "fidelity" in a else "") for s, a in per_seed.items()))
     print(f"arms: wrote {jpath} and {hpath}")
     return 0
 

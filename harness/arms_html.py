@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import html
 
+from harness.arms import best_at   # arms imports this module lazily, so no cycle
+
 # Plot geometry (px) and the number of points sampled along the step axis.
 W, H, PAD, GRID = 720, 360, 56, 120
 # One colour per arm, in ARMS order (colour-blind-safe Okabe-Ito palette).
 COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00"]
-
-
-def _best_at(traj, steps):
-    val = None
-    for s, v in traj:
-        if s > steps:
-            break
-        val = v
-    return val
 
 
 def regret_curves(report: dict) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -32,7 +25,7 @@ def regret_curves(report: dict) -> tuple[list[float], dict[str, list[float | Non
             vals = []
             for seed in report["per_seed"].values():
                 ref, traj = seed["reference_best"], seed["trajectories"].get(arm) or []
-                b = _best_at(traj, x)
+                b = best_at(traj, x)
                 if b is None or ref is None:
                     vals = None
                     break
@@ -80,6 +73,37 @@ def _fmt(v, digits=4):
     return "&mdash;" if v is None else f"{v:.{digits}f}"
 
 
+def _fidelity(acct: dict) -> str:
+    f = acct.get("fidelity")
+    if not f or not f["rounds_checked"]:
+        return "&mdash;"
+    return f"{f['hits']}/{f['rounds_checked']} (regret {f['mean_regret']:.4f})"
+
+
+def screen_section(report: dict) -> str:
+    """Where each screen arm's steps went (screen vs the winners' full runs), per seed."""
+    screens = report.get("screen") or {}
+    if not screens:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(arm)}</td><td>{html.escape(str(seed))}</td><td>{a['rounds']}</td>"
+        f"<td>{a['candidates_screened']}</td><td>{a['screen_steps']}</td><td>{a['full_steps']}</td>"
+        f"<td>{a['total_steps']}</td><td>{_fmt(report['per_seed'][seed]['headline'].get(arm), 3)}</td>"
+        f"<td>{_fmt(report['per_seed'][seed]['quality'][arm]['100%'])}</td><td>{_fidelity(a)}</td></tr>"
+        for arm, per_seed in screens.items() for seed, a in per_seed.items())
+    shapes = "; ".join(f"{html.escape(arm)}: {html.escape(next(iter(p.values()))['shape'])}"
+                       for arm, p in screens.items())
+    return f"""<h2>Does screening pay?</h2>
+<p>A screen-K round draws K candidates from the random arm's stream, screens them by successive halving
+(checkpoint promotion, the same cool-down branch before each evaluation) and trains only the winner on to
+the full budget; only full runs count as results, every step is charged. Rounds: {shapes}.</p>
+<table><tr><th>arm</th><th>seed</th><th>rounds</th><th>screened</th><th>screen steps</th>
+<th>full-run steps</th><th>total</th><th>headline</th><th>final val_bpb</th><th>picked the full-run best</th></tr>{rows}</table>
+<p>"Picked the full-run best": rounds whose K candidates the random arm (same stream) also trained in full,
+and in how many the screen's winner was the best of them (mean val_bpb lost to the best when it was not).</p>
+"""
+
+
 def render_html(report: dict) -> str:
     s = report["settings"]
     arms = report["arms"]
@@ -111,6 +135,6 @@ data {html.escape(str(s['fingerprint']))}; seeds {html.escape(str(s['seeds']))};
 {svg_plot(report)}
 <h2>Quality (mean best val_bpb) at fractions of the budget</h2>
 <table><tr><th>arm</th>{fracs}</tr>{q_rows}</table>
-<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
+{screen_section(report)}<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
 </body></html>
 """

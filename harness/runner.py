@@ -23,7 +23,7 @@ from harness.summary import parse_summary
 # killed; the seed's program.md says ">10 minutes" for a 5-minute budget, i.e. 2x.
 TIMEOUT_FACTOR = 2.0
 # ...but a tiny smoke budget still needs time to import torch and evaluate.
-MIN_GRACE_SECONDS = 120.0
+MIN_GRACE_SECONDS = 300.0  # startup + the fixed evaluation can take minutes on a loaded CPU
 # How often we poll the child (and call on_tick): small next to any budget.
 POLL_SECONDS = 0.2
 # After SIGTERM to the group, wait this long before SIGKILL.

@@ -9,6 +9,8 @@ import pytest
 
 from harness.arms import (ClaudePolicy, best_at, headline, quality_table, run_arms, summarize,
                           trajectory, write_reports)
+from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
+from harness.hyperband import bracket_cost
 from harness.space import SMALL_BASE, Space
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
@@ -85,3 +87,73 @@ def test_tiny_arms_run_writes_json_and_html(tiny_cache, tmp_path, monkeypatch):
     page = hpath.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "<polyline" in page
     assert not re.search(r'(src|href)="https?://', page)       # self-contained
+
+
+def test_screen_round_shape_and_arm_names():
+    b = round_bracket(3, 1, 9, eta=3)                          # 3x1, 1x3, then the full run 1x9
+    assert [(r.n, r.steps) for r in b.rungs] == [(3, 1), (1, 3), (1, 9)]
+    assert bracket_cost(b, 2) == 3 * (1 + 2) + (2 + 2) + (6 + 2)
+    assert [(r.n, r.steps) for r in round_bracket(9, 2, 81).rungs] == [(9, 2), (3, 6), (1, 18), (1, 81)]
+    with pytest.raises(ValueError, match="shorter than the full run"):
+        round_bracket(3, 3, 9)                                 # the screen would reach R itself
+    assert screen_k("screen") == SCREEN_K and screen_k("screen-5") == 5 and screen_k("random") is None
+
+
+def test_tiny_screen_arm_accounting_and_reports(tiny_cache, tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    out = tmp_path / "arms"
+    R, budget = 3, 15                     # eta 2: one round of 3x1 -> 1x2 -> full 1x3 (15 steps)
+    report = run_arms(REPO / "train.py", out, seeds=[0], max_steps=R, min_steps=1, eta=2,
+                      budget_steps=budget, workers=2, arms=["random", "screen"],
+                      base_knobs=SMALL_BASE, log=lambda m: None)
+    jpath, hpath = write_reports(report, out)
+    data = json.loads(jpath.read_text())
+    assert data["arms"] == ["random", "screen-3"]
+    decay = data["settings"]["decay_steps"]
+    recs = data["records"]["0"]["screen-3"]
+    rounds = sorted({r["bracket"] for r in recs})
+    assert len(rounds) == 1
+    for b in rounds:
+        rung = {k: [r for r in recs if r["bracket"] == b and r["rung"] == k] for k in range(3)}
+        assert [len(rung[k]) for k in range(3)] == [3, 1, 1]
+        assert all(r["screen"] and not r["counts"] for r in rung[0] + rung[1])
+        best0 = min(rung[0], key=lambda r: (r["val_bpb"], r["cand"]))
+        assert rung[1][0]["cand"] == best0["cand"]                # the screen promotes its best
+        full = rung[2][0]
+        assert full["cand"] == rung[1][0]["cand"] and full["counts"] and full["steps"] == R
+        assert full["cost"] == R - 2 + decay                      # resumed from the screen's state
+    screen_cost = sum(r["cost"] for r in recs if r["screen"])
+    full_cost = sum(r["cost"] for r in recs if not r["screen"])
+    acct = data["screen"]["screen-3"]["0"]
+    assert (acct["screen_steps"], acct["full_steps"]) == (screen_cost, full_cost)
+    assert acct["total_steps"] == screen_cost + full_cost == max(r["cum_steps"] for r in recs) <= budget
+    assert screen_cost == 3 * (1 + decay) + (1 + decay)
+    # only full runs are results: the trajectory is built from them alone
+    fulls = sorted((r for r in recs if r["counts"]), key=lambda r: r["cum_steps"])
+    traj = [tuple(p) for p in data["per_seed"]["0"]["trajectories"]["screen-3"]]
+    assert traj and {s for s, _ in traj} <= {r["cum_steps"] for r in fulls}
+    assert traj[-1][1] == min(r["val_bpb"] for r in fulls)
+    # common random numbers: round 0 screens random search's first three configurations
+    first = [r["config"] for r in data["records"]["0"]["random"][:3]]
+    assert sorted(map(json.dumps, first)) == sorted(json.dumps(r["config"]) for r in recs if r["bracket"] == 0
+                                                   and r["rung"] == 0)
+    assert set(data["quality_mean"]["screen-3"]) == {"25%", "50%", "75%", "100%"}
+    assert "screen-3" in data["headline_mean"]
+    fid = acct["fidelity"]                                     # random trained round 0's three
+    assert fid["rounds_checked"] == 1 and fid["hits"] in (0, 1) and fid["mean_regret"] >= 0
+    page = hpath.read_text()
+    assert "Does screening pay?" in page and "screen-3" in page and page.count("<polyline") == 2
+
+
+def test_screen_pick_fidelity_against_full_runs():
+    def rec(b, rung, cand, val=None, counts=False):
+        return {"bracket": b, "rung": rung, "cand": cand, "val_bpb": val, "counts": counts}
+    screen_recs = [rec(0, 0, "a", 3.0), rec(0, 0, "b", 3.1), rec(0, 0, "c", 3.2), rec(0, 1, "a", 2.9, True),
+                   rec(1, 0, "d", 3.0), rec(1, 0, "e", 3.3), rec(1, 0, "f", 3.4), rec(1, 1, "d", 2.8, True),
+                   rec(2, 0, "g", 3.0), rec(2, 0, "h", 3.0), rec(2, 0, "i", 3.0), rec(2, 1, "g", 2.9, True)]
+    full = [{"cand": c, "val_bpb": v} for c, v in
+            [("a", 2.9), ("b", 2.95), ("c", 3.0), ("d", 2.8), ("e", 2.7), ("f", 2.85), ("g", 2.9)]]
+    f = pick_fidelity(screen_recs, full)                    # round 2: h, i never trained in full
+    assert (f["rounds_checked"], f["hits"]) == (2, 1)
+    assert f["rounds"][1] == {"round": 1, "hit": False, "regret": pytest.approx(0.1)}
+    assert f["mean_regret"] == pytest.approx(0.05)

@@ -82,6 +82,7 @@ def _judge(h, ctx, bpb):
     v = VerifyResult(True, "verified", bpb, bpb, True, 0.5)
     runs = h._runs.setdefault(ctx.commit, [])
     runs.append(bpb)
+    h._last_verify[ctx.commit] = v
     return h._baseline(ctx, v, runs) if ctx.best is None else h._experiment(ctx, v, runs)
 
 
@@ -115,6 +116,20 @@ def test_baseline_repeats_then_contested_rerun_then_escalation(tmp_path):
     # every judged experiment leaves an audit record for the journal, handed out at the boundary
     audits = h.boundary(SimpleNamespace(run_dir=tmp_path / "nowhere"))
     assert [a["kind"] for a in audits] == ["audit"] * 3 and [a["n"] for a in audits] == [2, 3, 4]
+
+
+def test_a_crashed_baseline_repeat_keeps_the_baseline_from_the_runs_that_finished(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=3)
+    ctx = _ctx(tmp_path, 1, "b" * 40, None)
+    assert _judge(h, ctx, 1.000).rerun
+    assert _judge(h, ctx, 1.004).rerun
+    crashed = SimpleNamespace(crash_class="timeout", summary=None, log_tail="", artifact=None)
+    d = h.judge(ctx, crashed)
+    assert d.status == "keep" and not d.rerun and d.trusted_bpb == pytest.approx(1.002)
+    assert "repeat run crashed: timeout" in d.reason and h.band.spread > 0
+    # an experiment (best known) that crashes is still a crash
+    other = _ctx(tmp_path, 2, "c" * 40, {"commit": "b" * 40, "val_bpb": 1.002})
+    assert h.judge(other, crashed).status == "crash"
 
 
 def test_band_is_recovered_from_history_after_resume(tmp_path):
