@@ -82,6 +82,9 @@ BUFFER_DOCS = PROFILES[PROFILE]["buffer_docs"]          # documents the packer c
 DOC_CHARS = PROFILES[PROFILE]["doc_chars"]  # our own shards cut long texts (at line breaks) into documents
 # of about one row (MAX_SEQ_LEN tokens at ~3.5 chars/token): longer ones would be cropped by the packer
 CACHE_DIR = Path(os.environ.get("AUTORESEARCH_CACHE") or Path.home() / ".cache" / "autoresearch").expanduser()
+# Set by the harness in loop mode: train.py runs in a sandbox without the validation data, trains,
+# saves its model (AUTORESEARCH_ARTIFACT) and does not evaluate; the harness's trusted evaluator does.
+SEALED = os.environ.get("AUTORESEARCH_SEALED", "") == "1"
 
 # ClimbMix on the Hugging Face hub, as the reference. HF_ENDPOINT is the hub's own mirror variable.
 HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
@@ -586,7 +589,16 @@ def describe():
     except PrepareError:
         fingerprint, vocab = None, VOCAB_SIZE
     return {"profile": PROFILE, "time_budget": TIME_BUDGET, "max_seq_len": MAX_SEQ_LEN,
-            "eval_tokens": EVAL_TOKENS, "vocab_size": vocab, "source": SOURCE, "fingerprint": fingerprint}
+            "eval_tokens": EVAL_TOKENS, "vocab_size": vocab, "source": SOURCE, "fingerprint": fingerprint,
+            "paths": data_paths()}
+
+
+def data_paths():
+    """Where this profile's data lives (absolute): what a sandbox shows or hides, and the inputs
+    the metric depends on (the harness pins those by content)."""
+    val = DATA_DIR / VAL_FILENAME
+    return {"cache": str(CACHE_DIR.resolve()), "data": str(DATA_DIR.resolve()), "val": str(val.resolve()),
+            "tokenizer": str(TOKENIZER_DIR.resolve()), "pointer": str(_pointer_path().resolve())}
 
 # ---------------------------------------------------------------------------
 # Dataloader: BOS-aligned best-fit packing, resumable
@@ -683,6 +695,9 @@ class DataLoader:
                 if "text" not in pf.schema_arrow.names:
                     raise ValueError("no 'text' column")
             except Exception as e:
+                if self.split == "val" and SEALED:
+                    raise PrepareError("the validation data is sealed: in loop mode (AUTORESEARCH_SEALED=1) "
+                                       "train.py must not evaluate; the harness evaluates the saved model") from e
                 if self.split == "val":
                     raise PrepareError(f"validation shard {path} is unreadable ({e}); "
                                        f"re-create it with `{RUN_PREPARE}`") from e

@@ -3,7 +3,10 @@ Pretraining script: one GPT, one device, one fixed budget. The research loop edi
 
 Read top to bottom: the knobs, the attention backends, the model, the optimizer, the schedule,
 then main(), which trains for prepare.TIME_BUDGET seconds (or AUTORESEARCH_STEPS steps),
-evaluates with prepare.evaluate_bpb and prints the summary block of docs/contracts.md.
+evaluates with prepare.evaluate_bpb and prints the summary block of docs/contracts.md. In the
+research loop (prepare.SEALED) it runs in a sandbox without validation data: it saves the model
+and the harness evaluates it; every step prints a `step N | ...` line, by which the harness times
+the training itself.
 Usage: uv run train.py
 """
 
@@ -721,21 +724,25 @@ def main():
     if local_steps <= knobs["startup"]:  # too few steps to time: count the wall clock instead
         elapsed += time.time() - t_train
 
+    print(f"training done: {step} steps, trained {elapsed:.1f}s", flush=True)
     model.eval()
-    eval_model = torch.compile(model, dynamic=False) if compile_on else model
-    t_eval = time.time()
-    with torch.no_grad(), autocast:
-        val_bpb = prepare.evaluate_bpb(eval_model, tokenizer, rows)
-    eval_seconds = time.time() - t_eval
-    if not math.isfinite(val_bpb):
-        fail(f"val_bpb is {val_bpb}")
     artifact = os.environ.get("AUTORESEARCH_ARTIFACT")
-    if artifact:
+    if artifact:  # the model the harness's trusted evaluator measures
         atomic_save({"config": cfg, "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                      "train_py_sha": file_sha()}, artifact)
+    if prepare.SEALED:  # loop mode: no validation data here; the harness evaluates the artifact
+        val_bpb, eval_seconds = None, 0.0
+    else:
+        eval_model = torch.compile(model, dynamic=False) if compile_on else model
+        t_eval = time.time()
+        with torch.no_grad(), autocast:
+            val_bpb = prepare.evaluate_bpb(eval_model, tokenizer, rows)
+        eval_seconds = time.time() - t_eval
+        if not math.isfinite(val_bpb):
+            fail(f"val_bpb is {val_bpb}")
     mfu = 100 * flops_per_step * counted_steps / elapsed / peak if peak and counted_steps and elapsed else 0.0
     print_summary({
-        "val_bpb": f"{val_bpb:.6f}",
+        "val_bpb": "sealed" if val_bpb is None else f"{val_bpb:.6f}",
         "training_seconds": f"{elapsed:.1f}",
         "total_seconds": f"{time.time() - t_start:.1f}",
         "peak_vram_mb": f"{peak_memory_mb(device):.1f}",

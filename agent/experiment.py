@@ -111,8 +111,11 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
             # A confirming rerun uses another seed, so the noise band measures seed noise, not
             # a bit-identical replay of the same run.
             seed_env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else None
+            seal = loop.seal
             run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                            env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log))
+                            env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
+                            sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
+                            data=seal.data if seal else None, startup_reference=loop.startup_reference())
             sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                            "val_bpb": (run.summary or {}).get("val_bpb")})
         loop.set_phase("judging", a.n)
@@ -194,11 +197,18 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
            guard: GuardVerdict) -> dict:
     """Journal, then results.tsv (both fsynced), then git: keep advances, else preserve + reset."""
     loop.set_phase("judging", a.n)
-    summary = (run.summary if run else None) or {}
+    summary = dict((run.summary if run else None) or {})
     new_source = a.proposal.source
     status = decision.status
     commit = a.commit or a.parent
-    bpb = summary.get("val_bpb")
+    sealed = bool(run and run.extra.get("sealed"))
+    printed = summary.get("val_bpb")
+    # The recorded figure is the trusted evaluator's; a printed one counts only for a reviewer that
+    # trusts train.py (the simple reviewer of stand-in files). A sealed run printed none.
+    bpb = decision.trusted_bpb if decision.trusted_bpb is not None else \
+        (printed if not sealed and status != "crash" and isinstance(printed, (int, float)) else None)
+    if sealed:
+        summary["val_bpb"] = bpb
     training = _num(summary.get("training_seconds"))
     eval_s = _num(summary.get("eval_seconds"))
     wall = run.wall_seconds if run else 0.0
@@ -213,6 +223,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
         "model": a.proposal.model, "diff": gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
         "summary": summary or None, "trusted_bpb": decision.trusted_bpb,
+        "clock": run.extra.get("clock") if run else None, "sealed": sealed,
         "verify_seconds": (decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
         "crash_class": run.crash_class if run else None, "decision_reason": decision.reason,
         "verdicts": verdicts,
@@ -238,8 +249,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         append_journal(loop.journal_path, rec)
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result.
-        shown = bpb if decision.trusted_bpb is None else decision.trusted_bpb
-        append_result(loop.results_path, commit, shown, rec["memory_gb"], status, a.proposal.description)
+        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, a.proposal.description)
         t0 = time.monotonic()
         if status == "keep":
             if a.commit and a.commit != gitops.head(loop.worktree):
@@ -255,7 +265,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     except gitops.GitError as exc:
         loop.console.event(f"warning: could not write git note: {exc}")
     rec["timings"]["git"] += time.monotonic() - t0
-    loop.after_record(rec, bpb if decision.trusted_bpb is None else decision.trusted_bpb)
+    loop.after_record(rec, bpb)
     return rec
 
 

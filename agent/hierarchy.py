@@ -30,15 +30,21 @@ from agent.tracing import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
 from harness.runner import run_train
+from harness import pinned
+from harness.clock import limit_for
+from harness.pinned import Seal
 from harness.verify import VerifyResult, batch_size_for, verify
+
+# The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
+VERIFY_DIR = ".verify"
 
 DEFAULT_BASELINE_REPEATS = 2
 # Confirming reruns asked for a gain inside the band (the loop allows up to 2 reruns per commit).
 CONFIRM_RERUNS = 1
 # An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
 LLM_VETO_CONFIDENCE = 0.7
-# A run's wall clock may be this factor of the budget plus this grace (startup, compile, eval)
-# before the run is judged to have trained past its budget (checked in time-budget mode only).
+# Without the harness clock (a run that printed no step lines), its wall clock may be this factor
+# of the budget plus this grace before it counts as trained past the budget (time-budget mode only).
 WALL_FACTOR = 1.5
 WALL_GRACE_S = 90.0
 # The judge's own notes ref: the loop's `add -f` on refs/notes/autoresearch would replace ours.
@@ -48,6 +54,9 @@ PAYLOAD_DIFF_CHARS = 50_000
 
 
 class JudgeHierarchy:
+    # The loop runs train.py sealed for this reviewer: the trusted evaluation is the only figure.
+    evaluates = True
+
     def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, k: float = K_SPREAD,
                  llm_judge=None, tracer=None, budget: float | None = None, verify_timeout: float | None = None):
         self.baseline_repeats = max(1, int(baseline_repeats))
@@ -58,6 +67,7 @@ class JudgeHierarchy:
         self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
         self._audits: list[dict] = []
         self._prepare: str | None = None
+        self.seal: Seal | None = None     # the loop's sandbox and pinned inputs (harness/pinned.py)
 
     @classmethod
     def for_loop(cls, args, loop) -> "JudgeHierarchy":
@@ -193,13 +203,34 @@ class JudgeHierarchy:
         return self.band or NoiseBand([], self.k)
 
     def _verify(self, ctx, run, printed) -> VerifyResult:
+        sealed = bool((run.extra or {}).get("sealed"))
+        seal = self.seal
         with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
-            profile = _run_json(ctx).get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
-            v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
-                       printed_bpb=printed, batch_size=batch_size_for(ctx.new_source, profile),
-                       **({"timeout_s": self.verify_timeout} if self.verify_timeout else {}))
+            bad = self._inputs_changed()
+            if bad:
+                v = VerifyResult(False, bad, printed_bpb=None if sealed else printed)
+            else:
+                profile = _run_json(ctx).get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
+                kw = {"timeout_s": self.verify_timeout} if self.verify_timeout else {}
+                if seal is not None:
+                    kw.update(sandbox=seal.sandbox, eval_cache=seal.eval_cache)
+                v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
+                           printed_bpb=None if sealed else printed, sealed=sealed,
+                           batch_size=batch_size_for(ctx.new_source, profile),
+                           work_root=Path(ctx.run_dir) / VERIFY_DIR, **kw)
             sp.log(output={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "seconds": v.seconds})
         return v
+
+    def _inputs_changed(self) -> str | None:
+        """Hash the pinned evaluation inputs; on a mismatch repair them and fail this experiment."""
+        seal = self.seal
+        if seal is None or seal.eval_cache is None or not seal.inputs:
+            return None
+        bad = pinned.check(seal.eval_cache, seal.inputs)
+        if not bad:
+            return None
+        note = pinned.repair(seal.eval_cache, seal.data, seal.inputs)   # PinnedError stops the loop
+        return f"the evaluation inputs changed ({'; '.join(bad[:4])}); {note}"
 
     def _trusted_prepare(self, ctx) -> str:
         """prepare.py as committed at the tag's base: what no experiment could have touched."""
@@ -214,13 +245,29 @@ class JudgeHierarchy:
         return self._prepare
 
     def _over_budget(self, ctx, run) -> str | None:
-        if os.environ.get("AUTORESEARCH_STEPS"):
+        """By the harness's clock (harness/clock.py), not train.py's own figure."""
+        extra = run.extra or {}
+        if extra.get("steps_mode") or os.environ.get("AUTORESEARCH_STEPS"):
             return None
         budget = self.budget or _run_json(ctx).get("budget")
-        if not budget or run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
+        if not budget:
             return None
-        return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
-                f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
+        clock = extra.get("clock") or {}
+        if clock.get("startup_s") is None:
+            if extra.get("sealed"):
+                return ("the run printed no step lines (`step N | ...`): the harness cannot time its "
+                        "training, so it cannot be kept")
+            if run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
+                return None
+            return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
+                    f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
+        limit = limit_for(budget)
+        if clock["charged_s"] <= limit:
+            return None
+        return (f"by the harness's clock the run trained {clock['charged_s']:.1f}s for a {budget:g}s budget "
+                f"(limit {limit:.1f}s; step lines {clock['train_s']:.1f}s, startup {clock['startup_s']:.1f}s "
+                f"of {clock['allowance_s']:.0f}s allowed, after the last step {clock.get('post_s') or 0:.1f}s): "
+                "it trained past the budget")
 
     def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
         if self.llm is None:
@@ -299,8 +346,10 @@ class JudgeHierarchy:
         with contextlib.suppress(Exception):
             loop.set_phase("training")
         n = loop.next_n()
+        seal = self.seal
         run = run_train(loop.worktree, loop.run_dir, n, loop.budget, timeout=getattr(loop, "timeout", None),
-                        log_name=f"queue-{commit[:7]}.log")
+                        log_name=f"queue-{commit[:7]}.log", sealed=True,
+                        sandbox=seal.sandbox if seal else None, data=seal.data if seal else None)
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}

@@ -30,6 +30,8 @@ from agent import screening
 from agent.reviewer import build_reviewer
 from agent.tracing import Tracer
 from agent import workspace
+from agent.sealing import SealError, clear_leftovers, make_seal
+from harness.pinned import PinnedError
 from harness import gitops, knobs
 from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
@@ -59,8 +61,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
                    "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
     p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
-                   "(default 2x budget, at least budget + 120 s)")
+                   "(default 2x budget, at least budget + 300 s)")
     p.add_argument("--repo", default=".", help="the repository (default: the current one)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                   help="seal train.py runs with bubblewrap: auto (default; says loudly when it cannot), "
+                        "bwrap (refuse to run without it) or none")
     p.add_argument("--screen", type=int, default=1, metavar="K",
                    help="propose K candidates per experiment, screen them with short successive-halving "
                         "runs, give only the winner the full run (default 1: no screen)")
@@ -120,6 +125,7 @@ class Loop:
         self.started_at, self.last_decision = time.time(), None
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
         self.prefetch = Prefetch(self)
+        self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self.console = Console(self.tag, self.budget)
 
@@ -140,6 +146,10 @@ class Loop:
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.args.resume)
+        self.seal = make_seal(self.run_dir, info, self.run_info, self.args.sandbox, self.console.event)
+        self.sealed = bool(getattr(self.reviewer, "evaluates", False))
+        if hasattr(self.reviewer, "seal"):
+            self.reviewer.seal = self.seal
         workspace.start_results(self.results_path)
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
                            f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
@@ -148,6 +158,7 @@ class Loop:
         if not self.args.resume:
             return None
         rerun, notes = reconcile(self)
+        notes += [f"removed the leftover evaluation folder {name}" for name in clear_leftovers(self.run_dir)]
         for note in notes:
             self.console.event(f"resume: {note}")
         return rerun
@@ -173,6 +184,14 @@ class Loop:
                 if rec.get("kind", "experiment") == "experiment":
                     self.history.append(rec)
             run_experiment(self, self.next_attempt(n))
+
+    def startup_reference(self) -> float | None:
+        """The baseline's startup by the harness clock: later runs' startup allowance scales it."""
+        for rec in self.history:
+            startup = (rec.get("clock") or {}).get("startup_s")
+            if rec.get("proposer") == "baseline" and startup:
+                return float(startup)
+        return None
 
     def next_n(self) -> int:
         return max((r.get("n", 0) for r in self.history), default=0) + 1
@@ -299,7 +318,7 @@ def main(argv=None) -> int:
         loop.console.event("interrupted: the running experiment was stopped; --resume continues it")
         loop.stop()
         return 130
-    except (gitops.GitError, workspace.SetupError, ProposalError) as exc:
+    except (gitops.GitError, workspace.SetupError, ProposalError, SealError, PinnedError) as exc:
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -150,6 +150,41 @@ def read_note(repo: Path, commit: str) -> str | None:
     return out or None
 
 
+def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
+    """Add patterns to the repository's info/exclude (shared by its worktrees): files the harness
+    keeps in a worktree stay out of `git status` and survive clean_worktree."""
+    path = Path(git(worktree, "rev-parse", "--git-path", "info/exclude"))
+    if not path.is_absolute():
+        path = Path(worktree) / path
+    have = path.read_text().splitlines() if path.exists() else []
+    missing = [p for p in patterns if p not in have]
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(("" if not have or have[-1] == "" else "\n") + "\n".join(missing) + "\n")
+
+
+def clean_worktree(worktree: Path) -> list[str]:
+    """Put the worktree back to its commit: tracked files restored, untracked (not ignored) files
+    and bytecode caches removed. Run after every training run, so nothing a run wrote into the
+    worktree (a stray .py, a forged prepare.pyc, an edited prepare.py) reaches the next one.
+    Only acts on the top of a git worktree (never on a parent repository). Returns what went."""
+    worktree = Path(worktree).resolve()
+    if toplevel(worktree).resolve() != worktree:
+        return []
+    removed = [line[3:] for line in git(worktree, "status", "--porcelain=v1", "--untracked-files=all",
+                                        raw=True).splitlines() if line.strip()]
+    if removed:
+        git(worktree, "checkout", "--", ".")
+        git(worktree, "clean", "-fdq")
+    for cache in worktree.rglob("__pycache__"):
+        if ".venv" not in cache.parts:
+            import shutil
+            shutil.rmtree(cache, ignore_errors=True)
+            removed.append(str(cache.relative_to(worktree)))
+    return removed
+
+
 def status_porcelain(worktree: Path) -> str:
     return git(worktree, "status", "--porcelain", "--untracked-files=no")
 

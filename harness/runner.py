@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import gitops
+from harness.clock import KILL_MARGIN_S, LogClock, limit_for, startup_allowance
+from harness.sandbox import DataView, Sandbox, scrub_env
 from harness.summary import parse_summary
 
 # A run may take this many times the training budget (startup + eval fit easily) before it is
@@ -43,6 +47,7 @@ FAIL_PREFIX = "FAIL:"
 # Crash classes recorded in the journal (crash_class).
 TIMEOUT, OOM, SEGFAULT, KILLED = "timeout", "oom", "segfault", "killed"
 SYNTAX, NAN, EXCEPTION, MISSING = "syntax_error", "nan_divergence", "exception", "missing_summary"
+OVER_BUDGET, NO_ARTIFACT = "over_budget", "missing_artifact"
 
 
 @dataclass
@@ -69,8 +74,10 @@ def timeout_for(budget: float) -> float:
     return max(TIMEOUT_FACTOR * budget, budget + MIN_GRACE_SECONDS)
 
 
-def classify(returncode: int | None, timed_out: bool, text: str, summary: dict | None) -> str | None:
-    """Name what went wrong with a run, or None when it produced a usable result."""
+def classify(returncode: int | None, timed_out: bool, text: str, summary: dict | None, *,
+             sealed: bool = False, artifact: bool = True) -> str | None:
+    """Name what went wrong with a run, or None when it produced a usable result. A sealed run
+    (loop mode) prints no val_bpb: its result is the saved model, measured by the harness."""
     if timed_out:
         return TIMEOUT
     if any(m in text for m in OOM_MARKERS):
@@ -87,6 +94,8 @@ def classify(returncode: int | None, timed_out: bool, text: str, summary: dict |
         return EXCEPTION
     if summary is None:
         return MISSING
+    if sealed:
+        return None if artifact else NO_ARTIFACT
     bpb = summary.get("val_bpb")
     if not isinstance(bpb, (int, float)) or not math.isfinite(bpb):
         return NAN
@@ -124,21 +133,27 @@ def _group_alive(pgid: int) -> bool:
 
 def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: float | None = None,
               env: dict | None = None, log_name: str | None = None, on_tick=None,
-              script: str = "train.py") -> RunResult:
+              script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
+              sealed: bool = False, data_mode: str = "train", startup_reference: float | None = None,
+              clean: bool = True) -> RunResult:
     """Run `sys.executable train.py` in `worktree`; return what happened (never raises on crash).
 
+    sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode`; the only
+    writable place is the run's output folder artifacts/exp-NNNN/ (model.pt, any state).
+    sealed: loop mode (AUTORESEARCH_SEALED=1): train.py saves its model and does not evaluate;
+    the harness clock (harness/clock.py) times the training and ends a run far past its budget.
+    clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
     worktree, run_dir = Path(worktree), Path(run_dir)
     logs = run_dir / "logs"
-    artifacts = run_dir / "artifacts"
     logs.mkdir(parents=True, exist_ok=True)
-    artifacts.mkdir(parents=True, exist_ok=True)
+    out_dir = run_dir / "artifacts" / f"exp-{n:04d}"
+    shutil.rmtree(out_dir, ignore_errors=True)   # never let an old artifact pass for this run's
+    out_dir.mkdir(parents=True, exist_ok=True)
     log_path = logs / (log_name or f"exp-{n:04d}.log")
-    artifact = artifacts / f"exp-{n:04d}.pt"
-    if artifact.exists():
-        artifact.unlink()   # never let an old artifact pass for this run's
+    artifact = out_dir / "model.pt"
     timeout = timeout_for(budget) if timeout is None else timeout
     child_env = dict(os.environ)
     child_env.update({"AUTORESEARCH_TIME_BUDGET": f"{budget:g}",
@@ -146,15 +161,27 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
                       "PYTHONDONTWRITEBYTECODE": "1"})
+    if sealed:
+        child_env["AUTORESEARCH_SEALED"] = "1"
+    else:
+        child_env.pop("AUTORESEARCH_SEALED", None)
     child_env.update(env or {})
+    argv = [sys.executable, script]
+    if sandbox is not None and sandbox.sealed:
+        child_env = scrub_env(child_env)
+        child_env["TMPDIR"] = "/tmp"
+        argv = sandbox.wrap(argv, cwd=worktree, writable=[out_dir], data=data, data_mode=data_mode,
+                            run_dir=run_dir)
+    steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
 
     started = time.time()
     t0 = time.monotonic()
-    timed_out = False
+    clock = LogClock(log_path, t0, startup_allowance(startup_reference))
+    kill_at = limit_for(budget) + KILL_MARGIN_S
+    timed_out = over_budget = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, script], cwd=worktree, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
         pid_file = run_dir / PID_FILE
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(worktree),
                                         "started_at": started}))
@@ -165,27 +192,37 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                elapsed = time.monotonic() - t0
-                if elapsed > timeout:
+                now = time.monotonic()
+                clock.poll(now)
+                if now - t0 > timeout:
                     timed_out = True
                     break
+                if sealed and not steps_mode and clock.live_charge(now) > kill_at:
+                    over_budget = True
+                    break
                 if on_tick is not None:
-                    on_tick(elapsed, log_path)
+                    on_tick(now - t0, log_path)
         except BaseException:
             _kill_group(proc.pid, proc)
             proc.wait()
             pid_file.unlink(missing_ok=True)
             raise
+        ended = time.monotonic()
         # The leader may be done while its children live on (or it timed out): end the group.
         _kill_group(proc.pid, proc)
         proc.wait()
         pid_file.unlink(missing_ok=True)
     wall = time.monotonic() - t0
+    clock.poll(ended)
+    figures = clock.figures(ended if not (timed_out or over_budget) else None)
+    if clean:
+        _clean(worktree)
 
     text = log_path.read_text(errors="replace")
     summary = parse_summary(text)
-    returncode = None if timed_out else proc.returncode
-    crash = classify(returncode, timed_out, text, summary)
+    returncode = None if (timed_out or over_budget) else proc.returncode
+    crash = OVER_BUDGET if over_budget else \
+        classify(returncode, timed_out, text, summary, sealed=sealed, artifact=artifact.exists())
     note = _runner_note(crash, returncode, wall, timeout, budget)
     if note:   # a killed process says nothing itself: the log (and the proposer) must still know why
         with open(log_path, "a") as log:
@@ -194,7 +231,18 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     return RunResult(returncode=returncode, summary=summary, crash_class=crash, log_path=log_path,
                      wall_seconds=wall, timed_out=timed_out,
                      artifact=artifact if artifact.exists() else None, log_tail=tail,
-                     started_at=started, ended_at=time.time())
+                     started_at=started, ended_at=time.time(),
+                     extra={"clock": figures.as_dict(), "sealed": sealed,
+                            "sandbox": sandbox.kind if sandbox is not None else "none",
+                            "steps_mode": steps_mode})
+
+
+def _clean(worktree: Path) -> None:
+    """Anything train.py left in the worktree goes; a failure here must not lose the run."""
+    try:
+        gitops.clean_worktree(worktree)
+    except gitops.GitError:
+        pass
 
 
 def _runner_note(crash, returncode, wall, timeout, budget) -> str | None:
@@ -208,6 +256,11 @@ def _runner_note(crash, returncode, wall, timeout, budget) -> str | None:
         return f"train.py was killed by {name} ({crash})"
     if crash == MISSING:
         return "train.py exited 0 without printing the summary block (---, then val_bpb: ...)"
+    if crash == OVER_BUDGET:
+        return (f"ended after {wall:.1f}s: by the harness's clock (timed step lines) it trained far past "
+                f"its {budget:g}s budget")
+    if crash == NO_ARTIFACT:
+        return "train.py exited 0 without saving its model to AUTORESEARCH_ARTIFACT (loop mode needs it)"
     return None
 
 
@@ -231,12 +284,15 @@ def _members(pgid: int) -> list[int]:
 
 
 def kill_leftover(run_dir: Path) -> str | None:
-    """Kill a child process group left by a loop that died without cleaning up (kill -9, reboot).
+    """Kill the process groups left by a loop that died without cleaning up (kill -9, reboot):
+    the training run's (child.pid) and the trusted evaluation's (verify.pid); returns what was done."""
+    notes = [n for n in (_kill_recorded(Path(run_dir) / name) for name in (PID_FILE, "verify.pid")) if n]
+    return "; ".join(notes) or None
 
-    The group is killed only if one of its processes still runs in the recorded worktree, so a
-    recycled process-group id of someone else's is never touched. Returns what was done.
-    """
-    pid_file = Path(run_dir) / PID_FILE
+
+def _kill_recorded(pid_file: Path) -> str | None:
+    """The group is killed only if one of its processes still runs in the recorded folder, so a
+    recycled process-group id of someone else's is never touched."""
     if not pid_file.exists():
         return None
     try:

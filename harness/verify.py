@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.knobs import read_knobs
+from harness.runner import _kill_group as kill_group
+from harness.sandbox import DataView, Sandbox, scrub_env
 
 WORKER = Path(__file__).with_name("verify_worker.py")
+# The worker's process group while it runs, in the run folder (next to the runner's child.pid).
+VERIFY_PID_FILE = "verify.pid"
 # The printed val_bpb may differ from the trusted one by this much (absolute, or relative to the
 # value, whichever is larger) before we call it a disagreement. The keep decision always uses the
 # trusted value, so this only has to separate rounding and kernel differences (fused attention in
@@ -79,15 +84,26 @@ def tolerance(bpb: float) -> float:
 
 def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
            batch_size: int = 8, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-           python: str | None = None) -> VerifyResult:
-    """Re-evaluate `artifact` with `train_source`'s build_model and `prepare_source`'s evaluation."""
+           python: str | None = None, sandbox: Sandbox | None = None, eval_cache: Path | None = None,
+           work_root: Path | None = None, sealed: bool = False) -> VerifyResult:
+    """Re-evaluate `artifact` with `train_source`'s build_model and `prepare_source`'s evaluation.
+
+    eval_cache: the pinned copy of the evaluation inputs (harness/pinned.py), read through
+    AUTORESEARCH_CACHE; sandbox: the worker imports train.py, so it runs sealed too (no network,
+    nothing writable but its own folder, only the pinned inputs and the artifact visible).
+    work_root: where the worker's folder goes (the run folder's .verify/), with verify.pid, so a
+    loop killed mid-evaluation leaves nothing that --resume cannot end and remove.
+    sealed: train.py printed no val_bpb (loop mode): this evaluation is the only figure.
+    """
     t0 = time.time()
     artifact = Path(artifact) if artifact else None
     if artifact is None or not artifact.is_file():
         return VerifyResult(False, f"no model artifact at {artifact}: train.py did not save one "
                                    "(AUTORESEARCH_ARTIFACT), so its val_bpb cannot be verified",
                             printed_bpb=printed_bpb, seconds=time.time() - t0)
-    work = Path(tempfile.mkdtemp(prefix="verify-"))
+    if work_root is not None:
+        Path(work_root).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="verify-", dir=work_root))
     try:
         (work / "prepare.py").write_text(prepare_source)
         (work / "train.py").write_text(train_source)
@@ -97,26 +113,69 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
         # The worker script is copied too, so the process never runs code from a folder train.py
         # could have written to.
         shutil.copy(WORKER, work / "verify_worker.py")
-        try:
-            proc = subprocess.run([python or sys.executable, "-I", str(work / "verify_worker.py"),
-                                   str(work / "spec.json")], cwd=work, env=env, capture_output=True,
-                                  text=True, timeout=timeout_s)
-            tail = (proc.stdout + proc.stderr)[-TAIL_CHARS:]
-        except subprocess.TimeoutExpired:
+        child_env = dict(os.environ if env is None else env)
+        child_env.pop("AUTORESEARCH_SEALED", None)
+        if eval_cache is not None:
+            child_env["AUTORESEARCH_CACHE"] = str(eval_cache)
+        argv = [python or sys.executable, "-I", str(work / "verify_worker.py"), str(work / "spec.json")]
+        if sandbox is not None and sandbox.sealed:
+            child_env = scrub_env(child_env)
+            child_env["TMPDIR"] = "/tmp"
+            view = DataView(cache=Path(env_cache(env)))
+            argv = sandbox.wrap(argv, cwd=work, writable=[work], data=view, data_mode="eval",
+                                run_dir=_run_dir_of(work_root),
+                                readonly=[p for p in (eval_cache, artifact) if p is not None])
+        code, tail, timed_out = _run_group(argv, work, child_env, timeout_s, work_root)
+        if timed_out:
             return VerifyResult(False, f"trusted re-evaluation timed out after {timeout_s:.0f}s",
                                 printed_bpb=printed_bpb, seconds=time.time() - t0)
         try:
             out = json.loads((work / "result.json").read_text())
         except (OSError, json.JSONDecodeError):
-            return VerifyResult(False, f"trusted re-evaluation died (exit {proc.returncode}) without a "
+            return VerifyResult(False, f"trusted re-evaluation died (exit {code}) without a "
                                        f"result: {tail[-300:]}", printed_bpb=printed_bpb,
                                 seconds=time.time() - t0, details={"log_tail": tail})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return judge_worker_output(out, printed_bpb, time.time() - t0)
+    return judge_worker_output(out, printed_bpb, time.time() - t0, sealed=sealed)
 
 
-def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float) -> VerifyResult:
+def env_cache(env: dict | None) -> str:
+    e = os.environ if env is None else env
+    return e.get("AUTORESEARCH_CACHE") or str(Path.home() / ".cache" / "autoresearch")
+
+
+def _run_dir_of(work_root: Path | None) -> Path | None:
+    """The run folder a worker folder lives in (run_dir/.verify), for the sandbox's view."""
+    return Path(work_root).resolve().parent if work_root is not None else None
+
+
+def _run_group(argv, cwd: Path, env: dict, timeout_s: float, pid_dir: Path | None):
+    """Run the worker in its own process group, recorded in pid_dir/verify.pid while it runs;
+    returns (exit code, output tail, timed out)."""
+    log = cwd / "worker.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        pid_file = Path(pid_dir) / VERIFY_PID_FILE if pid_dir is not None else None
+        if pid_file is not None:
+            pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(cwd), "started_at": time.time(),
+                                            "n": "verify"}))
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(proc.pid, proc)
+            proc.wait()
+            if pid_file is not None:
+                pid_file.unlink(missing_ok=True)
+    tail = log.read_text(errors="replace")[-TAIL_CHARS:]
+    return proc.returncode, tail, timed_out
+
+
+def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float, sealed: bool = False) -> VerifyResult:
     """Turn the worker's JSON into a verdict: every check must pass."""
     details = {k: out.get(k) for k in ("timings", "probe", "patched", "patched_at_import", "sha_match",
                                        "stage", "error")}
@@ -141,6 +200,10 @@ def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float) ->
         r.reason = (f"causality probe failed: changing tokens at positions >= {probe.get('at')} moved earlier "
                     f"logits by {probe.get('max_future_leak'):.3g} (other rows: "
                     f"{probe.get('max_cross_row_leak'):.3g}; limit {probe.get('limit'):.3g})")
+        return r
+    if sealed:   # loop mode: nothing printed to compare; this evaluation is the result
+        r.ok = True
+        r.reason = f"trusted val_bpb {trusted:.6f} (sealed run: the only evaluation), causal, {seconds:.1f}s"
         return r
     if printed_bpb is None or not math.isfinite(printed_bpb):
         r.reason = f"printed val_bpb is {printed_bpb}; trusted is {trusted:.6f}"

@@ -48,7 +48,7 @@ def build_model(config):
 def main():
     hang = os.environ.get("FAKE_HANG_FILE")
     artifact = os.environ.get("AUTORESEARCH_ARTIFACT", "")
-    if hang and os.path.exists(hang) and artifact.endswith(os.environ.get("FAKE_HANG_EXP", "exp-0002.pt")):
+    if hang and os.path.exists(hang) and (os.environ.get("FAKE_HANG_EXP", "exp-0002") + os.sep) in artifact:
         child = subprocess.Popen(["sleep", "300"])
         with open(hang + ".pids", "w") as f:
             f.write(f"{os.getpid()} {child.pid}")

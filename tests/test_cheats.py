@@ -99,8 +99,8 @@ def test_non_causal_attention_passes_guard_but_not_the_probe(repo, tiny_cache, t
 
 def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
     wt, base = repo
-    old = '"val_bpb": f"{val_bpb:.6f}"'
-    cheat = swap(old, '"val_bpb": f"{val_bpb * 0.8:.6f}"')
+    old = 'else f"{val_bpb:.6f}"'
+    cheat = swap(old, 'else f"{val_bpb * 0.8:.6f}"')
     h = JudgeHierarchy(budget=5)
     assert h.guard(ctx_for(wt, base, cheat)).ok
     sha = commit(wt, cheat)

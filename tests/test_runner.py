@@ -37,7 +37,7 @@ def test_success_parses_summary_and_passes_env(tmp_path):
     assert r.summary["val_bpb"] == pytest.approx(1.234567) and r.summary["num_steps"] == 5
     assert r.log_path == tmp_path / "run" / "logs" / "exp-0007.log"
     assert "budget 2.5" in r.log_path.read_text()
-    assert r.artifact == tmp_path / "run" / "artifacts" / "exp-0007.pt"
+    assert r.artifact == tmp_path / "run" / "artifacts" / "exp-0007" / "model.pt"
     assert not (tmp_path / "run" / runner.PID_FILE).exists()
 
 

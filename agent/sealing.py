@@ -1,0 +1,76 @@
+"""The tag's seal at setup: which sandbox its runs get, and the pinned copy of the eval inputs.
+
+Called once by the loop after the data is ready and run.json exists. A new tag pins the inputs
+(harness/pinned.py) and records their hashes and the sandbox in run.json; a resumed tag checks
+that its pinned copy still holds what run.json recorded, restoring it from the shared cache if
+it can, and refusing to go on if it cannot (one tag is never measured on two versions of data).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from harness import gitops, pinned
+from harness.pinned import PinnedError, Seal
+from harness.results import write_json_atomic
+from harness.sandbox import DataView, detect, warning
+
+
+class SealError(RuntimeError):
+    """The tag's evaluation inputs cannot be trusted any more; the message says what to do."""
+
+
+# The seal's own folders in the run folder (= the worktree): ignored by git, so neither
+# `git status` nor the clean-up after each run (harness.gitops.clean_worktree) touches them.
+SEAL_EXCLUDES = [".sealed/", ".verify/", "artifacts/", "logs/"]
+
+
+def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal:
+    """Detect the sandbox, pin (or check) the inputs, update run.json; `say` prints a line."""
+    gitops.ensure_excluded(Path(run_dir), SEAL_EXCLUDES)
+    try:
+        box = detect(mode)
+    except RuntimeError as exc:
+        raise SealError(str(exc)) from None
+    loud = warning(box)
+    if loud:
+        say(loud)
+    view = DataView.from_describe(info)
+    seal = Seal(sandbox=box, data=view)
+    run_json = Path(run_dir) / "run.json"
+    changed = {}
+    if run_info.get("sandbox") != box.describe():
+        changed["sandbox"] = box.describe()
+        if run_info.get("sandbox"):
+            say(f"note: this tag's runs were sandboxed as {run_info['sandbox'].get('kind')}; now {box.kind}")
+    if view is not None:
+        target = Path(run_dir) / pinned.PINNED_DIR / "cache"
+        recorded = run_info.get("inputs")
+        try:
+            if not recorded:
+                seal.eval_cache, seal.inputs = pinned.pin(run_dir, view)
+                changed["inputs"] = seal.inputs
+            else:
+                seal.eval_cache, seal.inputs = target, dict(recorded)
+                bad = pinned.check(target, seal.inputs)
+                if bad:
+                    say(f"resume: pinned evaluation inputs: {'; '.join(bad[:4])}; "
+                        + pinned.repair(target, view, seal.inputs))
+        except PinnedError as exc:
+            raise SealError(str(exc)) from None
+    if changed:
+        write_json_atomic(run_json, {**run_info, **changed})
+        run_info.update(changed)
+    return seal
+
+
+def clear_leftovers(run_dir: Path) -> list[str]:
+    """Folders of trusted evaluations that a killed loop left behind (their processes are ended
+    first by harness.runner.kill_leftover)."""
+    gone = []
+    verify_dir = Path(run_dir) / ".verify"
+    if verify_dir.is_dir():
+        for p in verify_dir.iterdir():
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p.name)
+    return gone
