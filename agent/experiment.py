@@ -115,7 +115,8 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
             run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
                             env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
                             sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
-                            data=seal.data if seal else None, startup_reference=loop.startup_reference())
+                            data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
+                            startup_reference=loop.startup_reference())
             sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                            "val_bpb": (run.summary or {}).get("val_bpb")})
         loop.set_phase("judging", a.n)

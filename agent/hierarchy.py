@@ -261,7 +261,7 @@ class JudgeHierarchy:
                 return None
             return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
                     f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
-        limit = limit_for(budget)
+        limit = limit_for(budget, clock.get("pace_s") or 0.0)
         if clock["charged_s"] <= limit:
             return None
         return (f"by the harness's clock the run trained {clock['charged_s']:.1f}s for a {budget:g}s budget "

@@ -37,6 +37,7 @@ from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
 
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
+BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -169,8 +170,7 @@ class Loop:
         deadline = deadline_of(self.args.until)
         if rerun is not None:
             run_experiment(self, rerun, committed=True)
-        if not self.history:
-            run_experiment(self, self.baseline())
+        self.ensure_baseline()
         while True:
             n = self.next_n()
             if self.args.max_experiments is not None and n > self.args.max_experiments:
@@ -184,6 +184,23 @@ class Loop:
                 if rec.get("kind", "experiment") == "experiment":
                     self.history.append(rec)
             run_experiment(self, self.next_attempt(n))
+
+    def ensure_baseline(self) -> None:
+        """The tag's first keep is its unmodified train.py, never an experiment: a baseline that is
+        not kept (a crash, an integrity failure) is run again, and after BASELINE_TRIES the tag
+        stops with the reason, before any experiment could take its place."""
+        while self.best is None:
+            tries = [r for r in self.history if r.get("proposer") == "baseline"]
+            if len(tries) >= BASELINE_TRIES:
+                why = tries[-1].get("decision_reason") or tries[-1].get("crash_class")
+                raise workspace.SetupError(
+                    f"the baseline (unmodified train.py) failed {len(tries)} times; the tag stops rather "
+                    f"than measure experiments against nothing. Last reason: {why}. Logs: "
+                    f"{self.run_dir / 'logs'}")
+            if tries:
+                self.console.event(f"baseline try {len(tries)} was not kept ({tries[-1].get('decision_reason')}); "
+                                   "running it again")
+            run_experiment(self, self.baseline())
 
     def startup_reference(self) -> float | None:
         """The baseline's startup by the harness clock: later runs' startup allowance scales it."""

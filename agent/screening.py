@@ -39,23 +39,47 @@ def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> l
     return got
 
 
+def guarded(loop, n: int, source: str, candidates: list[tuple[Proposal, dict]]) -> list[tuple[Proposal, dict]]:
+    """The candidates the guard passes; each rejection is journaled (kind "screen"), none trains."""
+    from agent.experiment import _unified
+    from agent.reviewer import ExperimentContext
+    kept = []
+    for i, (p, info) in enumerate(candidates):
+        diff = _unified(source, p.source)
+        ctx = ExperimentContext(n=n, tag=loop.tag, worktree=loop.worktree, parent=loop.last_kept, commit=None,
+                                old_source=source, new_source=p.source, diff=diff, proposal=p,
+                                history=list(loop.history), best=loop.best, run_dir=loop.run_dir)
+        verdict = loop.reviewer.guard(ctx)
+        if verdict.ok:
+            kept.append((p, info))
+            continue
+        loop.console.event(f"screen: guard rejected candidate {i} ({p.description}): {verdict.reason}")
+        append_journal(loop.journal_path, {"kind": "screen", "n": n, "tag": loop.tag, "candidate": i,
+                                           "label": p.description, "rejected": verdict.reason, "rungs": []})
+    return kept
+
+
 def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
     """Screen K candidates and return the winner (with the screen's summary in its info)."""
     from harness.screen import screen   # imported lazily: only --screen runs need the pool
 
     k = int(loop.args.screen)
     loop.set_phase("proposing", n)
-    candidates = gather(loop, n, source, first, k)
+    candidates = guarded(loop, n, source, gather(loop, n, source, first, k))
+    if not candidates:
+        return first                 # all rejected: the first goes to the guard (and is recorded) as usual
     if len(candidates) < 2:
-        return first
+        return candidates[0]
     loop.set_phase("screening", n)
     t0 = time.monotonic()
     labels = [p.description for p, _ in candidates]
     with loop.tracer.span("screen", input={"n": n, "k": len(candidates), "labels": labels}) as sp:
         try:
+            seal = loop.seal
             res = screen([p.source for p, _ in candidates], workdir=loop.run_dir / "screen" / f"{n:04d}",
                          prepare_dir=loop.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
-                         seed=loop.args.seed, log=loop.console.event)
+                         seed=loop.args.seed, log=loop.console.event,
+                         sandbox=seal.sandbox if seal else None, data=seal.data if seal else None)
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
             loop.console.event(f"screen failed ({exc}); running the first candidate unscreened")
             sp.log(output={"error": str(exc)})

@@ -22,7 +22,7 @@ class SealError(RuntimeError):
 
 # The seal's own folders in the run folder (= the worktree): ignored by git, so neither
 # `git status` nor the clean-up after each run (harness.gitops.clean_worktree) touches them.
-SEAL_EXCLUDES = [".sealed/", ".verify/", "artifacts/", "logs/"]
+SEAL_EXCLUDES = [f"/{name}" for name in gitops.RUN_FILES]
 
 
 def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal:

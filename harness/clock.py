@@ -5,9 +5,11 @@ a line `step N | loss ... | tok/s ... | trained Xs` (flushed); the runner reads 
 and stamps each step line with its own monotonic clock. From those stamps:
 
     startup_s  process start -> first step line (imports, model build, compile of the first step)
+    silent     steps before the first line (the first line's step number says how many)
     train_s    first step line -> last step line
     post_s     last step line -> process exit (saving the model; in loop mode nothing else)
-    charged_s  train_s + whatever startup and post exceeded their allowances
+    charged_s  train_s + whatever startup and post exceeded their allowances (silent steps are
+               charged at the run's pace when that is more than the startup excess)
 
 `charged_s` is what decides "within budget". A file that scales its own timer trains longer
 between step lines; one that trains silently before its first line (or buffers its output) has
@@ -49,8 +51,15 @@ def startup_allowance(reference_startup: float | None) -> float:
     return max(STARTUP_MIN_S, STARTUP_FACTOR * reference_startup)
 
 
-def limit_for(budget: float) -> float:
-    return CLOCK_FACTOR * budget + CLOCK_GRACE_S
+# Steps of slack at the run's own pace: the warm-up steps train.py does not count and the last
+# step's overshoot; capped at a fraction of the budget, so declaring giant "steps" buys nothing.
+STEP_SLACK = 4
+STEP_SLACK_CAP = 0.5
+
+
+def limit_for(budget: float, pace: float = 0.0) -> float:
+    """Most charged seconds a run of `budget` may train, at `pace` seconds per step."""
+    return CLOCK_FACTOR * budget + CLOCK_GRACE_S + min(STEP_SLACK * pace, STEP_SLACK_CAP * budget)
 
 
 @dataclass
@@ -64,6 +73,8 @@ class ClockFigures:
     allowance_s: float
     last_line: str = ""
     post_s: float | None = None
+    silent_steps: int = 0
+    pace_s: float = 0.0           # mean seconds per step between the first and last lines
 
 
     def as_dict(self) -> dict:
@@ -119,9 +130,14 @@ class LogClock:
         startup = self.first_at - self.started
         train = self.last_at - self.first_at
         post = None if ended is None else max(0.0, ended - self.last_at)
-        charged = train + max(0.0, startup - self.allowance) + max(0.0, (post or 0.0) - POST_ALLOWANCE_S)
+        # Steps before the first line (its number says how many) were trained where the clock
+        # could not see them: charged at the run's own pace, beyond what the startup already is.
+        silent = max(0, (self.first_step or 1) - 1)
+        pace = train / (self.last_step - self.first_step) if self.last_step > self.first_step else 0.0
+        charged = (train + max(silent * pace, max(0.0, startup - self.allowance))
+                   + max(0.0, (post or 0.0) - POST_ALLOWANCE_S))
         return ClockFigures(startup, train, charged, self.steps_seen, self.first_step, self.last_step,
-                            self.allowance, self.last_line, post)
+                            self.allowance, self.last_line, post, silent, pace)
 
 
 def progress_fields(line: str) -> dict:

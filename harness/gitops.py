@@ -164,22 +164,46 @@ def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
             f.write(("" if not have or have[-1] == "" else "\n") + "\n".join(missing) + "\n")
 
 
+# The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
+# and excluded from git so `git status` shows only what an experiment changed.
+RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
+             "queue.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock", "*.torn-*",
+             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*"]
+
+
 def clean_worktree(worktree: Path) -> list[str]:
-    """Put the worktree back to its commit: tracked files restored, untracked (not ignored) files
-    and bytecode caches removed. Run after every training run, so nothing a run wrote into the
-    worktree (a stray .py, a forged prepare.pyc, an edited prepare.py) reaches the next one.
-    Only acts on the top of a git worktree (never on a parent repository). Returns what went."""
+    """Put the worktree back to its commit: tracked files restored, untracked files that are not
+    the run's own (RUN_FILES) and bytecode caches removed. Run after every training run, so
+    nothing a run wrote into the worktree (a stray .py, a forged prepare.pyc, an edited
+    prepare.py) reaches the next one. Only acts on the top of a git worktree (never on a parent
+    repository). Returns what it removed or restored."""
+    import fnmatch
+    import shutil
     worktree = Path(worktree).resolve()
     if toplevel(worktree).resolve() != worktree:
         return []
-    removed = [line[3:] for line in git(worktree, "status", "--porcelain=v1", "--untracked-files=all",
-                                        raw=True).splitlines() if line.strip()]
-    if removed:
+    out = git(worktree, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=no", raw=True)
+    removed, modified = [], False
+    for entry in filter(None, out.split("\0")):
+        code, path = entry[:2], entry[3:]
+        path = path.rstrip("/")
+        top = path.split("/", 1)[0]
+        if any(fnmatch.fnmatch(top, pat) for pat in RUN_FILES):
+            continue
+        if code == "??":
+            target = worktree / path
+            if target.is_symlink() or target.is_file():
+                target.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(target, ignore_errors=True)
+            removed.append(path)
+        else:
+            modified = True
+            removed.append(path)
+    if modified:
         git(worktree, "checkout", "--", ".")
-        git(worktree, "clean", "-fdq")
     for cache in worktree.rglob("__pycache__"):
         if ".venv" not in cache.parts:
-            import shutil
             shutil.rmtree(cache, ignore_errors=True)
             removed.append(str(cache.relative_to(worktree)))
     return removed

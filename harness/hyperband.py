@@ -141,7 +141,9 @@ class SuccessiveHalving:
         self.done = False
 
     def _ckpt(self, cid: str, steps: int) -> Path:
-        return self.ckpt_dir / f"b{self.index}-{cid}-s{steps}.pt"
+        folder = self.ckpt_dir / f"b{self.index}-{cid}"   # one per candidate: a sandboxed task
+        folder.mkdir(parents=True, exist_ok=True)          # may write its own folder only
+        return folder / f"s{steps}.pt"
 
     def _tasks_for_rung(self) -> list[Task]:
         rung = self.bracket.rungs[self.rung]

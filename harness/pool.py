@@ -90,11 +90,23 @@ def _run_inprocess(task: Task, log: Path, env: dict) -> tuple[int, str | None]:
     return code, error
 
 
-def _run_subprocess(task: Task, log: Path, env: dict, prepare_dir: str) -> tuple[int, str | None]:
+def _run_subprocess(task: Task, log: Path, env: dict, prepare_dir: str,
+                    seal: dict | None = None) -> tuple[int, str | None]:
     full = dict(os.environ, **env)
     full["PYTHONPATH"] = prepare_dir + os.pathsep + full.get("PYTHONPATH", "")
+    argv = [sys.executable, str(task.source)]
+    if seal:   # LLM-written candidates (screening): each task in its own sandbox (harness/sandbox.py)
+        from harness.sandbox import DataView, Sandbox, scrub_env
+        box = Sandbox("bwrap", binary=seal["binary"])
+        writable = [Path(task.save).parent] if task.save is not None else []
+        readonly = [Path(task.source), Path(prepare_dir)] + ([Path(task.resume)] if task.resume else [])
+        argv = box.wrap(argv, cwd=log.parent, writable=writable, readonly=readonly,
+                        data=DataView(**{k: Path(v) if v else None for k, v in seal["data"].items()}),
+                        data_mode=seal.get("data_mode", "screen"))
+        full = scrub_env(full)
+        full["TMPDIR"] = "/tmp"
     with open(log, "w") as f:
-        proc = subprocess.run([sys.executable, str(task.source)], cwd=log.parent, env=full,
+        proc = subprocess.run(argv, cwd=log.parent, env=full,
                               stdout=f, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
     return proc.returncode, None
 
@@ -127,13 +139,13 @@ def _worker(inbox: Connection, outbox: Connection, mode: str, prepare_dir: str) 
             return
         if msg is None:
             return
-        task, log = msg
+        task, log, seal = msg
         env = task_env(task)
         t0 = time.time()
         if mode == "inprocess":
             code, error = _run_inprocess(task, log, env)
         else:
-            code, error = _run_subprocess(task, log, env, prepare_dir)
+            code, error = _run_subprocess(task, log, env, prepare_dir, seal)
         outbox.send((task.id, code, error, time.time() - t0))
 
 
@@ -142,9 +154,19 @@ class Pool:
 
     def __init__(self, workers: int, *, prepare_dir: Path, log_dir: Path, cores: int | None = None,
                  mode: str = "inprocess", env: dict | None = None, adaptive_threads: bool = True,
-                 threads: int | None = None, task_timeout: float = TASK_TIMEOUT):
+                 threads: int | None = None, task_timeout: float = TASK_TIMEOUT, sandbox=None,
+                 data=None, data_mode: str = "screen"):
         if mode not in ("inprocess", "subprocess"):
             raise ValueError(f"mode must be inprocess or subprocess, got {mode!r}")
+        # Sealed tasks each get their own process in their own sandbox: a candidate can neither read
+        # the validation data nor touch another candidate's worker or checkpoints.
+        self.seal = None
+        if sandbox is not None and sandbox.sealed:
+            mode = "subprocess"
+            self.seal = {"binary": sandbox.binary, "data_mode": data_mode,
+                         "data": {k: str(v) if v else None for k, v in (data.__dict__ if data else {}).items()}}
+            if not self.seal["data"]:
+                self.seal["data"] = {"cache": str(Path.home() / ".cache" / "autoresearch")}
         self.n, self.mode = workers, mode
         self.cores = cores or os.cpu_count() or 1
         self.fixed_threads = threads                 # if set, every task gets exactly this
@@ -211,7 +233,7 @@ class Pool:
             log = self.log_dir / f"{task.id}.log"
             self.busy[i] = (task, log, time.time())
             try:
-                self.conns[i][0].send((task, log))
+                self.conns[i][0].send((task, log, self.seal))
             except OSError:                # a worker that died at start: next_result reports it
                 pass
         self.pending = []

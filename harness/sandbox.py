@@ -71,8 +71,9 @@ class Sandbox:
     def wrap(self, argv: list[str], *, cwd: Path, writable: list[Path] = (), data: DataView | None = None,
              data_mode: str = "train", run_dir: Path | None = None, readonly: list[Path] = ()) -> list[str]:
         """`argv` as seen through this sandbox. data_mode: "train" (training shards, no validation),
-        "screen" (the last training shard stands in for the validation shard) or "eval" (only
-        `readonly` paths, e.g. the pinned inputs, are visible from the cache)."""
+        "screen" (the last training shard stands in for the validation shard), "open" (the
+        validation shard too: a train.py that evaluates itself, for a reviewer that trusts it) or
+        "eval" (only `readonly` paths, e.g. the pinned inputs, are visible from the cache)."""
         if not self.sealed:
             return list(argv)
         a = [self.binary, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm",
@@ -90,11 +91,11 @@ class Sandbox:
             for name in HIDDEN_IN_RUN:
                 if (run_dir / name).is_dir():
                     a += ["--tmpfs", str(run_dir / name)]
-        if data is not None and data_mode in ("train", "screen"):
+        if data is not None and data_mode in ("train", "screen", "open"):
             for p in (data.data, data.tokenizer, data.pointer):
                 if p is not None and p.exists():
                     a += ["--ro-bind", str(p), str(p)]
-            if data.val is not None and data.val.exists():
+            if data_mode != "open" and data.val is not None and data.val.exists():
                 stand_in = _screen_shard(data) if data_mode == "screen" else None
                 a += ["--ro-bind", str(stand_in or "/dev/null"), str(data.val)]
         for p in readonly:

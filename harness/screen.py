@@ -54,8 +54,11 @@ def screen_bracket(k: int, min_steps: int = MIN_STEPS, eta: int = ETA) -> Bracke
 
 def screen(sources: list[str], *, workdir: Path, prepare_dir: Path, labels: list[str] | None = None,
            min_steps: int = MIN_STEPS, eta: int = ETA, decay_steps: int = DECAY_STEPS, seed: int = 0,
-           pool=None, workers: int | None = None, log=print) -> ScreenResult:
-    """Successive halving over the sources; a pool is created (and closed) when none is given."""
+           pool=None, workers: int | None = None, log=print, sandbox=None, data=None) -> ScreenResult:
+    """Successive halving over the sources; a pool is created (and closed) when none is given.
+    With a sandbox (harness/sandbox.py) every task runs sealed in its own process; the rungs are
+    then measured on the last training shard standing in for validation (the real validation data
+    is never shown to LLM-written code; only the winner's full run gets the trusted evaluation)."""
     from harness.pool import Pool
     from harness.throughput import load_profile
 
@@ -73,7 +76,8 @@ def screen(sources: list[str], *, workdir: Path, prepare_dir: Path, labels: list
     if own_pool:
         prof = load_profile()
         pool = Pool(min(workers or prof["workers"], len(sources)), prepare_dir=prepare_dir,
-                    log_dir=workdir / "logs", cores=prof["cores"])
+                    log_dir=workdir / "logs", cores=prof["cores"], sandbox=sandbox, data=data,
+                    data_mode="screen")
     t0 = time.time()
     history: dict[int, list[dict]] = {i: [] for i in range(len(sources))}
 

@@ -102,9 +102,13 @@ def fake_env(tmp: Path, **extra) -> dict:
 
 def loop_cmd(*args) -> list[str]:
     """The loop's command line; the stand-in train.py saves no model, so unless a test asks for the
-    judge hierarchy (which re-evaluates the saved model) it gets the simple reviewer."""
+    judge hierarchy (which re-evaluates the saved model) it gets the simple reviewer, and no
+    sandbox (the stand-in signals tests through files in tmp; tests/test_sealed.py and the real
+    train.py tests cover the sandbox)."""
     if "--reviewer" not in args:
         args = (*args, "--reviewer", "simple")
+    if "--sandbox" not in args and "simple" in args:   # the stand-in writes marker files in tmp
+        args = (*args, "--sandbox", "none")
     return [sys.executable, str(REPO / "agent" / "loop.py"), *args]
 
 
