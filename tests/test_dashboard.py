@@ -71,7 +71,7 @@ def test_chart_marks_kept_discarded_crashes_best_and_baseline(demo):
     for r in keeps:       # kept points labelled with their descriptions
         assert f">{html.escape(r[4])}</text>" in svg
     assert 'class="best"' in svg and 'class="baseline"' in svg and 'class="band"' in svg
-    assert "baseline 1.1020 ± 2×0.0015 noise band" in svg
+    assert "baseline 1.1020 ± 0.003 noise band" in svg          # k × spread = 2 × 0.0015
 
 
 def test_api_results_matches_the_tsv(demo):

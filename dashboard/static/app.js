@@ -51,6 +51,8 @@ async function decide(button) {
 }
 
 function addRows(payload) {
+  const empty = document.getElementById("no-experiments");
+  if (empty) empty.remove();
   document.getElementById("count").textContent = payload.count;
   document.body.dataset.complete = payload.count;
   if (payload.chart) document.getElementById("chart").innerHTML = payload.chart;
