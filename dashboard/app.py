@@ -197,7 +197,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         res = data.read_results(run.file("results.tsv"))
         offset = max(0, request.args.get("offset", 0, type=int) or 0)
         limit = min(max(0, request.args.get("limit", MAX_LIMIT, type=int) or 0), MAX_LIMIT)
-        keys = ("n", "commit", "val_bpb", "memory_gb", "status", "description", "problem", "partial")
+        keys = ("n", "commit", "val_bpb", "val_text", "memory_gb", "status", "description", "problem", "partial")
         rows = [{k: r[k] for k in keys} for r in res.rows[offset:offset + limit]]
         return jsonify(tag=run.tag, key=run.key, count=len(res.rows), complete=res.complete,
                        offset=offset, problems=res.problems, rows=rows)

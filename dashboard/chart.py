@@ -134,8 +134,9 @@ def progress_svg(rows: list[dict], band: dict, link=None) -> str:
            f'<style>{STYLE}</style>']
     scaled = [r for r in pts if plottable(r["val_bpb"])]
     if not scaled:
-        out.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">'
-                   f'no finished experiments with a val_bpb yet</text></svg>')
+        why = (f"no finite val_bpb to plot yet ({len(pts)} result(s) not finite or off the scale)" if pts
+               else "no finished experiments with a val_bpb yet")
+        out.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">{why}</text></svg>')
         return "".join(out)
 
     base, half = _band(band)

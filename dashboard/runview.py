@@ -112,6 +112,20 @@ def trusted_bpb(record: dict | None):
     return (v, "verification") if _finite(v) else (None, None)
 
 
+def displayable(obj):
+    """A copy of a journal object that templates can format: numbers that are not finite (or do
+    not fit a float) become the words that describe them, so no format string ever sees them."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, int) and not isinstance(obj, bool) and not _finite(obj):
+        return "(number too large)"
+    if isinstance(obj, dict):
+        return {str(k): displayable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [displayable(v) for v in obj]
+    return obj
+
+
 def _dict(v) -> dict:
     return v if isinstance(v, dict) else {}
 
@@ -294,8 +308,8 @@ def experiment(run: Run, n: int) -> dict | None:
     else:
         diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
     trusted, trusted_from = trusted_bpb(rec)
-    return {"row": row, "record": rec, "baseline": baseline, "trusted": trusted, "trusted_from": trusted_from,
-            "verification": verification(rec), "problems": problems + ([row["problem"]] if row["problem"] else []),
+    return {"row": row, "record": displayable(rec), "baseline": baseline, "trusted": trusted,
+            "trusted_from": trusted_from, "verification": displayable(verification(rec)), "problems": problems + ([row["problem"]] if row["problem"] else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,
             "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.rows) else None}
