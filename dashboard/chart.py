@@ -97,29 +97,34 @@ class _Labels:
     def __init__(self):
         self.taken: set[tuple[int, int]] = set()
 
-    def _cells(self, x, y, angle, length):
+    def _free(self, x, y, angle, length):
+        """The grid cells a label from (x, y) along `angle` would cover, or None when it would
+        leave the canvas or touch a label already placed."""
         dx, dy = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-        pts = [(x + dx * s, y + dy * s) for s in range(0, int(length) + 1, LABEL_STEP)]
-        if any(not (0 <= px <= WIDTH and LEGEND_H <= py <= HEIGHT) for px, py in pts):
-            return None
-        return {(int(px // LABEL_CELL), int(py // LABEL_CELL)) for px, py in pts}
+        for px, py in ((x, y), (x + dx * length, y + dy * length)):   # a straight line: ends suffice
+            if not (0 <= px <= WIDTH and LEGEND_H <= py <= HEIGHT):
+                return None
+        cells = set()
+        for s in range(0, int(length) + 1, LABEL_STEP):
+            cell = (int((x + dx * s) // LABEL_CELL), int((y + dy * s) // LABEL_CELL))
+            if cell in self.taken:
+                return None
+            cells.add(cell)
+        return cells
 
     def place(self, x: float, y: float, chars: int, prefer_left: bool):
-        """(dx, angle, anchor) for a label at point (x, y), or None when every spot is taken."""
+        """(dx, dy, angle, anchor) for a label at point (x, y), or None when every spot is taken."""
         length = chars * LABEL_CHAR_W
         # Up-right, up-left, down-right, down-left; the side facing the plot's middle first.
         spots = [(4, -30, "start", -8), (-4, 30, "end", -8), (4, 30, "start", 10), (-4, -30, "end", 10)]
         if prefer_left:
             spots = [spots[1], spots[0], spots[3], spots[2]]
         for dx, angle, anchor, dy in spots:
-            direction = angle + (180 if anchor == "end" else 0)
-            cells = self._cells(x + dx, y + dy, direction, length)
+            cells = self._free(x + dx, y + dy, angle + (180 if anchor == "end" else 0), length)
             if cells is None:
                 continue
-            near = {(cx + i, cy + j) for cx, cy in cells for i in (-1, 0, 1) for j in (-1, 0, 1)}
-            if near & self.taken:
-                continue
-            self.taken |= cells
+            # What is taken includes a one-cell margin around each placed label.
+            self.taken.update((cx + i, cy + j) for cx, cy in cells for i in (-1, 0, 1) for j in (-1, 0, 1))
             return dx, dy, angle, anchor
         return None
 
