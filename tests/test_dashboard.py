@@ -482,3 +482,18 @@ def test_runs_folder_that_does_not_exist_is_an_error(tmp_path):
                            timeout=60, cwd=tmp_path)
         assert p.returncode == 2 and "no such folder" in p.stderr, (p.returncode, p.stderr[-300:])
         assert "dashboard:" not in p.stdout
+
+
+def test_trusted_figure_falls_back_to_the_verification_when_the_decision_has_none(fresh):
+    """An integrity discard records no decision figure, but the re-evaluation ran: show its value."""
+    recs = [json.loads(x) for x in (fresh / "journal.jsonl").read_text().splitlines()]
+    rec = next(r for r in recs if r["status"] == "discard")
+    rec["trusted_bpb"] = None
+    rec["verdicts"]["verify"].update(ok=False, reason="printed val_bpb disagrees with the trusted one")
+    (fresh / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _, c = client(fresh)
+    page = c.get(f"/t/demo/e/{rec['n']}").get_data(as_text=True)
+    shown = page.split('<td class="mono trusted">', 1)[1][:200]
+    assert shown.startswith(f"{rec['verdicts']['verify']['trusted_bpb']:.6f}")
+    assert "the trusted re-evaluation; not the decision figure" in shown
+    assert "<th>ok</th><td>no</td>" in page
