@@ -85,7 +85,10 @@ def _x_ticks(n_max: int) -> list[int]:
     """Whole experiment numbers only, never two at one position (one point: just "1")."""
     if n_max <= 1:
         return [1]
-    return sorted({int(t) for t in _nice_ticks(1, n_max, 10) if t == int(t) and 1 <= t <= n_max})
+    ticks = sorted({int(t) for t in _nice_ticks(1, n_max, 10) if t == int(t) and 1 <= t <= n_max})
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else n_max
+    # The first experiment gets its tick too, unless the first nice tick would crowd it.
+    return [1, *ticks] if ticks and ticks[0] > 1 and ticks[0] - 1 >= step / 2 else ticks
 
 
 class _Labels:
