@@ -497,3 +497,14 @@ def test_trusted_figure_falls_back_to_the_verification_when_the_decision_has_non
     assert shown.startswith(f"{rec['verdicts']['verify']['trusted_bpb']:.6f}")
     assert "the trusted re-evaluation; not the decision figure" in shown
     assert "<th>ok</th><td>no</td>" in page
+
+
+def test_training_clock_past_the_budget_says_so(fresh):
+    import time
+    state = json.loads((fresh / "state.json").read_text())
+    (fresh / "state.json").write_text(json.dumps({**state, "phase": "training", "budget": 300,
+                                                  "run_started_at": time.time() - 400}))
+    _, c = client(fresh)
+    page = c.get("/t/demo/").get_data(as_text=True)
+    assert "budget reached 1m 40s ago" in page or "budget reached 1m 41s ago" in page
+    assert "-1m" not in page
