@@ -158,7 +158,9 @@ def test_single_point_and_only_non_finite_points(copy_run):
 def _mutations(rec, top_level=True):
     """(path, value) pairs: every top-level field and the verdict fields the pages read."""
     paths = [(k,) for k in rec] if top_level else [("trusted_bpb",), ("proposer",), ("verdicts",)]
-    for name in ("guard", "verify", "judge", "metajudge"):
+    # The baseline record matters for what sets the band (its judge verdict); the rest is covered
+    # on the experiment's record.
+    for name in ("guard", "verify", "judge", "metajudge") if top_level else ("judge",):
         paths.append(("verdicts", name))
         for k in (rec.get("verdicts", {}).get(name) or {}):
             paths.append(("verdicts", name, k))
@@ -200,7 +202,7 @@ def test_journal_fields_with_hostile_values(copy_run):
                 if r.mimetype == "application/json":
                     _strict(r.get_data(as_text=True))
             n += 1
-    assert n > 500                               # the loop really covered the fields
+    assert n > 400                               # the loop really covered the fields
     # The run page (rows, Now panel, band) with everything mutated at once, field by field.
     for value in HOSTILE:
         w.write("journal.jsonl", "".join(json.dumps({k: value for k in r}) + "\n" for r in recs))
