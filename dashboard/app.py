@@ -168,7 +168,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         return render_template(
             "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
             total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
-            run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json), chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
+            run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
+            chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
             queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
 
     @app.get("/t/<key>/e/<int:n>")
@@ -246,7 +247,9 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         if not hasattr(body, "get"):
             abort(400, description="the request body must be a JSON object or a form")
         tag = body.get("tag")
-        run = run_or_404(tag if isinstance(tag, str) else None)
+        if tag is not None and not isinstance(tag, str):
+            abort(400, description="tag must be text")
+        run = run_or_404(tag)
         decision, note = body.get("decision", ""), body.get("note") or ""
         if not isinstance(decision, str) or not isinstance(note, str):
             abort(400, description="decision and note must be text")

@@ -80,10 +80,9 @@ def noise_band(rows: list[dict], records: list[dict]) -> dict:
         base = sum(values) / len(values) if values else rec.get("trusted_bpb")
         if not _finite(base):
             continue
-        threshold = judge.get("threshold", band.get("threshold"))
-        spread, k = judge.get("spread", band.get("spread")), band.get("k")
-        return {"baseline": float(base), "threshold": float(threshold) if _finite(threshold) and threshold > 0 else None,
-                "spread": spread if _finite(spread) else None, "k": k if _finite(k) else None,
+        threshold = _fnum(judge.get("threshold", band.get("threshold")))
+        return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
+                "spread": _fnum(judge.get("spread", band.get("spread"))), "k": _fnum(band.get("k")),
                 "source": f"the judge's baseline over {len(values) or 1} run(s)"}
     valid = [r for r in rows if r["val_bpb"] is not None and r["status"] != "crash"]
     if not valid:
