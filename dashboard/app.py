@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import json
+import math
 import os
 import secrets
 import sys
@@ -19,9 +20,11 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from flask import (Flask, Response, abort, jsonify, redirect, render_template, request,
                    stream_with_context, url_for)
+from flask.json.provider import DefaultJSONProvider
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
@@ -40,6 +43,11 @@ TOKEN_ENV = "AUTORESEARCH_DASHBOARD_TOKEN"
 TOKEN_HEADER = "X-Dashboard-Token"
 # Host headers accepted while bound to loopback (blocks DNS-rebinding pages from reading us).
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+# Digits accepted in a numeric parameter (Last-Event-ID, since=, a queue item id): far more
+# than any real count, far fewer than what makes int() slow or float() overflow.
+MAX_INT_DIGITS = 12
+# Longest note accepted with a queue decision (the review CLI's notes are a line or two).
+MAX_NOTE_CHARS = 4000
 # Model-written content may contain markup; scripts only ever come from our own /static.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'")
@@ -47,6 +55,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 
 def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=True, environ=None):
     app = Flask(__name__)
+    app.json = FiniteJSON(app)
     env = os.environ if environ is None else environ
     token = token or env.get(TOKEN_ENV) or secrets.token_urlsafe(18)
     index = RunIndex(Path(repo) if repo else None, Path(runs_dir) if runs_dir else None, default_tag)
@@ -54,7 +63,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
     stop = threading.Event()
     app.config.update(INDEX=index, TOKEN=token, SCRUB=scrub, STOP=stop, LOOPBACK=loopback,
                       STREAM_MAX_S=live.STREAM_MAX_S)
-    app.jinja_env.filters.update(bpb=_fmt_bpb, when=_fmt_when, dur=_fmt_dur, pretty=_pretty, pct=_fmt_pct)
+    app.jinja_env.filters.update(bpb=_fmt_bpb, when=_fmt_when, dur=_fmt_dur, pretty=_pretty, pct=_fmt_pct,
+                                 yesno=_fmt_yesno)
 
     # ---------------------------------------------------------------- helpers
 
@@ -149,7 +159,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         newest_first = res.rows[::-1]
         shown = newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
         problems = list(res.problems)
-        if journal.missing:
+        fresh = not res.rows and not journal.records
+        if journal.missing and res.rows:
             problems.append("journal.jsonl not found (details per experiment unavailable)")
         elif journal.bad:
             problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
@@ -157,7 +168,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         return render_template(
             "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
             total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
-            run_problem=run_problem, chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
+            run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
+            chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
             queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
 
     @app.get("/t/<key>/e/<int:n>")
@@ -166,7 +178,9 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         exp = runview.experiment(run, n)
         if exp is None:
             abort(404, description=f"tag {run.tag} has no experiment #{n}")
-        return render_template("experiment.html", run=run, runs=index.all(), e=exp)
+        run_json, _ = data.read_json(run.file("run.json"))
+        return render_template("experiment.html", run=run, runs=index.all(), e=exp,
+                               data_warning=runview.data_warning(run_json))
 
     @app.get("/t/<key>/chart.svg")
     def chart_file(key):
@@ -184,7 +198,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         res = data.read_results(run.file("results.tsv"))
         offset = max(0, request.args.get("offset", 0, type=int) or 0)
         limit = min(max(0, request.args.get("limit", MAX_LIMIT, type=int) or 0), MAX_LIMIT)
-        keys = ("n", "commit", "val_bpb", "memory_gb", "status", "description", "problem", "partial")
+        keys = ("n", "commit", "val_bpb", "val_text", "memory_gb", "status", "description", "problem", "partial")
         rows = [{k: r[k] for k in keys} for r in res.rows[offset:offset + limit]]
         return jsonify(tag=run.tag, key=run.key, count=len(res.rows), complete=res.complete,
                        offset=offset, problems=res.problems, rows=rows)
@@ -214,27 +228,36 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
     @app.get("/api/stream")
     def api_stream():
         run = run_or_404(request.args.get("tag"))
-        since = request.headers.get("Last-Event-ID", request.args.get("since", "0"))
-        since = int(since) if str(since).isdigit() else 0
+        since = _count(request.headers.get("Last-Event-ID", request.args.get("since", "0")), "since")
         gen = live.stream(run, since, renderers, scrub, stop, app.config["STREAM_MAX_S"])
         return Response(stream_with_context(gen), mimetype="text/event-stream",
                         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     @app.post("/api/queue/decide")
     def api_decide():
+        foreign = _cross_origin(request)
+        if foreign:
+            abort(403, description=f"action refused: {foreign}")
         given = request.headers.get(TOKEN_HEADER) or request.form.get("token") or ""
-        if not hmac.compare_digest(given.encode(), token.encode()):
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), token.encode()):
             abort(403, description="action refused: the dashboard token is missing or wrong "
                                    "(it is printed when the dashboard starts)")
-        body = request.get_json(silent=True) or request.form
-        run = run_or_404(body.get("tag"))
-        decision = str(body.get("decision", ""))
+        body = request.get_json(silent=True)
+        body = request.form if body is None else body
+        if not hasattr(body, "get"):
+            abort(400, description="the request body must be a JSON object or a form")
+        tag = body.get("tag")
+        if tag is not None and not isinstance(tag, str):
+            abort(400, description="tag must be text")
+        run = run_or_404(tag)
+        decision, note = body.get("decision", ""), body.get("note") or ""
+        if not isinstance(decision, str) or not isinstance(note, str):
+            abort(400, description="decision and note must be text")
+        if len(note) > MAX_NOTE_CHARS:
+            abort(400, description=f"note longer than {MAX_NOTE_CHARS} characters")
+        item_id = _count(body.get("id"), "id", required=True)
         try:
-            item_id = int(body.get("id"))
-        except (TypeError, ValueError):
-            abort(400, description="id must be a queue item number")
-        try:
-            item = human_queue.decide(run, item_id, decision, note=str(body.get("note") or ""))
+            item = human_queue.decide(run, item_id, decision, note=note)
         except human_queue.QueueError as e:
             abort(409, description=str(e))
         return jsonify(item=item, html=queue_html(run))
@@ -242,25 +265,97 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
     return app
 
 
+# -------------------------------------------------------------------- request checks
+
+class FiniteJSON(DefaultJSONProvider):
+    """JSON answers stay valid JSON: inf/nan (which a journal may hold) become "inf"/"nan"."""
+
+    def dumps(self, obj, **kw):
+        return super().dumps(_finite_only(obj), **kw)
+
+
+def _finite_only(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _finite_only(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_only(v) for v in obj]
+    return obj
+
+
+def _count(value, name: str, required: bool = False) -> int:
+    """A non-negative integer parameter (digits, or a JSON integer), bounded; else 400."""
+    if value is None and not required:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10 ** MAX_INT_DIGITS:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= MAX_INT_DIGITS:
+        return int(value)
+    abort(400, description=f"{name} must be a whole number of at most {MAX_INT_DIGITS} digits")
+
+
+def _cross_origin(req) -> str | None:
+    """Why a state-changing request comes from another site, or None.
+
+    Browsers send Origin on every POST from a page (Sec-Fetch-Site too); both must name this
+    very host. A request without either (curl, the review CLI) carries only the token."""
+    site = req.headers.get("Sec-Fetch-Site")
+    if site and site not in ("same-origin", "none"):
+        return f"a {site} request (Sec-Fetch-Site)"
+    origin = req.headers.get("Origin")
+    if origin is None:
+        return None
+    try:
+        netloc = urlsplit(origin).netloc.lower()
+    except ValueError:
+        netloc = ""
+    if not netloc or netloc != (req.host or "").lower():
+        return f"Origin {origin[:100]!r} is not this dashboard ({req.host})"
+    return None
+
+
 # -------------------------------------------------------------------- formatting filters
 
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v) -> bool:
+    try:
+        return _is_num(v) and math.isfinite(v)
+    except OverflowError:      # an int too large for a float
+        return False
+
+
 def _fmt_bpb(v):
-    return "—" if not isinstance(v, (int, float)) else f"{v:.6f}"
+    if not _is_num(v):
+        return "—"
+    if not _finite(v):       # shown as such: "inf", "-inf", "nan" (or a number too big to print)
+        return str(float(v)) if isinstance(v, float) else "(huge)"
+    return f"{v:.6f}" if abs(v) < 1e12 else f"{v:.6g}"
 
 
 def _fmt_pct(v):
-    return "—" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+    return f"{100 * v:.0f}%" if _finite(v) and abs(v) < 1e12 else "—"
+
+
+def _fmt_yesno(v):
+    return "yes" if v is True else "no" if v is False else "—" if v is None else str(v)
 
 
 def _fmt_when(t):
-    if not isinstance(t, (int, float)):
+    if not _finite(t):
         return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return f"(time {t:.6g})"
 
 
 def _fmt_dur(s):
-    if not isinstance(s, (int, float)):
-        return "—"
+    if not _finite(s):
+        return "—" if not _is_num(s) else str(s)
     s = int(round(s))
     neg, s = s < 0, abs(s)
     text = f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s")
@@ -268,7 +363,10 @@ def _fmt_dur(s):
 
 
 def _pretty(obj):
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)
+    try:
+        return json.dumps(obj, indent=2, sort_keys=True, default=str)
+    except (TypeError, ValueError):     # keys of mixed types (only from Python, never from JSON)
+        return repr(obj)
 
 
 # -------------------------------------------------------------------- entry point
@@ -281,6 +379,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", help="read every folder holding a results.tsv below DIR")
     ap.add_argument("--repo", help="repository whose .autoresearch/<tag>/ runs to show (default: this one)")
     args = ap.parse_args(argv)
+    for flag, value in (("--runs", args.runs), ("--repo", args.repo)):
+        if value is not None and not Path(value).is_dir():
+            ap.error(f"{flag} {value}: no such folder")
     repo = Path(args.repo).resolve() if args.repo else git_toplevel(Path.cwd())
     runs_dir = Path(args.runs).resolve() if args.runs else None
     loopback = args.host in ("127.0.0.1", "localhost", "::1")

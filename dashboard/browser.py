@@ -5,10 +5,14 @@ Chromium's `--remote-debugging-pipe` reads protocol commands from fd 3 and write
 events to fd 4, each message a JSON object ended by a NUL byte. We hand it two pipes there and
 speak the protocol directly: open a page, evaluate JavaScript, click with real mouse events,
 take a screenshot.
+
+As a command, it screenshots one page (how docs/dashboard*.png are made):
+    uv run dashboard/browser.py http://127.0.0.1:8000/t/<tag>/ docs/dashboard-run.png
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
@@ -190,3 +194,28 @@ class Chromium:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Screenshot a dashboard page with headless Chromium.")
+    ap.add_argument("url")
+    ap.add_argument("out", help="PNG file to write")
+    ap.add_argument("--width", type=int, default=1300)
+    ap.add_argument("--height", type=int, default=1000)
+    ap.add_argument("--viewport-only", action="store_true", help="only the first screen, not the full page")
+    args = ap.parse_args(argv)
+    with Chromium(width=args.width, height=args.height) as browser:
+        browser.open(args.url)
+        # The live dot turns green once the event stream is up (pages without one: skip).
+        try:
+            browser.wait_for("!document.getElementById('live') || !document.body.dataset.stream"
+                             " || document.getElementById('live').className === 'live on'", timeout=10)
+        except BrowserError:
+            pass
+        browser.screenshot(Path(args.out), full_page=not args.viewport_only)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

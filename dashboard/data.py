@@ -12,6 +12,7 @@ unchanged files; JSONL files are read incrementally (only the bytes appended sin
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -53,11 +54,15 @@ class Results:
 
 
 def _float(text: str):
+    """(finite value or None, what to show instead when the cell holds inf/nan)."""
     try:
         v = float(text)
-    except ValueError:
-        return None
-    return v if v == v else None   # NaN is as good as missing for plots and comparisons
+    except (ValueError, OverflowError):
+        return None, None
+    if math.isfinite(v):
+        return v, None
+    # inf/-inf/nan are numbers, not figures: never plotted or compared, shown as written.
+    return None, ("nan" if v != v else ("inf" if v > 0 else "-inf"))
 
 
 def parse_results(text: str) -> Results:
@@ -92,8 +97,8 @@ def parse_results(text: str) -> Results:
 
 def _parse_row(n: int, raw: str, line_no: int, unterminated: bool) -> dict:
     cells = raw.split("\t")
-    row = {"n": n, "line": line_no, "raw": raw, "commit": "", "val_bpb": None, "memory_gb": None,
-           "status": "?", "description": "", "problem": None, "partial": unterminated}
+    row = {"n": n, "line": line_no, "raw": raw, "commit": "", "val_bpb": None, "val_text": None,
+           "memory_gb": None, "status": "?", "description": "", "problem": None, "partial": unterminated}
     problems = []
     if len(cells) < len(RESULTS_COLUMNS):
         problems.append(f"{len(cells)} of {len(RESULTS_COLUMNS)} columns")
@@ -103,10 +108,14 @@ def _parse_row(n: int, raw: str, line_no: int, unterminated: bool) -> dict:
         problems.append("extra tab(s) in the description")
     cells = cells + [""] * (len(RESULTS_COLUMNS) - len(cells))
     row["commit"], bpb, mem, status, row["description"] = cells[:5]
-    row["val_bpb"] = _float(bpb)
-    row["memory_gb"] = _float(mem)
-    if bpb and row["val_bpb"] is None:
-        problems.append(f"val_bpb {bpb!r} is not a number")
+    row["val_bpb"], row["val_text"] = _float(bpb)
+    row["memory_gb"], mem_text = _float(mem)
+    if row["val_text"]:
+        problems.append(f"val_bpb {bpb!r} is not finite")
+    elif bpb and row["val_bpb"] is None:
+        problems.append(f"val_bpb {bpb[:40]!r} is not a number")
+    if mem_text:
+        problems.append(f"memory_gb {mem!r} is not finite")
     row["status"] = status or "?"
     if status and status not in STATUSES:
         problems.append(f"unknown status {status!r}")

@@ -6,6 +6,7 @@ the journal adds detail per experiment, state.json the live status, traces.jsonl
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import defaultdict
@@ -13,10 +14,10 @@ from collections import defaultdict
 from dashboard import data, gitdiff
 from dashboard.runs import Run
 
-# Judge verdict keys that may hold the run-to-run spread estimated from the baseline repeats.
-SPREAD_KEYS = ("spread", "noise", "noise_sd", "sigma", "std")
-# Default multiple of the spread a change must clear (the Judge's default k).
-DEFAULT_K = 2.0
+# prepare.describe()'s source when the hub was out of reach (run.json records it).
+OFFLINE_SOURCE = "offline-fallback"
+# Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
+PID_MAX = 2 ** 31
 # state.json older than this (seconds) while the loop claims to be busy is flagged stale.
 STALE_STATE_S = 120
 
@@ -38,7 +39,7 @@ def match_journal(rows: list[dict], records: list[dict]) -> dict[int, dict]:
                 used.add(id(rec))
                 out[row["n"]] = rec
                 break
-    by_n = {rec.get("n"): rec for rec in records if id(rec) not in used}
+    by_n = {rec.get("n"): rec for rec in records if id(rec) not in used and isinstance(rec.get("n"), int)}
     for row in rows:
         rec = by_n.get(row["n"])
         if row["n"] not in out and rec is not None and rec.get("status") == row["status"]:
@@ -46,41 +47,99 @@ def match_journal(rows: list[dict], records: list[dict]) -> dict[int, dict]:
     return out
 
 
-def noise_band(rows: list[dict], records: list[dict]) -> dict:
-    """Baseline val_bpb and the band around it that counts as noise.
+def data_warning(run_json: dict | None) -> str | None:
+    """What to say when the run's data is the offline stand-in (prepare.py's `offline-fallback`)."""
+    if isinstance(run_json, dict) and run_json.get("source") == OFFLINE_SOURCE:
+        return ("offline data: prepare.py used its offline fallback corpus (no ClimbMix), so these "
+                "val_bpb figures are not comparable with runs on the real data")
+    return None
 
-    The spread comes from the Judge's verdicts when it recorded one; else from repeated
-    baseline rows (same commit as the first row); else it is unknown and said so.
+
+def is_baseline(record: dict | None) -> bool:
+    """The loop's baseline record: the unmodified train.py, judged with basis "baseline"."""
+    if not isinstance(record, dict):
+        return False
+    judge = _dict(_dict(record.get("verdicts")).get("judge"))
+    return judge.get("basis") == "baseline" or record.get("proposer") == "baseline"
+
+
+def noise_band(rows: list[dict], records: list[dict]) -> dict:
+    """The judge's baseline and the half-width of the band around it that counts as noise.
+
+    From the baseline record the loop wrote (verdicts.judge: baseline_values, threshold = k x
+    spread); without one (a run judged by the simple reviewer, a lost journal) the baseline is
+    the first row and the band unknown, said so.
     """
+    for rec in reversed(records):
+        if not is_baseline(rec):
+            continue
+        judge = _dict(_dict(rec.get("verdicts")).get("judge"))
+        band = _dict(judge.get("band"))
+        raw = judge.get("baseline_values") or band.get("values")
+        values = [v for v in raw if _finite(v)] if isinstance(raw, list) else []
+        base = sum(values) / len(values) if values else rec.get("trusted_bpb")
+        if not _finite(base):
+            continue
+        threshold = _fnum(judge.get("threshold", band.get("threshold")))
+        return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
+                "spread": _fnum(judge.get("spread", band.get("spread"))), "k": _fnum(band.get("k")),
+                "source": f"the judge's baseline over {len(values) or 1} run(s)"}
     valid = [r for r in rows if r["val_bpb"] is not None and r["status"] != "crash"]
     if not valid:
-        return {"baseline": None, "spread": None, "k": DEFAULT_K, "source": "no results yet"}
-    first = valid[0]
-    repeats = [r["val_bpb"] for r in valid if r["commit"] and r["commit"] == first["commit"]]
-    baseline = sum(repeats) / len(repeats)
-    for rec in reversed(records):
-        verdicts = rec.get("verdicts") if isinstance(rec.get("verdicts"), dict) else {}
-        judge = verdicts.get("judge")
-        if not isinstance(judge, dict):
-            continue
-        # The figure may sit on the verdict itself or on one of its parts (rule opinion, band).
-        for part in [judge, *(v for v in judge.values() if isinstance(v, dict))]:
-            for key in SPREAD_KEYS:
-                v = part.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                    k = part.get("k", judge.get("k"))
-                    k = float(k) if isinstance(k, (int, float)) and k > 0 else DEFAULT_K
-                    return {"baseline": baseline, "spread": float(v), "k": k,
-                            "source": f"the Judge's {key}"}
-    if len(repeats) >= 2:
-        spread = max(repeats) - min(repeats)
-        return {"baseline": baseline, "spread": spread or None, "k": DEFAULT_K,
-                "source": f"{len(repeats)} baseline repeats"}
-    return {"baseline": baseline, "spread": None, "k": DEFAULT_K, "source": "unknown (one baseline run)"}
+        return {"baseline": None, "threshold": None, "spread": None, "k": None, "source": "no results yet"}
+    return {"baseline": valid[0]["val_bpb"], "threshold": None, "spread": None, "k": None,
+            "source": "first row (no judge baseline recorded)"}
+
+
+def verification(record: dict | None) -> dict | None:
+    """verdicts.verify (VerifyResult.as_dict()) as the rows of a small table, or None."""
+    v = _dict(_dict((record or {}).get("verdicts")).get("verify"))
+    if not v:
+        return None
+    return {"ok": v.get("ok"), "reason": v.get("reason"), "trusted": v.get("trusted_bpb"),
+            "printed": v.get("printed_bpb"), "causal": v.get("causal"), "seconds": v.get("seconds"),
+            "details": v.get("details")}
+
+
+def trusted_bpb(record: dict | None):
+    """(trusted val_bpb, where it came from): the record's decision figure (the mean of the
+    runs for the baseline), else the trusted re-evaluation's own figure."""
+    rec = record or {}
+    if _finite(rec.get("trusted_bpb")):
+        return rec["trusted_bpb"], "decision"
+    v = _dict(_dict(rec.get("verdicts")).get("verify")).get("trusted_bpb")
+    return (v, "verification") if _finite(v) else (None, None)
+
+
+def displayable(obj):
+    """A copy of a journal object that templates can format: numbers that are not finite (or do
+    not fit a float) become the words that describe them, so no format string ever sees them."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, int) and not isinstance(obj, bool) and not _finite(obj):
+        return "(number too large)"
+    if isinstance(obj, dict):
+        return {str(k): displayable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [displayable(v) for v in obj]
+    return obj
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _finite(v) -> bool:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:      # an int too large for a float
+        return False
 
 
 def _pid_alive(pid) -> bool | None:
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < PID_MAX:
         return None
     try:
         os.kill(pid, 0)
@@ -96,54 +155,74 @@ def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None
     now = time.time() if now is None else now
     state, problem = data.read_json(run.file("state.json"))
     s = state or {}
-    out = {"problem": problem, "phase": s.get("phase") or "unknown", "experiment": s.get("experiment"),
-           "updated_at": s.get("updated_at"), "last_decision": s.get("last_decision"),
-           "server_now": now, "run_started_at": None, "budget": s.get("budget")}
+    # state.json is data: every field is checked for the type the page needs.
+    phase = s.get("phase") if isinstance(s.get("phase"), str) and s.get("phase") else "unknown"
+    experiment = s.get("experiment") if isinstance(s.get("experiment"), int) and not isinstance(s.get("experiment"), bool) else None
+    out = {"problem": problem, "phase": phase[:40], "experiment": experiment,
+           "updated_at": _fnum(s.get("updated_at")), "last_decision": s.get("last_decision"),
+           "server_now": now, "run_started_at": None, "budget": _fnum(s.get("budget"))}
     done = [r for r in rows if not r["partial"]]
     n_keep = sum(r["status"] == "keep" for r in done)
     # Best: the loop's own claim first, else the lowest kept val_bpb in results.tsv.
     best = s.get("best") if isinstance(s.get("best"), dict) else None
+    if best is not None:
+        commit = best.get("commit")
+        best = {"commit": commit if isinstance(commit, str) else None, "val_bpb": _fnum(best.get("val_bpb"))}
     if not best or best.get("val_bpb") is None:
         kept = [r for r in done if r["status"] == "keep" and r["val_bpb"] is not None]
         b = min(kept, key=lambda r: r["val_bpb"], default=None)
         best = {"commit": b["commit"], "val_bpb": b["val_bpb"]} if b else None
     out["best"] = best
-    kr = s.get("keep_rate")
-    out["keep_rate"] = kr if isinstance(kr, (int, float)) else (n_keep / len(done) if done else None)
+    kr = _fnum(s.get("keep_rate"))
+    out["keep_rate"] = kr if kr is not None else (n_keep / len(done) if done else None)
     out["experiments"] = len(done)
     # Tokens and cost: state.json's running totals, else the journal's sums.
     tokens = s.get("tokens") if isinstance(s.get("tokens"), dict) else None
-    if tokens is None:
-        tokens = {"input": sum(_num((r.get("tokens") or {}).get("input")) for r in records),
-                  "output": sum(_num((r.get("tokens") or {}).get("output")) for r in records)}
+    if tokens is not None:
+        tokens = {k: int(_num(tokens.get(k))) for k in ("input", "output")}
+    else:
+        tokens = {k: int(sum(_num(_dict(r.get("tokens")).get(k)) for r in records)) for k in ("input", "output")}
     out["tokens"] = tokens
-    cost = s.get("cost_usd")
-    out["cost_usd"] = cost if isinstance(cost, (int, float)) else sum(_num(r.get("cost_usd")) for r in records)
+    cost = _fnum(s.get("cost_usd"))
+    out["cost_usd"] = cost if cost is not None else sum(_num(r.get("cost_usd")) for r in records)
     # Rates over the journal's span: experiments per hour, and the share of wall time spent
     # training (duty cycle), which is what a faster harness improves.
-    starts = [r["started_at"] for r in records if isinstance(r.get("started_at"), (int, float))]
-    ends = [r["ended_at"] for r in records if isinstance(r.get("ended_at"), (int, float))]
+    starts = [r["started_at"] for r in records if _fnum(r.get("started_at")) is not None]
+    ends = [r["ended_at"] for r in records if _fnum(r.get("ended_at")) is not None]
     wall = (max(ends) - min(starts)) if starts and ends and max(ends) > min(starts) else None
     # Training seconds where the journal has them, else the run's wall time (includes start-up).
     run_s = sum(_num(t.get("training", t.get("run"))) for t in
                 (r.get("timings") if isinstance(r.get("timings"), dict) else {} for r in records))
+    wall = wall if wall is not None and math.isfinite(wall) else None
     out["per_hour"] = len(ends) / (wall / 3600) if wall else None
-    out["duty_cycle"] = min(1.0, run_s / wall) if wall else None
-    if out["phase"] == "training" and isinstance(s.get("run_started_at"), (int, float)):
-        out["run_started_at"] = s["run_started_at"]
-        out["elapsed"] = max(0.0, now - s["run_started_at"])
-        b = s.get("budget")
-        out["remaining"] = (b - out["elapsed"]) if isinstance(b, (int, float)) else None
+    out["duty_cycle"] = min(1.0, run_s / wall) if wall and math.isfinite(run_s) else None
+    started = _fnum(s.get("run_started_at"))
+    if out["phase"] == "training" and started is not None:
+        out["run_started_at"] = started
+        out["elapsed"] = max(0.0, now - started)
+        b = out["budget"]
+        out["remaining"] = (b - out["elapsed"]) if b is not None else None
     alive = _pid_alive(s.get("pid"))
     busy = out["phase"] not in ("stopped", "unknown")
     out["pid_alive"] = alive
     out["stale"] = bool(state) and busy and (
-        alive is False or (isinstance(s.get("updated_at"), (int, float)) and now - s["updated_at"] > STALE_STATE_S))
+        alive is False or (out["updated_at"] is not None and now - out["updated_at"] > STALE_STATE_S))
     return out
 
 
 def _num(v) -> float:
-    return float(v) if isinstance(v, (int, float)) else 0.0
+    """A finite number, else 0 (sums over hostile journals stay finite)."""
+    return _fnum(v) or 0.0
+
+
+def _fnum(v) -> float | None:
+    """A finite number as float, else None (bools, strings, inf and nan are not figures)."""
+    if not _finite(v):
+        return None
+    try:
+        return float(v)
+    except OverflowError:      # an int too large for a float
+        return None
 
 
 def spans_for(spans: list[dict], record: dict | None) -> list[dict]:
@@ -158,34 +237,34 @@ def spans_for(spans: list[dict], record: dict | None) -> list[dict]:
     n = record.get("n")
     t0, t1 = record.get("started_at"), record.get("ended_at")
     traces = {sp.get("trace") for sp in spans
-              if isinstance(sp.get("input"), dict) and n is not None
+              if isinstance(sp.get("input"), dict) and n is not None and isinstance(sp.get("trace"), (str, int))
               and n in (sp["input"].get("n"), sp["input"].get("experiment"))}
-    traces.discard(None)
-    timed = isinstance(t0, (int, float)) and isinstance(t1, (int, float))
+    timed = _finite(t0) and _finite(t1)
 
     def mine(sp):
         # Trace membership when the tracer named the experiment; the time window otherwise
         # (it would also catch the next proposal, prepared while this run trained).
         if traces:
-            return sp.get("trace") in traces
+            return isinstance(sp.get("trace"), (str, int)) and sp.get("trace") in traces
         s = sp.get("start")
-        return timed and isinstance(s, (int, float)) and t0 <= s <= t1
+        return timed and _finite(s) and t0 <= s <= t1
 
-    picked = [sp for sp in spans if mine(sp) and isinstance(sp.get("start"), (int, float))]
+    picked = [sp for sp in spans if mine(sp) and _fnum(sp.get("start")) is not None]
     if not picked:
         return []
     lo = min(sp["start"] for sp in picked)
     hi = max(max(_num(sp.get("end")), sp["start"]) for sp in picked)
     width = max(hi - lo, 1e-6)
-    by_id = {sp.get("id"): sp for sp in picked}
+    by_id = {sp.get("id"): sp for sp in picked if isinstance(sp.get("id"), (str, int))}
 
     def depth(sp, seen=0):
-        p = by_id.get(sp.get("parent"))
+        parent = sp.get("parent")
+        p = by_id.get(parent) if isinstance(parent, (str, int)) else None
         return 0 if p is None or seen > 20 else 1 + depth(p, seen + 1)
 
     out = []
     for sp in sorted(picked, key=lambda s: s["start"]):
-        end = sp.get("end") if isinstance(sp.get("end"), (int, float)) else None
+        end = _fnum(sp.get("end"))
         out.append({"name": str(sp.get("name", "?")), "depth": depth(sp),
                     "left": 100 * (sp["start"] - lo) / width,
                     "width": max(0.3, 100 * ((end if end is not None else hi) - sp["start"]) / width),
@@ -214,12 +293,22 @@ def experiment(run: Run, n: int) -> dict | None:
     rn = rec.get("n") if rec else None
     audits = [r for r in journal.records if r.get("kind") == "audit" and rn is not None
               and rn in (r.get("n"), r.get("experiment"))]
-    log_rel = (rec or {}).get("log") or (f"logs/exp-{rn:04d}.log" if isinstance(rn, int) else None)
+    log_rel = (rec or {}).get("log")
+    if not isinstance(log_rel, str) or not log_rel:
+        log_rel = f"logs/exp-{rn:04d}.log" if isinstance(rn, int) and 0 <= rn < 10 ** 6 else None
     log, log_problem = (data.log_tail(data.inside(run.path, log_rel)) if log_rel
                         else (None, "no log recorded"))
     traces = data.read_jsonl(run.file("traces.jsonl"))
-    diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
-    return {"row": row, "record": rec, "problems": problems + ([row["problem"]] if row["problem"] else []),
+    baseline = is_baseline(rec)
+    if baseline:
+        # The baseline is the user's train.py as it was: its commit's own diff is whatever the
+        # upstream repository last changed, which says nothing about this run.
+        diff = gitdiff.Diff(source="baseline")
+    else:
+        diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
+    trusted, trusted_from = trusted_bpb(rec)
+    return {"row": row, "record": displayable(rec), "baseline": baseline, "trusted": trusted,
+            "trusted_from": trusted_from, "verification": displayable(verification(rec)), "problems": problems + ([row["problem"]] if row["problem"] else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,
             "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.rows) else None}

@@ -1,7 +1,11 @@
 """The dashboard end to end in headless Chromium: the real entry point serves a demo run, the page
-updates live when results.tsv grows, a queue item is approved by a mouse click, and the
-screenshot docs/dashboard.png is taken. Chromium is driven over the DevTools pipe
-(dashboard/browser.py); the Debian package `chromium` must be installed (.ci/run does it)."""
+updates live when results.tsv grows, a queue item is approved by a mouse click, and a
+screenshot is taken (into tmp_path: the tracked docs/*.png are made by hand, see
+dashboard/browser.py). Chromium is driven over the DevTools pipe (dashboard/browser.py); the
+Debian package `chromium` must be installed (.ci/run does it).
+
+The last test checks that the repository's `git status` is what it was when the tests were
+collected: no test here may write into the checkout."""
 
 import os
 import subprocess
@@ -17,7 +21,15 @@ from dashboard.demo import build
 from harness.queue_store import QueueStore
 
 ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOT = ROOT / "docs" / "dashboard.png"
+
+
+def git_status() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+# Taken at collection, before any test of the session ran.
+STATUS_AT_START = git_status()
 # Seconds allowed for the dashboard process to print its address.
 START_TIMEOUT_S = 30
 
@@ -50,8 +62,9 @@ def server(tmp_path):
         proc.wait()
 
 
-def test_live_page_in_chromium(server):
+def test_live_page_in_chromium(server, tmp_path):
     run, url, token = server
+    screenshot = tmp_path / "dashboard.png"
     assert url.startswith("http://127.0.0.1:")        # loopback by default
     store = QueueStore(run / "queue.sqlite")
     pending = store.list("pending")
@@ -89,11 +102,16 @@ def test_live_page_in_chromium(server):
         assert (item["status"], item["decided_by"], item["note"]) == ("approved", "dashboard", "clicked in chromium")
         assert browser.evaluate("document.querySelectorAll('.qitem.pending').length") == 1
 
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        browser.screenshot(SCREENSHOT)
-        assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and SCREENSHOT.stat().st_size > 20_000
+        browser.screenshot(screenshot)
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
 
         # An experiment's page: diff from git and the trace timeline render in the browser too.
         browser.open(url + "t/may29/e/2")
         assert browser.evaluate("document.querySelector('pre.diff').textContent").count("diff --git") == 1
         assert browser.evaluate("document.querySelectorAll('.span-row').length") >= 5
+
+
+def test_zz_the_checkout_is_left_as_it_was():
+    """Runs last in this file (pytest keeps file order): the tests above (and any test of the
+    session before it) left `git status` of the checkout unchanged."""
+    assert git_status() == STATUS_AT_START, "a test wrote into the repository's checkout"

@@ -51,6 +51,8 @@ async function decide(button) {
 }
 
 function addRows(payload) {
+  const empty = document.getElementById("no-experiments");
+  if (empty) empty.remove();
   document.getElementById("count").textContent = payload.count;
   document.body.dataset.complete = payload.count;
   if (payload.chart) document.getElementById("chart").innerHTML = payload.chart;
@@ -100,7 +102,11 @@ function tick() {
     }
     const elapsed = Date.now() / 1000 + clockOffset - Number(el.dataset.started);
     el.querySelector(".elapsed").textContent = fmtDur(elapsed);
-    if (el.dataset.budget) el.querySelector(".remaining").textContent = fmtDur(Number(el.dataset.budget) - elapsed);
+    if (el.dataset.budget) {
+      const left = Number(el.dataset.budget) - elapsed;
+      el.querySelector(".remaining").textContent = left >= 0 ? `${fmtDur(left)} left`
+        : `budget reached ${fmtDur(-left)} ago (the clock includes start-up)`;
+    }
   });
 }
 
