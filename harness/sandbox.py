@@ -133,6 +133,9 @@ def scrub_env(env: dict) -> dict:
     out = {k: v for k, v in env.items() if not any(m in k.upper() for m in SECRET_MARKERS)}
     out["HF_HUB_OFFLINE"] = "1"
     out["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Compilers' caches default to $HOME, read-only in here: give them the private /tmp.
+    out["TRITON_CACHE_DIR"] = "/tmp/triton-cache"
+    out["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/inductor-cache"
     return out
 
 
