@@ -250,3 +250,39 @@ def test_sandbox_view(tmp_path, tiny_cache):
     assert f"wrote {out / 'ok.txt'}" in lines and "refused x.txt" in lines
     assert any(line.startswith("net ") for line in lines) and "secret None" in lines
     assert (out / "ok.txt").exists() and not (tmp_path / "x.txt").exists()
+
+
+def test_screening_tasks_are_sealed_from_each_other(tmp_path, tiny_cache):
+    """A --screen candidate (LLM-written) runs in its own sandbox: it sees the stand-in shard where
+    validation was, may write its own checkpoint folder only, not another candidate's."""
+    import prepare
+    from harness.hyperband import Task
+    from harness.pool import Pool, run_tasks
+    from harness.sandbox import DataView
+    view = DataView.from_describe({"paths": prepare.data_paths()})
+    ckpt = tmp_path / "ckpt"
+    mine, other = ckpt / "b0-c0", ckpt / "b0-c1"
+    other.mkdir(parents=True)
+    (other / "s20.pt").write_text("the other candidate's checkpoint")
+    src = tmp_path / "c0.py"
+    src.write_text(
+        "import os, sys, pathlib\n"
+        f"val = pathlib.Path({str(view.val)!r})\n"
+        f"shards = sorted(p for p in val.parent.glob('shard_*.parquet') if p != val)\n"
+        "print('stand-in', val.read_bytes() == shards[-1].read_bytes())\n"
+        "save = pathlib.Path(os.environ['AUTORESEARCH_SAVE_STATE'])\n"
+        "save.write_text('mine'); print('saved own')\n"
+        "try:\n"
+        f"    open({str(other / 's20.pt')!r}, 'w').write('overwritten'); print('wrote other')\n"
+        "except OSError:\n    print('other refused')\n"
+        "print('---'); print('val_bpb:          1.000000')\n")
+    task = Task(id="t0", cand="c0", source=src, steps=2, decay_steps=1, save=mine / "s2.pt")
+    mine.mkdir(parents=True)
+    with Pool(1, prepare_dir=Path(prepare.__file__).parent, log_dir=tmp_path / "logs",
+              sandbox=detect(), data=view) as pool:
+        assert pool.mode == "subprocess"
+        (res,) = run_tasks(pool, [task])
+    log = res.log.read_text()
+    assert "stand-in True" in log and "saved own" in log and "other refused" in log, log
+    assert (other / "s20.pt").read_text() == "the other candidate's checkpoint"
+    assert (mine / "s2.pt").read_text() == "mine"
