@@ -29,12 +29,19 @@ from agent.recovery import reconcile
 from agent import screening
 from agent.reviewer import build_reviewer
 from agent.tracing import Tracer
-from agent import workspace
+from agent import diskspace, workspace
 from harness import gitops, knobs
+from harness.appendlog import is_out_of_space
 from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
 
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
+# Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
+EXIT_OUT_OF_SPACE = 75
+
+
+class OutOfSpaceStop(Exception):
+    """Too little free disk for the next experiment (checked before it starts)."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -121,12 +128,14 @@ class Loop:
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
         self.prefetch = Prefetch(self)
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
+        self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
         base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.args.resume)
         self._lock = workspace.lock(self.run_dir)
+        workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
         self.proposer = make_proposer(self.args, self.tracer)
         self.offline = self.proposer if self.args.proposer == "offline" else OfflineProposer()
@@ -157,8 +166,10 @@ class Loop:
         rerun = self.setup()
         deadline = deadline_of(self.args.until)
         if rerun is not None:
+            self.check_space()
             run_experiment(self, rerun, committed=True)
         if not self.history:
+            self.check_space()
             run_experiment(self, self.baseline())
         while True:
             n = self.next_n()
@@ -172,7 +183,16 @@ class Loop:
                 append_journal(self.journal_path, rec)
                 if rec.get("kind", "experiment") == "experiment":
                     self.history.append(rec)
+            self.check_space()
             run_experiment(self, self.next_attempt(n))
+
+    def check_space(self) -> None:
+        """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""
+        diskspace.prune_artifacts(self.run_dir, self.history)
+        short = diskspace.shortfall(self.run_dir, diskspace.git_dir(self.repo))
+        if short is not None:
+            need, free, where = short
+            raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
 
     def next_n(self) -> int:
         return max((r.get("n", 0) for r in self.history), default=0) + 1
@@ -269,7 +289,11 @@ class Loop:
 
     def stop(self) -> None:
         """After Ctrl-C or an error: an unrecorded commit is parked under a ref (pending.json
-        stays, so --resume re-runs it) and the branch goes back to the last kept commit."""
+        stays, so --resume re-runs it) and the branch goes back to the last kept commit.
+        A loop that never got the tag's lock (refused: another loop runs it) touches nothing."""
+        if self._lock is None:
+            self.console.close()
+            return
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
@@ -299,7 +323,19 @@ def main(argv=None) -> int:
         loop.console.event("interrupted: the running experiment was stopped; --resume continues it")
         loop.stop()
         return 130
-    except (gitops.GitError, workspace.SetupError, ProposalError) as exc:
+    except OutOfSpaceStop as exc:
+        loop.stop()
+        print(str(exc), file=sys.stderr)
+        return EXIT_OUT_OF_SPACE
+    except Exception as exc:
+        if is_out_of_space(exc):   # a write failed for space: the same clean stop, one message
+            loop.stop()
+            where = getattr(exc, "filename", None) or loop.run_dir
+            print(diskspace.out_of_space_message(where, diskspace.bytes_needed(loop.run_dir), None),
+                  file=sys.stderr)
+            return EXIT_OUT_OF_SPACE
+        if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError)):
+            raise
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)
         return 2

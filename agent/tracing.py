@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness.appendlog import append_line, is_json_object, is_out_of_space
+
 log = logging.getLogger(__name__)
 
 REDACTED = "[redacted]"
@@ -211,10 +213,11 @@ class Tracer:
             line = json.dumps(rec, default=str)
             with self._lock:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
-                    f.flush()
+                # one whole line or none; a torn last line is repaired, never glued onto
+                append_line(self.path, line, complete=is_json_object, fsync=False)
         except Exception as e:
+            if is_out_of_space(e):   # the loop stops for space itself (one message); retry later
+                return
             self._file_broken = True
             log.warning("tracing: cannot write %s (%s); local traces are off for this run", self.path, e)
 
