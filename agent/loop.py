@@ -29,7 +29,7 @@ from agent.recovery import reconcile
 from agent import screening
 from agent.reviewer import build_reviewer
 from agent.tracing import Tracer
-from agent import diskspace, workspace
+from agent import diskspace, sdk_logs, workspace
 from harness import gitops, knobs
 from harness.appendlog import is_out_of_space
 from harness.results import append_journal, read_json, write_state
@@ -310,6 +310,7 @@ class Loop:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
         loop = Loop(args)
     except (gitops.GitError, workspace.SetupError) as exc:
