@@ -50,6 +50,12 @@ CORPUS = ("argparse.py", "difflib.py", "statistics.py", "calendar.py", "textwrap
 # The last --resume must finish the remaining experiments within this many seconds.
 FINAL_TIMEOUT = 1800
 TAG = "faults"
+# The kill aims at one of these phases, chosen at random each time (state.json says the phase).
+TARGET_PHASES = ("setup", "proposing", "guarding", "training", "evaluating", "judging", "idle")
+# Once in the aimed phase, the kill comes after a random delay up to this (s): short phases are
+# brief, so most kills land in them; a long one (training) is hit anywhere in its first seconds.
+IN_PHASE_JITTER = 2.0
+POLL_SECONDS = 0.02
 # Compiler caches torch keeps in TMPDIR on purpose (reused by the next run): not leftovers.
 CACHE_PREFIXES = ("torchinductor_", "triton")
 
@@ -109,25 +115,37 @@ def members(pgids: set[int]) -> list[tuple[int, int, str]]:
     return out
 
 
+def phase_of(wt: Path, pid: int) -> str:
+    """The phase the loop `pid` shows in state.json; "setup" until it wrote its own state."""
+    try:
+        state = json.loads((wt / "state.json").read_text())
+    except (OSError, ValueError):
+        return "setup"
+    return state.get("phase", "?") if state.get("pid") == pid else "setup"
+
+
 def one_cycle(args, repo, env, wt, rng, resume, pgids, log) -> str:
-    """Start the loop, kill -9 it after a random wait; returns the phase it was killed in."""
+    """Start the loop, kill -9 it in a randomly chosen phase (at a random instant of it, or when
+    --max-wait runs out first); returns the phase it was killed in."""
     proc = subprocess.Popen(loop_cmd(args, resume), cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     pgids.add(proc.pid)
-    wait = rng.uniform(0.5, args.max_wait)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    target = rng.choice(TARGET_PHASES)
+    deadline = time.monotonic() + args.max_wait
+    when = time.monotonic() + rng.uniform(0.0, 3.0) if target == "setup" else None
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
         try:
             pgids.add(int(json.loads((wt / "child.pid").read_text())["pgid"]))
         except (OSError, ValueError, KeyError):
             pass
+        if when is None and phase_of(wt, proc.pid) == target:
+            when = time.monotonic() + rng.uniform(0.0, IN_PHASE_JITTER)
+        if when is not None and time.monotonic() >= when:
+            break
     if proc.poll() is not None:
         return f"(exited {proc.returncode} first)"
-    try:
-        phase = json.loads((wt / "state.json").read_text()).get("phase", "?")
-    except (OSError, ValueError):
-        phase = "setup"
+    phase = phase_of(wt, proc.pid)
     proc.send_signal(signal.SIGKILL)   # the loop alone, as `kill -9 <pid>` does
     proc.wait()
     time.sleep(0.2)
