@@ -29,7 +29,7 @@ PREPARE_TIMEOUT = 3600
 # bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
 RUN_FILE_PATTERNS = ("/results.tsv", "/journal.jsonl", "/traces.jsonl", "/state.json", "/run.json",
                      "/queue.sqlite*", "/logs/", "/artifacts/", "/loop.lock", "/pending.json",
-                     "/child.pid", "/*.tmp", "/*.torn-*", "/run.log")
+                     "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*", "/run.log")
 RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 
 
@@ -90,8 +90,9 @@ def ignore_run_files(worktree: Path) -> str | None:
     """Make git ignore the run's files in the worktree, whatever the base commit's .gitignore says.
 
     The patterns go to the repository's info/exclude (`git rev-parse --git-path info/exclude`,
-    shared by its worktrees; never committed), anchored at the top so only a worktree's top-level
-    run files match. Returns the exclude file's path, or None when it could not be written.
+    shared by all its worktrees, the user's checkout included; never committed). They are
+    anchored at the top and name only the loop's own files, so nothing else of the user's is
+    hidden. Returns the exclude file's path, or None when it could not be written.
     """
     try:
         rel = gitops.git(worktree, "rev-parse", "--git-path", "info/exclude")
