@@ -1,7 +1,7 @@
 """Fault injection: kill -9 the loop at random instants, --resume each time, then count what was lost.
 
     uv run scripts/fault_inject.py [--kills 8] [--seed 0] [--budget 5] [--experiments 6]
-        [--max-wait 30] [--keep]
+        [--max-wait 120] [--keep]
 
 Builds a throwaway git repo with the real prepare.py / train.py / program.md (train.py shrunk to
 a small model), prepares the tiny profile's data from a few standard-library files, then runs
@@ -183,7 +183,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the kill instants (and the offline search)")
     p.add_argument("--budget", type=float, default=5.0, help="training seconds per experiment")
     p.add_argument("--experiments", type=int, default=6, help="experiments in all, baseline included")
-    p.add_argument("--max-wait", type=float, default=30.0, help="longest wait before a kill, seconds")
+    p.add_argument("--max-wait", type=float, default=120.0,
+                   help="longest wait for the aimed phase before the kill comes anyway, seconds")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
