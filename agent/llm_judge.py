@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import anthropic
 
+from agent import sdk_logs
 from agent.judge import Opinion
 from agent.pricing import cost_usd, usage_dict
 
@@ -95,6 +96,7 @@ class LLMJudge:
                 tool_choice={"type": "tool", "name": VERDICT_TOOL["name"]},
                 messages=[{"role": "user", "content": prompt}])
         except anthropic.APIError as e:
+            sdk_logs.report("anthropic", f"LLM judge call failed ({type(e).__name__}: {getattr(e, 'message', e)})")
             return LLMResult(None, f"{type(e).__name__}: {getattr(e, 'message', e)}",
                              seconds=time.time() - t0, model=self.model)
         tokens = usage_dict(msg.usage)

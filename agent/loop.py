@@ -29,15 +29,22 @@ from agent.recovery import reconcile
 from agent import screening
 from agent.reviewer import build_reviewer
 from agent.tracing import Tracer
-from agent import workspace
+from agent import diskspace, sdk_logs, workspace
 from agent.sealing import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops, knobs
+from harness.appendlog import is_out_of_space
 from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
 
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
+# Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
+EXIT_OUT_OF_SPACE = 75
+
+
+class OutOfSpaceStop(Exception):
+    """Too little free disk for the next experiment (checked before it starts)."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -128,12 +135,14 @@ class Loop:
         self.prefetch = Prefetch(self)
         self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
+        self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
         base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.args.resume)
         self._lock = workspace.lock(self.run_dir)
+        workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
         self.proposer = make_proposer(self.args, self.tracer)
         self.offline = self.proposer if self.args.proposer == "offline" else OfflineProposer()
@@ -169,6 +178,7 @@ class Loop:
         rerun = self.setup()
         deadline = deadline_of(self.args.until)
         if rerun is not None:
+            self.check_space()
             run_experiment(self, rerun, committed=True)
         self.ensure_baseline()
         while True:
@@ -183,6 +193,7 @@ class Loop:
                 append_journal(self.journal_path, rec)
                 if rec.get("kind", "experiment") == "experiment":
                     self.history.append(rec)
+            self.check_space()
             run_experiment(self, self.next_attempt(n))
 
     def ensure_baseline(self) -> None:
@@ -200,6 +211,7 @@ class Loop:
             if tries:
                 self.console.event(f"baseline try {len(tries)} was not kept ({tries[-1].get('decision_reason')}); "
                                    "running it again")
+            self.check_space()
             run_experiment(self, self.baseline())
 
     def startup_reference(self) -> float | None:
@@ -209,6 +221,14 @@ class Loop:
             if rec.get("proposer") == "baseline" and startup:
                 return float(startup)
         return None
+
+    def check_space(self) -> None:
+        """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""
+        diskspace.prune_artifacts(self.run_dir, self.history)
+        short = diskspace.shortfall(self.run_dir, diskspace.git_dir(self.repo))
+        if short is not None:
+            need, free, where = short
+            raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
 
     def next_n(self) -> int:
         return max((r.get("n", 0) for r in self.history), default=0) + 1
@@ -305,7 +325,11 @@ class Loop:
 
     def stop(self) -> None:
         """After Ctrl-C or an error: an unrecorded commit is parked under a ref (pending.json
-        stays, so --resume re-runs it) and the branch goes back to the last kept commit."""
+        stays, so --resume re-runs it) and the branch goes back to the last kept commit.
+        A loop that never got the tag's lock (refused: another loop runs it) touches nothing."""
+        if self._lock is None:
+            self.console.close()
+            return
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
@@ -322,6 +346,7 @@ class Loop:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
         loop = Loop(args)
     except (gitops.GitError, workspace.SetupError) as exc:
@@ -335,7 +360,20 @@ def main(argv=None) -> int:
         loop.console.event("interrupted: the running experiment was stopped; --resume continues it")
         loop.stop()
         return 130
-    except (gitops.GitError, workspace.SetupError, ProposalError, SealError, PinnedError) as exc:
+    except OutOfSpaceStop as exc:
+        loop.stop()
+        print(str(exc), file=sys.stderr)
+        return EXIT_OUT_OF_SPACE
+    except Exception as exc:
+        if is_out_of_space(exc):   # a write failed for space: the same clean stop, one message
+            loop.stop()
+            where = getattr(exc, "filename", None) or loop.run_dir
+            print(diskspace.out_of_space_message(where, diskspace.bytes_needed(loop.run_dir), None),
+                  file=sys.stderr)
+            return EXIT_OUT_OF_SPACE
+        if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError, SealError,
+                                PinnedError)):
+            raise
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,9 +2,11 @@
 
 Invariants restored (the loop's write order makes each case recoverable):
 1. No orphan: a child process group recorded in child.pid that still runs in the worktree is killed.
-2. Every experiment exactly once: the journal is written before results.tsv, so a record without
-   its row gets the row appended (derived from the record); a row without a record (a torn journal
-   line) gets a minimal record marked "recovered". Duplicate records of one n are ignored.
+2. Every experiment exactly once: a torn last line of results.tsv, journal.jsonl or traces.jsonl
+   is cut off and kept in <file>.torn-<time> (harness/appendlog.py). Then journal records and
+   results.tsv rows are matched one by one, in order, on (commit, status): a record without its
+   row gets the row (derived from the record) inserted at its place; a row without a record gets
+   a minimal record marked "recovered". Duplicate records of one n are ignored.
 3. Discarded commits stay reachable: a discard/crash record whose ref is missing gets it.
 4. An experiment that was committed but not recorded (pending.json; the loop died while it
    trained) is RE-RUN on the same commit: its proposal is preserved in git and a killed run has
@@ -14,10 +16,14 @@ Invariants restored (the loop's write order makes each case recoverable):
 """
 from __future__ import annotations
 
+import difflib
+
 from agent.experiment import Attempt
 from agent.proposers.base import Proposal
 from harness import gitops
-from harness.results import append_journal, append_result, read_journal, read_json, read_results
+from harness.appendlog import is_json_object, repair_torn
+from harness.results import (append_journal, format_row, read_journal, read_json, read_results,
+                             rewrite_results)
 from harness.runner import kill_leftover
 
 
@@ -27,6 +33,11 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
     killed = kill_leftover(loop.run_dir)
     if killed:
         notes.append(killed)
+    for path, complete in ((loop.results_path, None), (loop.journal_path, is_json_object),
+                           (loop.run_dir / "traces.jsonl", is_json_object)):
+        torn = repair_torn(path, complete)
+        if torn:
+            notes.append(torn)
     records, problems = read_journal(loop.journal_path)
     notes += [f"journal {p} (skipped)" for p in problems]
     seen, unique = set(), []
@@ -39,24 +50,7 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
     records = unique
     table = read_results(loop.results_path)
     notes += [f"results.tsv {p} (left as is)" for p in table.problems]
-    rows = table.rows
-
-    if len(rows) < len(records):
-        for rec in records[len(rows):]:
-            append_result(loop.results_path, rec["commit"], (rec.get("summary") or {}).get("val_bpb"),
-                          rec.get("memory_gb"), rec["status"], rec.get("description", ""))
-            notes.append(f"results.tsv: added the missing row of experiment {rec['n']}")
-    elif len(rows) > len(records):
-        for i, row in enumerate(rows[len(records):], start=len(records) + 1):
-            full = gitops.rev_parse(loop.repo, row["commit"]) or row["commit"]
-            rec = {"kind": "experiment", "n": i, "tag": loop.tag, "commit": full, "short": full[:7],
-                   "status": row["status"], "description": row["description"],
-                   "summary": {"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
-                   "memory_gb": row["memory_gb"], "recovered": True,
-                   "decision_reason": "recovered from results.tsv (journal line lost)"}
-            append_journal(loop.journal_path, rec)
-            records.append(rec)
-            notes.append(f"journal: recovered a minimal record of experiment {i} from results.tsv")
+    notes += _match_records_and_rows(loop, records, table.rows)
 
     for rec in records:
         ref = rec.get("discarded_ref")
@@ -125,3 +119,69 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
                 attempts=pending.get("attempts") or [])
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a
+
+
+def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list[str]:
+    """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
+    key_rec = [(str(r.get("commit") or "")[:7], r.get("status")) for r in records]
+    key_row = [(row["commit"][:7], row["status"]) for row in rows]
+    match = difflib.SequenceMatcher(None, key_rec, key_row, autojunk=False)
+    row_of = {}
+    for a, b, size in match.get_matching_blocks():
+        for k in range(size):
+            row_of[a + k] = b + k
+    notes = []
+    missing = [i for i in range(len(records)) if i not in row_of]
+    if missing:
+        notes += _rebuild_rows(loop, records, rows, row_of, missing)
+    matched_rows = set(row_of.values())
+    orphans = [j for j in range(len(rows)) if j not in matched_rows]
+    if orphans:
+        notes += _recover_records(loop, records, rows, row_of, orphans)
+    return notes
+
+
+def _row_of_record(rec: dict) -> str:
+    bpb = rec.get("trusted_bpb")
+    if bpb is None:
+        bpb = (rec.get("summary") or {}).get("val_bpb")
+    return format_row(rec["commit"], bpb, rec.get("memory_gb"), rec["status"], rec.get("description", ""))
+
+
+def _rebuild_rows(loop, records, rows, row_of, missing) -> list[str]:
+    """Insert the rows of `missing` records at their place; every other line stays as it was."""
+    lines = loop.results_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[1:]
+    rec_at_line = {rows[j]["line"]: i for i, j in row_of.items()}   # file line number -> record
+    todo, out = list(missing), []
+    for number, line in enumerate(lines, start=2):
+        i = rec_at_line.get(number)
+        while i is not None and todo and todo[0] < i:
+            out.append(_row_of_record(records[todo.pop(0)]))
+        out.append(line if line.endswith("\n") else line + "\n")
+    out += [_row_of_record(records[i]) for i in todo]
+    rewrite_results(loop.results_path, out)
+    return [f"results.tsv: rebuilt the missing row of experiment {records[i].get('n')} from the journal"
+            for i in missing]
+
+
+def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
+    """A minimal journal record for each row that has none (its journal line was lost)."""
+    notes, used = [], {r.get("n") for r in records}
+    for j in orphans:
+        before = [records[i].get("n", 0) for i, jj in row_of.items() if jj < j]
+        n = (max(before) if before else 0) + 1
+        while n in used:
+            n += 1
+        used.add(n)
+        row = rows[j]
+        full = gitops.rev_parse(loop.repo, row["commit"]) or row["commit"]
+        rec = {"kind": "experiment", "n": n, "tag": loop.tag, "commit": full, "short": full[:7],
+               "status": row["status"], "description": row["description"],
+               "summary": {"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
+               "memory_gb": row["memory_gb"], "recovered": True,
+               "decision_reason": "recovered from results.tsv (journal line lost)"}
+        append_journal(loop.journal_path, rec)
+        records.append(rec)
+        notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")
+    records.sort(key=lambda r: r.get("n", 0))
+    return notes

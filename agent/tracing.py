@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness.appendlog import append_line, is_json_object, is_out_of_space
+
 log = logging.getLogger(__name__)
 
 REDACTED = "[redacted]"
@@ -136,9 +138,11 @@ class Tracer:
         if self._bt is None and os.environ.get("BRAINTRUST_API_KEY"):
             try:
                 import braintrust
+                from agent import sdk_logs   # lazily: sdk_logs imports this module
                 # set_current=False: this tracer owns its logger; nothing global changes.
                 self._bt = braintrust.init_logger(project=braintrust_project or DEFAULT_BT_PROJECT,
                                                   set_current=False)
+                sdk_logs.quiet_braintrust(self._bt)   # its failures: one scrubbed line each
             except Exception as e:
                 self._bt_failed(e)
 
@@ -211,16 +215,19 @@ class Tracer:
             line = json.dumps(rec, default=str)
             with self._lock:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
-                    f.flush()
+                # one whole line or none; a torn last line is repaired, never glued onto
+                append_line(self.path, line, complete=is_json_object, fsync=False)
         except Exception as e:
+            if is_out_of_space(e):   # the loop stops for space itself (one message); retry later
+                return
             self._file_broken = True
             log.warning("tracing: cannot write %s (%s); local traces are off for this run", self.path, e)
 
     def _bt_failed(self, e: Exception) -> None:
-        if not self._bt_broken:
-            log.warning("tracing: Braintrust logging failed (%s); it is off for this run", e)
+        if not self._bt_broken:   # the error may quote a server reply: one scrubbed line only
+            from agent.sdk_logs import clean_line   # lazily: sdk_logs imports this module
+            log.warning("tracing: Braintrust logging failed (%s: %s); it is off for this run",
+                        type(e).__name__, clean_line(str(e)))
         self._bt_broken = True
 
     def _bt_start(self, sp: Span, parent_span: Span | None) -> None:

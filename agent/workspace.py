@@ -25,6 +25,14 @@ DESCRIBE_CODE = "import json, prepare; print(json.dumps(prepare.describe()))"
 PREPARE_TIMEOUT = 3600
 
 
+# The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
+# bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
+RUN_FILE_PATTERNS = ("/results.tsv", "/journal.jsonl", "/traces.jsonl", "/state.json", "/run.json",
+                     "/queue.sqlite*", "/logs/", "/artifacts/", "/loop.lock", "/pending.json",
+                     "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*", "/run.log")
+RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
+
+
 class SetupError(RuntimeError):
     """A refusal with a message for the user (existing tag, mismatched budget...)."""
 
@@ -61,15 +69,47 @@ def open_worktree(repo: Path, tag: str, worktree: Path, resume: bool) -> tuple[s
 
 
 def lock(run_dir: Path):
-    """Hold an exclusive lock for this tag for the life of the process (released even on kill -9)."""
-    f = open(run_dir / "loop.lock", "w")
+    """Hold an exclusive lock for this tag for the life of the process (released even on kill -9).
+
+    The file is opened without truncating it: a refused second loop must not touch anything of
+    the running one, not even the pid written in its lock file.
+    """
+    f = open(run_dir / "loop.lock", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        f.close()
         raise SetupError(f"another loop is running on {run_dir} (loop.lock is held)") from None
+    f.truncate(0)
     f.write(str(os.getpid()))
     f.flush()
     return f
+
+
+def ignore_run_files(worktree: Path) -> str | None:
+    """Make git ignore the run's files in the worktree, whatever the base commit's .gitignore says.
+
+    The patterns go to the repository's info/exclude (`git rev-parse --git-path info/exclude`,
+    shared by all its worktrees, the user's checkout included; never committed). They are
+    anchored at the top and name only the loop's own files, so nothing else of the user's is
+    hidden. Returns the exclude file's path, or None when it could not be written.
+    """
+    try:
+        rel = gitops.git(worktree, "rev-parse", "--git-path", "info/exclude")
+    except gitops.GitError:
+        return None
+    path = Path(rel) if Path(rel).is_absolute() else Path(worktree) / rel
+    try:
+        text = path.read_text() if path.exists() else ""
+        if RUN_FILES_MARK in text:
+            return str(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        block = "\n".join([RUN_FILES_MARK, *RUN_FILE_PATTERNS]) + "\n"
+        with open(path, "a") as f:
+            f.write(("" if not text or text.endswith("\n") else "\n") + block)
+    except OSError:
+        return None
+    return str(path)
 
 
 def describe_data(worktree: Path, env: dict, log_path: Path) -> dict:

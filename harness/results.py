@@ -1,7 +1,8 @@
 """The run's records: results.tsv (the user's 5 columns), journal.jsonl, state.json, run.json.
 
 Durability rules: every append is flushed and fsynced before the function returns, because the
-loop resets git right after recording and a power cut must not lose a result. Readers are
+loop resets git right after recording and a power cut must not lose a result; an append writes a
+whole line or nothing and never glues onto a torn last line (harness/appendlog.py). Readers are
 tolerant: a malformed line is reported, never fatal, and nothing is rewritten behind the user.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.appendlog import append_line, is_json_object
 
 # The header of program.md, exactly; never extra columns (richer data goes to the journal).
 RESULTS_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
@@ -27,11 +30,9 @@ class Results:
     problems: list[str] = field(default_factory=list)   # "line 7: 4 columns, expected 5"
 
 
-def _fsync_append(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+def _fsync_append(path: Path, text: str, complete=None) -> None:
+    """One whole line or nothing (harness/appendlog.py): a torn last line is repaired first."""
+    append_line(path, text, complete=complete)
 
 
 def clean_description(text: str) -> str:
@@ -99,7 +100,8 @@ def read_results(path: Path) -> Results:
 
 
 def append_journal(path: Path, record: dict) -> None:
-    _fsync_append(Path(path), json.dumps(record, default=str, sort_keys=False) + "\n")
+    _fsync_append(Path(path), json.dumps(record, default=str, sort_keys=False) + "\n",
+                  complete=is_json_object)
 
 
 def read_journal(path: Path, kind: str | None = "experiment") -> tuple[list[dict], list[str]]:
@@ -150,3 +152,18 @@ def read_json(path: Path) -> dict | None:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def rewrite_results(path: Path, lines: list[str]) -> None:
+    """Replace results.tsv by the header and `lines` (each ending in a newline), atomically."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(RESULTS_HEADER + "\n" + "".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

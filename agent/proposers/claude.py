@@ -24,7 +24,7 @@ import time
 
 import anthropic
 
-from agent import pricing
+from agent import pricing, sdk_logs
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.tools import TOOLS, ToolError, Workspace, condense_history
 
@@ -240,6 +240,7 @@ class ClaudeProposer:
                 wait, last = None, f"{type(e).__name__}: {e}"
             failures += 1
             acct["retries"] += 1
+            sdk_logs.report("anthropic", f"proposer call failed, retry {failures}: {last}")
             down_since = attempt_start if down_since is None else down_since
             down = time.monotonic() - down_since
             if down >= self.api_patience:
