@@ -143,12 +143,12 @@ def test_knobs_are_one_line_literals_that_reach_every_profile(monkeypatch):
         assert len(found) == 1, f"{name} must be one `NAME = literal  # why` line"
         assert repr(eval(found[0])) == repr(getattr(train, name))  # a plain literal
     gpu = train.model_config(8192, 2048, "gpu")
-    assert (gpu["n_layer"], gpu["n_embd"]) == (8, 512)  # the reference shape
-    monkeypatch.setattr(train, "DEPTH", 3)
+    assert (gpu["n_layer"], gpu["n_embd"], gpu["n_head"], gpu["head_dim"]) == (8, 512, 4, 128)  # the reference shape
+    monkeypatch.setattr(train, "DEPTH", 2)
+    assert train.model_config(512, 64, "cpu")["n_layer"] == 2
     monkeypatch.setattr(train, "KV_HEAD_RATIO", 2)
     gpu = train.model_config(8192, 2048, "gpu")
-    assert gpu["n_layer"] == 6 and gpu["n_kv_head"] * 2 == gpu["n_head"]
-    assert train.model_config(512, 64, "cpu")["n_layer"] == 3
+    assert gpu["n_layer"] == 4 and gpu["n_kv_head"] * 2 == gpu["n_head"]
 
 
 def test_wsd_schedule_under_a_step_budget():
