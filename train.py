@@ -737,9 +737,13 @@ PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak by exact torch.cuda.get_devic
 
 
 def peak_flops_for(name):
-    """The table's figure for a device name (exact match, case and spacing ignored), or 0.0."""
+    """The table's figure for a device name (exact match, case and spacing ignored), or 0.0 with
+    an "unknown device" line: a guessed peak would print a wrong MFU."""
     wanted = " ".join(name.split()).lower()
-    return next((f for key, f in PEAK_BF16_FLOPS.items() if key.lower() == wanted), 0.0)
+    peak = next((f for key, f in PEAK_BF16_FLOPS.items() if key.lower() == wanted), 0.0)
+    if not peak:
+        print(f"unknown device {name!r}: no bf16 peak in PEAK_BF16_FLOPS, mfu_percent reads 0.00")
+    return peak
 
 
 def mfu_percent(flops_per_step, steps, seconds, peak):
@@ -779,11 +783,7 @@ def setup_runtime():
 def peak_flops(device):
     if device.type != "cuda":
         return 0.0  # CPU/MPS: no trustworthy peak figure here, so mfu_percent reads 0.00
-    name = torch.cuda.get_device_name(device)
-    peak = peak_flops_for(name)
-    if not peak:
-        print(f"unknown device {name!r}: no bf16 peak in PEAK_BF16_FLOPS, mfu_percent reads 0.00")
-    return peak
+    return peak_flops_for(torch.cuda.get_device_name(device))
 
 
 def peak_memory_mb(device):
