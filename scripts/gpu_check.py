@@ -211,7 +211,10 @@ def main_parent(args):
         line = {"step": name, "status": status, "seconds": round(seconds, 2), "started_at": started, **result}
         with open(results, "a") as f:
             f.write(json.dumps(line, default=str) + "\n")
-        tee.write(f"-- {name}: {status} in {seconds:.1f}s{': ' + str(result['reason']) if 'reason' in result else ''}\n")
+        note = result.get("reason")
+        if status == "ok" and result.get("usable") is False:
+            note = f"{name.partition(':')[2]} is not usable here: {note}"
+        tee.write(f"-- {name}: {status} in {seconds:.1f}s{': ' + str(note) if note else ''}\n")
     tee.write(f"done in {time.monotonic() - start:.1f}s; one line per step in {results}\n")
     bad = [n for n, d in done.items() if d["status"] in ("failed", "timeout")]
     return 1 if bad else 0
