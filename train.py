@@ -184,10 +184,10 @@ def attend(q, k, v, window):
     return _attention(q, k, v, window)
 
 
-HUB_CHECK_SECONDS = 3.0  # the hub must answer a DNS lookup and a TCP connect within this, else offline
+FA3_HUB_CHECK_SECONDS = 3.0  # the hub must answer a DNS lookup and a TCP connect within this, else offline
 
 
-def hub_unreachable_reason(endpoint=None, deadline=HUB_CHECK_SECONDS):
+def hub_unreachable_reason(endpoint=None, deadline=FA3_HUB_CHECK_SECONDS):
     """None when the HF hub accepts a TCP connection within `deadline` seconds, else why not.
     DNS runs in a thread (getaddrinfo ignores socket timeouts), so a dropped packet costs seconds."""
     import socket
@@ -325,12 +325,10 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
     raise RuntimeError("no attention backend works on this device")
 
 
-PROBE_TOLERANCE = 5e-2  # max abs error vs float64 that a backend may show on bf16 inputs
-
-
-def check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dtypes, batch=1):
+def check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dtypes, batch=1,
+                    tolerance=5e-2):
     """Run fn forward+backward on q, k, v of the given dtypes for every window; return the worst
-    error against the float64 reference; raise when it is not below PROBE_TOLERANCE."""
+    error against the float64 reference; raise when it is not below `tolerance` (bf16 inputs)."""
     g = torch.Generator(device="cpu").manual_seed(0)
     shapes = (n_head, n_kv_head, n_kv_head)
     q, k, v = (torch.randn(batch, T, h, head_dim, generator=g).to(device, dt).requires_grad_()
@@ -342,7 +340,7 @@ def check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, window
         out.float().square().sum().backward()
         ref = attn_naive(q.detach().double(), k.detach().double(), v.detach().double(), w)
         err = (out.detach().double() - ref).abs().max().item()
-        if not err < PROBE_TOLERANCE:
+        if not err < tolerance:
             raise RuntimeError(f"window {w}: max error {err:.3g} against the reference")
         worst = max(worst, err)
     return worst
@@ -686,9 +684,13 @@ def muon_momentum(step):
 
 
 def weight_decay_multiplier(step, elapsed, plan):
-    """The reference variant's decay fades linearly with progress (time, or steps under a step budget)."""
-    progress = step / plan["steps"] if plan["steps"] else elapsed / plan["budget"]
-    return max(0.0, 1.0 - progress)
+    """The reference variant's decay fades linearly with training time, to 0 at the budget. Under a
+    step budget it fades over the cool-down steps only: before them the schedule must not depend on
+    the budget, so a state saved at the pre-decay point resumes exactly (Hyperband promotion)."""
+    if plan["steps"]:
+        n, d = plan["steps"], plan["decay_steps"]
+        return 1.0 if step < n - d else max(0.0, (n - 1 - step) / d)
+    return max(0.0, 1.0 - elapsed / plan["budget"])
 
 
 def apply_schedule(optimizer, step, elapsed, plan):

@@ -245,7 +245,10 @@ def test_schedule_fades_the_reference_decay_only():
         train.apply_schedule(opt, 5, 75.0, plan)
     assert [g["weight_decay"] for g in ref.muon.param_groups] == pytest.approx([0.05] * len(ref.muon.param_groups))
     assert {g["weight_decay"] for g in classic.muon.param_groups} == {0.2}
-    assert train.weight_decay_multiplier(3, 0.0, {"steps": 4, "budget": 1.0}) == 0.25  # step budget
+    # under a step budget: untouched before the cool-down whatever the budget (resumable), then faded
+    for n in (10, 30):
+        plan = {"steps": n, "decay_steps": 4, "budget": 1.0}
+        assert [train.weight_decay_multiplier(s, 0.0, plan) for s in range(n - 5, n)] == [1.0, 0.75, 0.5, 0.25, 0.0]
 
 
 def test_reference_recipe_trains_on_cpu_at_a_tiny_shape():
