@@ -39,9 +39,11 @@ def build(carry=CARRY, fresh=False):
     subprocess.run([sys.executable, str(REPO / "prepare.py"), "--offline"], cwd=REPO, env=env, check=True)
     describe = subprocess.run([sys.executable, "-c", "import json, prepare; print(json.dumps(prepare.describe()))"],
                               cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True)
     size = folder_mib(carry)
     manifest = {"built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.time() - t0, 1),
                 "python": sys.version.split()[0], "size_mib": round(size, 2),
+                "commit": git.stdout.strip() or "unknown",
                 "data": json.loads(describe.stdout.strip().splitlines()[-1])}
     (carry / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if size > CARRY_LIMIT_MIB:

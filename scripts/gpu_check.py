@@ -186,8 +186,9 @@ def main_parent(args):
     scratch = tempfile.mkdtemp(prefix="gpu_check-")
     data_cache = pick_data_cache(args, scratch)
     env = child_env(args, data_cache)
+    commit = git_commit()
     tee.write(f"gpu_check {'--smoke ' if args.smoke else ''}deadline {args.deadline}s, out {out}, "
-              f"data cache {data_cache}, python {sys.version.split()[0]}, commit {git_commit()}\n")
+              f"data cache {data_cache}, python {sys.version.split()[0]}, commit {commit}\n")
     done, spec = {}, {"smoke": args.smoke, "budget": args.budget, "out": str(out), "scratch": scratch}
     for name, need, most in STEPS:
         if args.steps and name not in args.steps:
@@ -208,7 +209,8 @@ def main_parent(args):
             else:
                 status, result, seconds = run_step(name, spec, env, min(most, left), tee, scratch)
         done[name] = {"status": status, "result": result}
-        line = {"step": name, "status": status, "seconds": round(seconds, 2), "started_at": started, **result}
+        line = {"step": name, "status": status, "seconds": round(seconds, 2), "started_at": started,
+                "commit": commit, **result}
         with open(results, "a") as f:
             f.write(json.dumps(line, default=str) + "\n")
         note = result.get("reason")
@@ -221,11 +223,19 @@ def main_parent(args):
 
 
 def git_commit():
+    """This checkout's commit; on a device the tree travels without .git, so the carry's manifest
+    (written when the carry was built) says which commit it was built at."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown (no git)"
+        commit = ""
+    if commit:
+        return commit
+    try:
+        return json.loads((CARRY / "manifest.json").read_text())["commit"] + " (from the carry manifest)"
+    except (OSError, ValueError, KeyError):
+        return "unknown (no git, no carry manifest)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +455,10 @@ def step_recipe(spec, label):
     profile = os.environ["AUTORESEARCH_PROFILE"]
     budget = SMOKE_RECIPE_BUDGET if spec["smoke"] else spec["budget"]
     run_dir = Path(spec["scratch"]) / label
+    # compile caches of their own: cold for `recipe` (the attn/model steps compiled similar graphs
+    # into the shared one), warm for `recipe-warm`, which follows it
+    for var, name in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        os.environ[var] = str(Path(spec["scratch"]) / f"recipe-{name}-cache")
     t0 = time.perf_counter()
     res = call_with_known_kwargs(run_train, REPO, run_dir, 1, budget, timeout=budget + 400,
                                  env={"AUTORESEARCH_SEED": "42"})

@@ -313,3 +313,31 @@ def test_hub_check_has_a_deadline_and_is_skipped_when_offline_is_set(monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(train, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
     assert train.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
+
+
+def test_reference_muon_state_round_trips():
+    """A saved state (momentum and NorMuon second moment) resumes to the same next step."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(6, 4, generator=g)) for _ in range(2)]
+    opt = train.Muon(params, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference")
+    grads = [[torch.randn(6, 4, generator=g) for _ in params] for _ in range(3)]
+
+    def step(o, ps, gs):
+        for p, gr in zip(ps, gs):
+            p.grad = gr.clone()
+        o.step()
+    for gs in grads[:2]:
+        step(opt, params, gs)
+    import copy
+    saved = copy.deepcopy(opt.state_dict())  # as torch.save would: not the live buffers
+    assert {"momentum_buffer", "second_buffer"} <= set(saved["state"][0])
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = train.Muon(copies, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference")
+    resumed.load_state_dict(saved)
+    step(opt, params, grads[2])
+    step(resumed, copies, grads[2])
+    for a, b in zip(params, copies):
+        assert torch.equal(a, b)
+    fresh = [torch.nn.Parameter(p.detach().clone()) for p in copies]
+    step(train.Muon(fresh, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference"), fresh, grads[2])
+    assert not torch.equal(fresh[0], copies[0])  # without the state the step differs
