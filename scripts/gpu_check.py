@@ -21,6 +21,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,6 +219,7 @@ def main_parent(args):
             note = f"{name.partition(':')[2]} is not usable here: {note}"
         tee.write(f"-- {name}: {status} in {seconds:.1f}s{': ' + str(note) if note else ''}\n")
     tee.write(f"done in {time.monotonic() - start:.1f}s; one line per step in {results}\n")
+    shutil.rmtree(scratch, ignore_errors=True)  # the recipe runs' artifacts and caches
     bad = [n for n, d in done.items() if d["status"] in ("failed", "timeout")]
     return 1 if bad else 0
 
