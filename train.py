@@ -56,6 +56,7 @@ ADAM_BETA1 = 0.8  # AdamW first-moment decay (short memory: embeddings move fast
 ADAM_BETA2 = 0.95  # AdamW second-moment decay
 MUON_MOMENTUM = 0.95  # Muon Nesterov momentum (ramped up from 0.85 over the first 300 steps)
 GRAD_CLIP = 1.0  # clip the global gradient norm to this; 0 disables
+MUON_VARIANT = "classic"  # classic | reference: Newton-Schulz + plain decay, or karpathy/autoresearch's Polar Express + NorMuon + cautious faded decay
 WARMUP_RATIO = 0.0  # fraction of the budget spent warming the LR up
 WARMDOWN_RATIO = 0.5  # fraction of the budget spent cooling the LR down (WSD schedule)
 FINAL_LR_FRAC = 0.0  # LR at the end of the cool-down, as a fraction of the peak
@@ -76,16 +77,31 @@ GPU_WIDTH_MULT = 2  # model_dim 128 -> 512 at depth 8 (the reference width)
 GPU_BATCH_MULT = 16  # sequences per forward/backward: 8 -> 128
 GPU_TOTAL_BATCH_MULT = 256  # tokens per step: 2048 -> 524288, the reference
 GPU_STARTUP_STEPS = 10  # compile and autotune happen in the first steps on GPU
+# The gpu profile's baseline is the reference recipe (karpathy/autoresearch); docs/gpu.md lists
+# what matches and what differs. Multipliers and offsets, so an edit above still reaches the gpu.
+GPU_HEAD_DIM_MULT = 2  # head width 64 -> 128: 4 heads of 128 at width 512, the reference
+GPU_MATRIX_LR_MULT = 2.0  # Muon LR 0.02 -> 0.04, the reference
+GPU_EMBEDDING_LR_MULT = 2.0  # embedding LR 0.3 -> 0.6, the reference
+GPU_WEIGHT_DECAY_ADD = 0.2  # Muon weight decay 0.0 -> 0.2, the reference
+GPU_MUON_VARIANT = "reference"  # the reference's Muon on gpu (MUON_VARIANT is the cpu/tiny one)
+GPU_BF16_EMBEDDINGS = True  # token/value embeddings stored in bf16, so the residual stream is bf16, as the reference
+GPU_GRAD_CLIP = 0.0  # the reference does not clip gradients
 
 
 def effective_knobs(profile):
-    """The size knobs in force for a profile. Only `gpu` is scaled; cpu and tiny use them as is."""
+    """The knobs in force for a profile. Only `gpu` is changed; cpu and tiny use them as is."""
     knobs = dict(depth=DEPTH, aspect=ASPECT_RATIO, rows=DEVICE_BATCH_SIZE, total=TOTAL_BATCH_SIZE,
-                 startup=STARTUP_STEPS)
+                 startup=STARTUP_STEPS, head_dim=HEAD_DIM, matrix_lr=MATRIX_LR, embedding_lr=EMBEDDING_LR,
+                 weight_decay=WEIGHT_DECAY, muon_variant=MUON_VARIANT, bf16_embeddings=False,
+                 grad_clip=GRAD_CLIP)
     if profile == "gpu":
         knobs.update(depth=DEPTH * GPU_DEPTH_MULT, aspect=ASPECT_RATIO * GPU_WIDTH_MULT,
                      rows=DEVICE_BATCH_SIZE * GPU_BATCH_MULT,
-                     total=TOTAL_BATCH_SIZE * GPU_TOTAL_BATCH_MULT, startup=GPU_STARTUP_STEPS)
+                     total=TOTAL_BATCH_SIZE * GPU_TOTAL_BATCH_MULT, startup=GPU_STARTUP_STEPS,
+                     head_dim=HEAD_DIM * GPU_HEAD_DIM_MULT, matrix_lr=MATRIX_LR * GPU_MATRIX_LR_MULT,
+                     embedding_lr=EMBEDDING_LR * GPU_EMBEDDING_LR_MULT,
+                     weight_decay=WEIGHT_DECAY + GPU_WEIGHT_DECAY_ADD, muon_variant=GPU_MUON_VARIANT,
+                     bf16_embeddings=GPU_BF16_EMBEDDINGS, grad_clip=GPU_GRAD_CLIP)
     return knobs
 
 
@@ -129,13 +145,22 @@ def attn_sdpa(q, k, v, window):
     return y.transpose(1, 2)
 
 
-_flex_masks = {}  # (T, window, device) -> BlockMask, built before training by prepare_backend()
+_flex_masks = {}  # (T, window, device_key) -> BlockMask, built before training by prepare_backend()
+
+
+def device_key(device):
+    """(type, index) with the index filled in: "cuda", "cuda:0" and torch.device("cuda", 0) agree."""
+    d = torch.device(device)
+    index = d.index
+    if index is None:
+        index = torch.cuda.current_device() if d.type == "cuda" and torch.cuda.is_available() else 0
+    return d.type, index
 
 
 def attn_flex(q, k, v, window):
     """flex_attention with block-sparse masks: skips whole blocks outside the window (fast under compile)."""
     from torch.nn.attention.flex_attention import flex_attention
-    block_mask = _flex_masks[(q.size(1), window, str(q.device))]
+    block_mask = _flex_masks[(q.size(1), window, device_key(q.device))]
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     y = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=q.size(1) != k.size(1))
     return y.transpose(1, 2)
@@ -162,11 +187,60 @@ def attend(q, k, v, window):
     return _attention(q, k, v, window)
 
 
+FA3_HUB_CHECK_SECONDS = 3.0  # the hub must answer a DNS lookup and a TCP connect within this, else offline
+
+
+def hub_unreachable_reason(endpoint=None, deadline=FA3_HUB_CHECK_SECONDS):
+    """None when the HF hub accepts a TCP connection within `deadline` seconds, else why not.
+    DNS runs in a thread (getaddrinfo ignores socket timeouts), so a dropped packet costs seconds."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+    url = urlparse(endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname, url.port or (80 if url.scheme == "http" else 443)
+    found = {}
+
+    def resolve():
+        try:
+            found["addr"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4]
+        except OSError as e:
+            found["error"] = e
+    t0 = time.monotonic()
+    thread = threading.Thread(target=resolve, daemon=True)
+    thread.start()
+    thread.join(deadline)
+    if "addr" not in found:
+        return f"cannot resolve {host}: {found.get('error', 'timed out')}"
+    try:
+        socket.create_connection(found["addr"][:2], timeout=max(0.1, deadline - (time.monotonic() - t0))).close()
+    except OSError as e:
+        return f"cannot connect to {host}:{port}: {e}"
+    return None
+
+
+def go_offline_if_hub_unreachable():
+    """Set HF_HUB_OFFLINE=1 when the hub cannot be reached, so a kernels load uses the local cache
+    and fails at once instead of retrying for minutes. Already set: no network is tried at all."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        reason = "HF_HUB_OFFLINE is set"
+    else:
+        reason = hub_unreachable_reason()
+        if reason is None:
+            return None
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        print(f"attention: HF hub unreachable ({reason}): HF_HUB_OFFLINE=1, FA3 only from the local cache")
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:  # imported earlier: it read the variable at import, so tell it too
+        constants.HF_HUB_OFFLINE = True
+    return reason
+
+
 def load_fa3():
     """Load FA3 through `kernels`: pinned version, and trust granted to this one repository only."""
     global _fa3
     if _fa3 is not None:
         return
+    go_offline_if_hub_unreachable()
     from kernels import get_kernel
     params = inspect.signature(get_kernel).parameters
     kwargs = {"version": FA3_KERNEL_VERSION} if "version" in params else {}
@@ -191,7 +265,8 @@ def prepare_backend(name, T, windows, device):
         for w in set(windows):
             def mask_mod(b, h, qi, kj, w=w):
                 return (kj <= qi) & ((qi - kj <= w) if w >= 0 else (kj >= 0))
-            _flex_masks[(T, w, str(device))] = create_block_mask(mask_mod, None, None, T, T, device=str(device))
+            _flex_masks[(T, w, device_key(device))] = create_block_mask(mask_mod, None, None, T, T,
+                                                                         device=str(device))
     elif name not in ATTENTION_BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; known: {', '.join(ATTENTION_BACKENDS)}")
 
@@ -216,30 +291,62 @@ def attention_candidates(device):
     return ["sdpa", "naive"]
 
 
-def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, compile_on):
-    """Pick the first backend that runs forward+backward (compiled if compile is on) and agrees
-    with the naive reference; print why each rejected one failed."""
+def model_attention_dtypes(model, autocast, device, tokens=16):
+    """The (q, k, v) dtypes each layer of `model` hands to attention under `autocast`: one short
+    forward with a recording backend in place, so the probe feeds what training will feed."""
+    global _attention
+    seen, previous = set(), _attention
+
+    def record(q, k, v, window):
+        seen.add((q.dtype, k.dtype, v.dtype))
+        return torch.zeros_like(q)
+    idx = torch.zeros(1, min(tokens, model.cfg["sequence_len"]), dtype=torch.long, device=device)
+    _attention = record
+    try:
+        with torch.no_grad(), autocast:
+            model(idx)
+    finally:
+        _attention = previous
+    return sorted(seen, key=str)
+
+
+def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, compile_on,
+                    dtypes=((torch.float32,) * 3,)):
+    """Pick the first backend that runs forward+backward (compiled if compile is on) on inputs of
+    each (q, k, v) dtype triple in `dtypes` (the model's: model_attention_dtypes) and agrees with
+    the float64 reference; print why each rejected one failed."""
     for name in attention_candidates(device):
         try:
             set_attention_backend(name, T, windows, device)
-            g = torch.Generator(device="cpu").manual_seed(0)
-            q = torch.randn(1, T, n_head, head_dim, generator=g).to(device).requires_grad_()
-            k = torch.randn(1, T, n_kv_head, head_dim, generator=g).to(device).requires_grad_()
-            v = torch.randn(1, T, n_kv_head, head_dim, generator=g).to(device).requires_grad_()
             fn = torch.compile(attend, dynamic=False) if compile_on else attend
-            for w in sorted(set(windows)):
-                with autocast:
-                    out = fn(q, k, v, w)
-                out.float().square().sum().backward()
-                ref = attn_naive(q.detach().double(), k.detach().double(), v.detach().double(), w)
-                err = (out.detach().double() - ref).abs().max().item()
-                if not err < 5e-2:
-                    raise RuntimeError(f"window {w}: max error {err:.3g} against the reference")
+            for dts in dtypes:
+                check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dts)
             set_attention_backend(name)
             return name
         except Exception as e:  # any failure means: try the next backend
             print(f"attention: {name} rejected: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     raise RuntimeError("no attention backend works on this device")
+
+
+def check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dtypes, batch=1,
+                    tolerance=5e-2):
+    """Run fn forward+backward on q, k, v of the given dtypes for every window; return the worst
+    error against the float64 reference; raise when it is not below `tolerance` (bf16 inputs)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    shapes = (n_head, n_kv_head, n_kv_head)
+    q, k, v = (torch.randn(batch, T, h, head_dim, generator=g).to(device, dt).requires_grad_()
+               for h, dt in zip(shapes, dtypes))
+    worst = 0.0
+    for w in sorted(set(windows)):
+        with autocast:
+            out = fn(q, k, v, w)
+        out.float().square().sum().backward()
+        ref = attn_naive(q.detach().double(), k.detach().double(), v.detach().double(), w)
+        err = (out.detach().double() - ref).abs().max().item()
+        if not err < tolerance:
+            raise RuntimeError(f"window {w}: max error {err:.3g} against the reference")
+        worst = max(worst, err)
+    return worst
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +392,7 @@ class Attention(nn.Module):
             gate = 2 * torch.sigmoid(self.ve_gate(x[..., :VE_GATE_CHANNELS]))
             v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm
-        y = attend(q, k, v, window)
+        y = attend(q, k, v.to(q.dtype), window)  # one dtype in: v is fp32 where ve was mixed in
         return self.c_proj(y.reshape(B, T, -1))
 
 
@@ -356,6 +463,10 @@ class GPT(nn.Module):
             nn.init.uniform_(ve.weight, -s, s)
         self.resid_lambdas.fill_(1.0)
         self.x0_lambdas.fill_(0.1)
+        if self.cfg.get("embed_dtype", "float32") != "float32":  # bf16 embeddings: a bf16 residual stream
+            dtype = getattr(torch, self.cfg["embed_dtype"])
+            self.wte.to(dtype)
+            self.value_embeds.to(dtype)
 
     def forward(self, idx):
         T = idx.size(1)
@@ -382,13 +493,17 @@ class GPT(nn.Module):
 def model_config(vocab_size, seq_len, profile):
     """Everything needed to rebuild the model (the trusted re-evaluation runs build_model on it)."""
     k = effective_knobs(profile)
-    dim = max(1, round(k["depth"] * k["aspect"] / HEAD_DIM)) * HEAD_DIM
-    n_head = dim // HEAD_DIM
+    head_dim = k["head_dim"]
+    dim = max(1, round(k["depth"] * k["aspect"] / head_dim)) * head_dim
+    n_head = dim // head_dim
     assert n_head % KV_HEAD_RATIO == 0, f"KV_HEAD_RATIO {KV_HEAD_RATIO} must divide {n_head} heads"
-    return {"vocab_size": vocab_size, "sequence_len": seq_len, "n_layer": k["depth"], "n_embd": dim,
-            "n_head": n_head, "n_kv_head": n_head // KV_HEAD_RATIO, "head_dim": HEAD_DIM,
-            "window_pattern": WINDOW_PATTERN, "short_window_frac": SHORT_WINDOW_FRAC,
-            "softcap": LOGIT_SOFTCAP}
+    cfg = {"vocab_size": vocab_size, "sequence_len": seq_len, "n_layer": k["depth"], "n_embd": dim,
+           "n_head": n_head, "n_kv_head": n_head // KV_HEAD_RATIO, "head_dim": head_dim,
+           "window_pattern": WINDOW_PATTERN, "short_window_frac": SHORT_WINDOW_FRAC,
+           "softcap": LOGIT_SOFTCAP}
+    if k["bf16_embeddings"]:  # only then, so cpu/tiny configs (and their saved states) stay as they were
+        cfg["embed_dtype"] = "bfloat16"
+    return cfg
 
 
 def build_model(config: dict) -> nn.Module:
@@ -417,15 +532,55 @@ def orthogonalize(G, steps=5):
     return (X.mT if tall else X).to(G.dtype)
 
 
-class Muon(torch.optim.Optimizer):
-    """SGD-Nesterov momentum, then orthogonalised updates; params of one shape are stacked."""
+# Polar Express (Amsel et al. 2025): a different (a, b, c) per iteration, as the reference uses.
+POLAR_EXPRESS_COEFFS = ((8.156554524902461, -22.48329292557795, 15.878769915207462),
+                        (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+                        (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+                        (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+                        (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
+NORMUON_BETA2 = 0.95  # decay of NorMuon's per-row (or per-column) second moment, as the reference
 
-    def __init__(self, params, lr, momentum, weight_decay):
+
+def polar_express(G, steps=5):
+    """The reference's orthogonalisation: bf16, norm shrunk by 1.02, per-iteration coefficients."""
+    X = G.to(torch.bfloat16 if G.is_cuda else torch.float32)
+    tall = X.size(-2) > X.size(-1)
+    if tall:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * 1.02 + 1e-6)
+    for a, b, c in POLAR_EXPRESS_COEFFS[:steps]:
+        A = X @ X.mT
+        X = a * X + (b * A + c * (A @ A)) @ X
+    return X.mT if tall else X
+
+
+def normuon_scale(U, second, beta2):
+    """NorMuon: divide U by the running RMS of its rows (tall/square) or columns (wide), then
+    restore U's overall norm. `second` [n, rows, 1] or [n, 1, cols] is updated in place."""
+    red = -1 if U.size(-2) >= U.size(-1) else -2
+    n = U.size(red)
+    v_mean = U.float().square().mean(dim=red, keepdim=True)
+    norm_before = (v_mean.sum(dim=(-2, -1), keepdim=True) * n).sqrt()
+    second.lerp_(v_mean.to(second.dtype), 1 - beta2)
+    step = second.float().clamp_min(1e-10).rsqrt()
+    norm_after = ((v_mean * n) * step.square()).sum(dim=(-2, -1), keepdim=True).sqrt()
+    return U.float() * (step * norm_before / norm_after.clamp_min(1e-10))
+
+
+class Muon(torch.optim.Optimizer):
+    """SGD-Nesterov momentum, then orthogonalised updates; params of one shape are stacked.
+    variant "classic": Newton-Schulz, decay p *= 1 - lr*wd. variant "reference" (karpathy/
+    autoresearch): Polar Express, NorMuon scaling, and cautious decay (only where the update and
+    the weight agree in sign), with the shape-scaled LR for both."""
+
+    def __init__(self, params, lr, momentum, weight_decay, variant="classic"):
+        if variant not in ("classic", "reference"):
+            raise ValueError(f"MUON_VARIANT must be 'classic' or 'reference', got {variant!r}")
         by_shape = {}
         for p in params:
             by_shape.setdefault(tuple(p.shape), []).append(p)
         groups = [dict(params=ps, kind="muon") for _, ps in sorted(by_shape.items())]
-        super().__init__(groups, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+        super().__init__(groups, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, variant=variant))
 
     @torch.no_grad()
     def step(self):
@@ -439,33 +594,46 @@ class Muon(torch.optim.Optimizer):
                 state["momentum_buffer"] = torch.zeros_like(grads)
             buf, mu = state["momentum_buffer"], group["momentum"]
             buf.lerp_(grads, 1 - mu)
-            update = orthogonalize(grads.lerp_(buf, mu))
             rows, cols = params[0].shape
             lr = group["lr"] * max(1.0, rows / cols) ** 0.5  # same RMS step for tall matrices
+            if group["variant"] == "classic":
+                update = orthogonalize(grads.lerp_(buf, mu))
+                for p, u in zip(params, update.unbind(0)):
+                    p.mul_(1 - group["lr"] * group["weight_decay"]).add_(u, alpha=-lr)
+                continue
+            if "second_buffer" not in state:
+                shape = (len(params), rows, 1) if rows >= cols else (len(params), 1, cols)
+                state["second_buffer"] = torch.zeros(shape, dtype=grads.dtype, device=grads.device)
+            update = normuon_scale(polar_express(grads.lerp_(buf, mu)), state["second_buffer"], NORMUON_BETA2)
             for p, u in zip(params, update.unbind(0)):
-                p.mul_(1 - group["lr"] * group["weight_decay"]).add_(u, alpha=-lr)
+                u = u.to(p.dtype)
+                cautious = (u * p >= 0).to(p.dtype)
+                p.sub_(lr * u + lr * group["weight_decay"] * p * cautious)
 
 
 class MuonAdamW:
     """Both optimizers behind one step()/zero_grad()/state_dict(); every group keeps 'initial_lr'."""
 
-    def __init__(self, model):
+    def __init__(self, model, knobs=None):
+        knobs = knobs or effective_knobs(prepare.PROFILE)
         dim = model.cfg["n_embd"]
         scale = (dim / 768) ** -0.5  # AdamW LRs were tuned at width 768: scale by 1/sqrt(width)
         betas = (ADAM_BETA1, ADAM_BETA2)
         adam_groups = [
             dict(params=[model.lm_head.weight], lr=UNEMBEDDING_LR * scale),
             dict(params=[model.wte.weight, *[v.weight for v in model.value_embeds.values()]],
-                 lr=EMBEDDING_LR * scale),
+                 lr=knobs["embedding_lr"] * scale),
             dict(params=[model.resid_lambdas], lr=SCALAR_LR * 0.01),
             dict(params=[model.x0_lambdas], lr=SCALAR_LR, betas=(0.96, 0.95)),
         ]
         for g in adam_groups:
             g["kind"] = "adamw"
         self.adamw = torch.optim.AdamW(adam_groups, betas=betas, eps=1e-10, weight_decay=0.0)
-        self.muon = Muon(list(model.blocks.parameters()), MATRIX_LR, MUON_MOMENTUM, WEIGHT_DECAY)
+        self.muon = Muon(list(model.blocks.parameters()), knobs["matrix_lr"], MUON_MOMENTUM,
+                         knobs["weight_decay"], knobs["muon_variant"])
         for g in self.param_groups:
             g["initial_lr"] = g["lr"]
+            g["initial_weight_decay"] = g["weight_decay"]
         n_opt = sum(len(g["params"]) for g in self.param_groups)
         assert n_opt == len(list(model.parameters())), "every parameter needs exactly one optimizer"
 
@@ -518,6 +686,28 @@ def muon_momentum(step):
     return (1 - frac) * 0.85 + frac * MUON_MOMENTUM
 
 
+def weight_decay_multiplier(step, elapsed, plan):
+    """The reference variant's decay fades linearly with training time, to 0 at the budget. Under a
+    step budget it fades over the cool-down steps only: before them the schedule must not depend on
+    the budget, so a state saved at the pre-decay point resumes exactly (Hyperband promotion)."""
+    if plan["steps"]:
+        n, d = plan["steps"], plan["decay_steps"]
+        return 1.0 if step < n - d else max(0.0, (n - 1 - step) / d)
+    return max(0.0, 1.0 - elapsed / plan["budget"])
+
+
+def apply_schedule(optimizer, step, elapsed, plan):
+    """Set this step's LR (all groups), Muon momentum and, for the reference variant, its decay."""
+    lrm = lr_multiplier(step, elapsed, plan)
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] * lrm
+        if group["kind"] == "muon":
+            group["momentum"] = muon_momentum(step)
+            if group["variant"] == "reference":
+                group["weight_decay"] = group["initial_weight_decay"] * weight_decay_multiplier(step, elapsed, plan)
+    return lrm
+
+
 def in_decay(step, elapsed, plan):
     if plan["steps"]:
         return step >= plan["steps"] - plan["decay_steps"]
@@ -528,12 +718,44 @@ def in_decay(step, elapsed, plan):
 # Runtime: device, precision, threads, peak FLOPs, memory, saved state.
 # ---------------------------------------------------------------------------------------------
 
-PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak per device name, for the MFU estimate
-    "H100": 989e12,
-    "H200": 989e12,
-    "A100": 312e12,
-    "GB10": 125e12,  # a guess: half the published sparse-FP4 petaflop, /4 for bf16; not measured
+PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak by exact torch.cuda.get_device_name(), for MFU
+    "NVIDIA H100 80GB HBM3": 989.4e12,  # H100 SXM5 (NVIDIA H100 datasheet: 1,979 with sparsity)
+    "NVIDIA H100 PCIe": 756.5e12,  # H100 PCIe (datasheet: 1,513 with sparsity)
+    "NVIDIA H100 NVL": 835.5e12,  # H100 NVL, per GPU (datasheet: 1,671 with sparsity)
+    "NVIDIA H200": 989.4e12,  # H200 SXM (H200 datasheet: 1,979 with sparsity)
+    "NVIDIA H200 NVL": 835.5e12,  # H200 NVL (datasheet: 1,671 with sparsity)
+    "NVIDIA GH200 480GB": 989.4e12,  # Grace Hopper superchip, its H100-class GPU
+    "NVIDIA GH200 144G HBM3e": 989.4e12,  # the HBM3e GH200
+    "NVIDIA A100-SXM4-40GB": 312e12,  # A100 datasheet: 312 dense, all A100 variants
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA B200": 2250e12,  # HGX B200 datasheet: 4.5 PF with sparsity per GPU
+    "NVIDIA L40S": 362.05e12,  # L40S datasheet: 733 with sparsity
+    "NVIDIA GeForce RTX 4090": 165.2e12,  # Ada whitepaper: bf16 with fp32 accumulate (what torch uses)
+    "NVIDIA GeForce RTX 5090": 209.5e12,  # RTX Blackwell whitepaper: bf16 with fp32 accumulate
+    # GB10 (DGX Spark): an ESTIMATE. NVIDIA publishes only "1 PFLOP FP4 with sparsity"; halving for
+    # dense, again for FP8 and again for BF16 gives 125 TFLOPS. Not measured; gpu_check.py's GEMM
+    # step measures the real figure.
+    "NVIDIA GB10": 125e12,
 }
+
+
+def peak_flops_for(name):
+    """The table's figure for a device name (exact match, case and spacing ignored), or 0.0 with
+    an "unknown device" line: a guessed peak would print a wrong MFU."""
+    wanted = " ".join(name.split()).lower()
+    peak = next((f for key, f in PEAK_BF16_FLOPS.items() if key.lower() == wanted), 0.0)
+    if not peak:
+        print(f"unknown device {name!r}: no bf16 peak in PEAK_BF16_FLOPS, mfu_percent reads 0.00")
+    return peak
+
+
+def mfu_percent(flops_per_step, steps, seconds, peak):
+    """Model FLOPs utilisation of `steps` optimizer steps timed at `seconds`; 0 when not computable."""
+    if not (peak > 0 and steps > 0 and seconds > 0):
+        return 0.0
+    return 100.0 * flops_per_step * steps / seconds / peak
 
 
 def ensure_ptxas():
@@ -566,8 +788,7 @@ def setup_runtime():
 def peak_flops(device):
     if device.type != "cuda":
         return 0.0  # CPU/MPS: no trustworthy peak figure here, so mfu_percent reads 0.00
-    name = torch.cuda.get_device_name(device)
-    return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), 0.0)
+    return peak_flops_for(torch.cuda.get_device_name(device))
 
 
 def peak_memory_mb(device):
@@ -628,10 +849,10 @@ def main():
     num_params = sum(p.numel() for p in model.parameters())
     try:
         backend = probe_attention(device, autocast, cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"],
-                                  T, model.windows, compile_on)
+                                  T, model.windows, compile_on, model_attention_dtypes(model, autocast, device))
     except (RuntimeError, ValueError) as e:
         fail(f"attention: {e}")
-    optimizer = MuonAdamW(model)
+    optimizer = MuonAdamW(model, knobs)
     rows = knobs["rows"]
     accum = max(1, round(knobs["total"] / (rows * T)))
     tokens_per_step = accum * rows * T
@@ -643,7 +864,7 @@ def main():
           f"= {tokens_per_step:,} tokens/step | " +
           (f"steps {plan['steps']} (decay {plan['decay_steps']})" if plan["steps"] else f"budget {plan['budget']}s"))
 
-    step, elapsed, loader_state = 0, 0.0, None
+    step, elapsed, loader_state, pending = 0, 0.0, None, None
     resume_path, save_path = os.environ.get("AUTORESEARCH_RESUME_STATE"), os.environ.get("AUTORESEARCH_SAVE_STATE")
     if resume_path:
         try:
@@ -655,12 +876,14 @@ def main():
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed, loader_state = state["step"], state["training_seconds"], state["loader"]
+        pending = state.get("pending")  # the batch fetched ahead when the state was saved
         plan["warmup_steps"] = state["warmup_steps"]  # the warmup already run stays what it was
         torch.set_rng_state(state["rng"]["cpu"])
         if device.type == "cuda" and state["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         print(f"resumed from {resume_path} at step {step} ({elapsed:.1f}s trained)")
     loader = prepare.make_dataloader(tokenizer, rows, T, "train", device=device, state=loader_state)
+    x, y, epoch = next(loader) if pending is None else (pending[0].to(device), pending[1].to(device), pending[2])
 
     def loss_fn(x, y):
         return F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1), ignore_index=-1)
@@ -668,7 +891,7 @@ def main():
     train_loss = torch.compile(loss_fn, dynamic=False) if compile_on else loss_fn
     flops_per_step, peak = model.flops_per_token() * tokens_per_step, peak_flops(device)
     explode_at = EXPLODE_FACTOR * math.log(V)
-    saved, local_steps, counted_steps = False, 0, 0
+    saved, local_steps, counted_steps, counted_seconds = False, 0, 0, 0.0
     t_train = time.time()
     while True:
         if plan["steps"] and step >= plan["steps"]:
@@ -677,26 +900,23 @@ def main():
             atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                          "loader": loader.state_dict(), "training_seconds": elapsed,
                          "warmup_steps": plan["warmup_steps"], "config": cfg, "train_py_sha": file_sha(),
+                         "pending": (x.cpu(), y.cpu(), epoch),  # fetched ahead: the loader is past it
                          "rng": {"cpu": torch.get_rng_state(),
                                  "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None}},
                         save_path)
             saved = True
             print(f"saved state at step {step} to {save_path}")
         t0 = time.time()
-        lrm = lr_multiplier(step, elapsed, plan)
-        for group in optimizer.param_groups:
-            group["lr"] = group["initial_lr"] * lrm
-            if group["kind"] == "muon":
-                group["momentum"] = muon_momentum(step)
+        lrm = apply_schedule(optimizer, step, elapsed, plan)
         loss_sum = torch.zeros((), device=device)
         for _ in range(accum):
-            x, y, epoch = next(loader)
             with autocast:
                 loss = train_loss(x, y)
             (loss / accum).backward()
             loss_sum += loss.detach()
-        if GRAD_CLIP > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            x, y, epoch = next(loader)  # pack the next batch while the device works through this one
+        if knobs["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), knobs["grad_clip"])
         optimizer.step()
         optimizer.zero_grad()
         loss_f = loss_sum.item() / accum  # .item() waits for the device, so dt below is honest
@@ -708,7 +928,7 @@ def main():
         step, local_steps = step + 1, local_steps + 1
         if local_steps > knobs["startup"]:  # compile and warm-up steps are not training time
             elapsed += dt
-            counted_steps += 1
+            counted_steps, counted_seconds = counted_steps + 1, counted_seconds + dt
         print(f"step {step:05d} | loss {loss_f:.6f} | lrm {lrm:.3f} | dt {dt * 1000:.0f}ms | "
               f"tok/s {tokens_per_step / dt:,.0f} | epoch {epoch} | trained {elapsed:.1f}s", flush=True)
         if local_steps == 1:  # Python's GC stalls for long on big heaps: freeze what exists now
@@ -740,7 +960,7 @@ def main():
         eval_seconds = time.time() - t_eval
         if not math.isfinite(val_bpb):
             fail(f"val_bpb is {val_bpb}")
-    mfu = 100 * flops_per_step * counted_steps / elapsed / peak if peak and counted_steps and elapsed else 0.0
+    mfu = mfu_percent(flops_per_step, counted_steps, counted_seconds, peak)  # this process's steps only
     print_summary({
         "val_bpb": "sealed" if val_bpb is None else f"{val_bpb:.6f}",
         "training_seconds": f"{elapsed:.1f}",

@@ -203,7 +203,7 @@ class JudgeHierarchy:
         return self.band or NoiseBand([], self.k)
 
     def _verify(self, ctx, run, printed) -> VerifyResult:
-        sealed = bool((run.extra or {}).get("sealed"))
+        sealed = bool((getattr(run, "extra", None) or {}).get("sealed"))
         seal = self.seal
         with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
             bad = self._inputs_changed()
@@ -246,7 +246,7 @@ class JudgeHierarchy:
 
     def _over_budget(self, ctx, run) -> str | None:
         """By the harness's clock (harness/clock.py), not train.py's own figure."""
-        extra = run.extra or {}
+        extra = getattr(run, "extra", None) or {}
         if extra.get("steps_mode") or os.environ.get("AUTORESEARCH_STEPS"):
             return None
         budget = self.budget or _run_json(ctx).get("budget")

@@ -98,3 +98,88 @@ def test_probe_picks_sdpa_on_cpu_and_honours_forcing(monkeypatch, capsys):
         train.probe_attention(*args)
     assert "fa3 rejected" in capsys.readouterr().out
     train.set_attention_backend("sdpa")
+
+
+# --- issue 12: device keys, dtypes the model really feeds, the probe fed those dtypes ---------
+
+BF16_AUTOCAST_CPU = dict(device_type="cpu", dtype=torch.bfloat16)
+
+
+def test_device_key_fills_in_the_index():
+    """Masks were stored under str(device) ("cuda") and looked up under str(q.device) ("cuda:0")."""
+    assert train.device_key("cuda") == train.device_key("cuda:0") == train.device_key(torch.device("cuda", 0))
+    assert train.device_key("cpu") == train.device_key(torch.device("cpu", 0)) == ("cpu", 0)
+    assert train.device_key("cuda:1") != train.device_key("cuda:0")
+
+
+def test_flex_masks_built_for_an_indexed_device_are_found():
+    """Masks prepared for torch.device("cpu", 0) serve tensors whose device prints as "cpu"."""
+    q, k, v = (t.detach() for t in inputs(4, 2))
+    train.set_attention_backend("flex", T, [5], torch.device("cpu", 0))
+    try:
+        out = train.attend(q, k, v, 5)
+    finally:
+        train.set_attention_backend("sdpa")
+    assert (out.double() - reference(q, k, v, 5)).abs().max().item() < 1e-5
+
+
+def tiny_model(profile="tiny"):
+    torch.manual_seed(0)
+    return train.build_model(train.model_config(512, 64, profile))
+
+
+@pytest.mark.parametrize("profile", ["tiny", "gpu"])
+def test_the_model_feeds_attention_one_dtype_under_autocast(profile):
+    """Value-embedding layers mixed an fp32 ve into a bf16 v: attention got (bf16, bf16, fp32)."""
+    model = tiny_model(profile)
+    assert any(train.has_value_embedding(i, model.cfg["n_layer"]) for i in range(model.cfg["n_layer"]))
+    dtypes = train.model_attention_dtypes(model, torch.amp.autocast(**BF16_AUTOCAST_CPU), CPU)
+    assert dtypes == [(torch.bfloat16,) * 3]
+    import contextlib
+    assert train.model_attention_dtypes(tiny_model(), contextlib.nullcontext(), CPU) == [(torch.float32,) * 3]
+    assert train._attention is train.attn_sdpa  # the recording backend is put back
+
+
+def test_gpu_recipe_keeps_embeddings_and_residual_in_bf16():
+    """The reference stores token and value embeddings in bf16, so its residual stream is bf16."""
+    model = tiny_model("gpu")
+    assert model.cfg["embed_dtype"] == "bfloat16" and "embed_dtype" not in tiny_model().cfg
+    assert model.wte.weight.dtype == torch.bfloat16
+    assert {v.weight.dtype for v in model.value_embeds.values()} == {torch.bfloat16}
+    assert model.lm_head.weight.dtype == torch.float32  # the rest stays fp32 under autocast
+    residual = []
+    handle = model.blocks[0].register_forward_hook(lambda mod, args, out: residual.append(out.dtype))
+    with torch.amp.autocast(**BF16_AUTOCAST_CPU):
+        logits = model(torch.zeros(1, 8, dtype=torch.long))
+    handle.remove()
+    assert residual == [torch.bfloat16] and logits.dtype == torch.float32
+
+
+def strict_backend(seen):
+    """A backend that, like compiled flex or FA, refuses mixed input dtypes; records what it got."""
+    def attend(q, k, v, window):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        if not q.dtype == k.dtype == v.dtype:
+            raise RuntimeError(f"mixed dtypes {q.dtype} {k.dtype} {v.dtype}")
+        return train.attn_sdpa(q, k, v, window)
+    return attend
+
+
+def test_probe_feeds_the_dtypes_the_model_produces(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setitem(train.ATTENTION_BACKENDS, "strict", strict_backend(seen))
+    monkeypatch.setenv("AUTORESEARCH_ATTN", "strict")
+    autocast = torch.amp.autocast(**BF16_AUTOCAST_CPU)
+    model = tiny_model()
+    cfg = model.cfg
+    args = (CPU, autocast, cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"], T, [5, -1], False)
+    try:
+        dtypes = train.model_attention_dtypes(model, autocast, CPU)
+        assert train.probe_attention(*args, dtypes) == "strict"
+        assert set(seen) == {(torch.bfloat16,) * 3}
+        # the mix the model used to produce is fed as given, and a strict backend is rejected for it
+        with pytest.raises(RuntimeError, match="no attention backend"):
+            train.probe_attention(*args, [(torch.bfloat16, torch.bfloat16, torch.float32)])
+        assert "strict rejected: RuntimeError: mixed dtypes" in capsys.readouterr().out
+    finally:
+        train.set_attention_backend("sdpa")

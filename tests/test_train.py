@@ -5,6 +5,7 @@ import math
 import re
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -143,12 +144,12 @@ def test_knobs_are_one_line_literals_that_reach_every_profile(monkeypatch):
         assert len(found) == 1, f"{name} must be one `NAME = literal  # why` line"
         assert repr(eval(found[0])) == repr(getattr(train, name))  # a plain literal
     gpu = train.model_config(8192, 2048, "gpu")
-    assert (gpu["n_layer"], gpu["n_embd"]) == (8, 512)  # the reference shape
-    monkeypatch.setattr(train, "DEPTH", 3)
+    assert (gpu["n_layer"], gpu["n_embd"], gpu["n_head"], gpu["head_dim"]) == (8, 512, 4, 128)  # the reference shape
+    monkeypatch.setattr(train, "DEPTH", 2)
+    assert train.model_config(512, 64, "cpu")["n_layer"] == 2
     monkeypatch.setattr(train, "KV_HEAD_RATIO", 2)
     gpu = train.model_config(8192, 2048, "gpu")
-    assert gpu["n_layer"] == 6 and gpu["n_kv_head"] * 2 == gpu["n_head"]
-    assert train.model_config(512, 64, "cpu")["n_layer"] == 3
+    assert gpu["n_layer"] == 4 and gpu["n_kv_head"] * 2 == gpu["n_head"]
 
 
 def test_wsd_schedule_under_a_step_budget():
@@ -158,3 +159,185 @@ def test_wsd_schedule_under_a_step_budget():
     assert lrm[6] < 1.0 and lrm[6:] == sorted(lrm[6:], reverse=True)
     assert lrm[-1] == pytest.approx(train.FINAL_LR_FRAC)
     assert [train.in_decay(s, 0.0, plan) for s in (5, 6)] == [False, True]
+
+
+# --- issue 12: peak FLOPs by exact name, MFU arithmetic, the reference Muon, offline hub ----------
+
+
+def test_peak_flops_match_exact_device_names(capsys):
+    assert train.peak_flops_for("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)  # SXM
+    assert train.peak_flops_for("NVIDIA H100 PCIe") == pytest.approx(756.5e12)  # not SXM's peak
+    assert train.peak_flops_for("NVIDIA H100 NVL") == pytest.approx(835.5e12)
+    assert train.peak_flops_for("nvidia  h200") == pytest.approx(989.4e12)  # case and spacing ignored
+    for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA B200", "NVIDIA GB10",
+                 "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090", "NVIDIA GH200 480GB"):
+        assert train.peak_flops_for(name) > 1e14, name
+    assert capsys.readouterr().out == ""
+    for name in ("NVIDIA H100", "NVIDIA H100 PCIe (MIG 1g.10gb)", "Tesla T4"):  # no substring guesses
+        assert train.peak_flops_for(name) == 0.0
+        assert f"unknown device {name!r}" in capsys.readouterr().out
+
+
+def test_mfu_is_flops_of_the_counted_steps_over_their_seconds():
+    assert train.mfu_percent(1e12, 10, 2.0, 1e13) == pytest.approx(50.0)
+    # a resumed run: 400 steps before (not in this process), 100 counted here in 20 s. Dividing the
+    # resumed 100 s of training by the 100 local steps would read 5x too low.
+    assert train.mfu_percent(2e12, 100, 20.0, 1e14) == pytest.approx(10.0)
+    for args in ((1e12, 0, 2.0, 1e13), (1e12, 10, 0.0, 1e13), (1e12, 10, 2.0, 0.0)):
+        assert train.mfu_percent(*args) == 0.0
+
+
+def test_gpu_profile_is_the_reference_recipe():
+    cpu, gpu = train.effective_knobs("cpu"), train.effective_knobs("gpu")
+    assert (gpu["head_dim"], gpu["matrix_lr"], gpu["embedding_lr"], gpu["weight_decay"]) == (128, 0.04, 0.6, 0.2)
+    assert (gpu["muon_variant"], gpu["bf16_embeddings"], gpu["grad_clip"]) == ("reference", True, 0.0)
+    assert (gpu["rows"], gpu["total"], gpu["depth"]) == (128, 2 ** 19, 8)
+    # cpu and tiny are untouched: the recorded CPU baseline depends on it
+    assert cpu == train.effective_knobs("tiny")
+    assert (cpu["head_dim"], cpu["matrix_lr"], cpu["embedding_lr"], cpu["weight_decay"]) == (64, 0.02, 0.3, 0.0)
+    assert (cpu["muon_variant"], cpu["bf16_embeddings"], cpu["grad_clip"]) == ("classic", False, 1.0)
+
+
+def test_polar_express_orthogonalises_and_normuon_keeps_the_norm():
+    g = torch.randn(3, 64, 32, generator=torch.Generator().manual_seed(0))
+    x = train.polar_express(g)
+    s = torch.linalg.svdvals(x)
+    assert x.shape == g.shape and s.min() > 0.5 and s.max() < 1.3  # singular values pulled to ~1
+    second = torch.zeros(3, 64, 1)
+    scaled = train.normuon_scale(x, second, 0.95)
+    assert torch.allclose(scaled.norm(dim=(-2, -1)), x.norm(dim=(-2, -1)), rtol=1e-4)
+    assert second.abs().sum() > 0  # the running second moment moved
+    rows = scaled.square().mean(-1)
+    assert rows.std() / rows.mean() < x.square().mean(-1).std() / x.square().mean(-1).mean()  # rows evened out
+
+
+def test_reference_muon_decays_cautiously_with_the_scaled_lr():
+    p = nn_param([[1.0, -1.0], [1.0, -1.0], [1.0, -1.0]])  # tall: lr scaled by sqrt(3/2)
+    opt = train.Muon([p], lr=0.1, momentum=0.0, weight_decay=0.5, variant="reference")
+    p.grad = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])  # update agrees in sign with column 0 only
+    before = p.detach().clone()
+    opt.step()
+    update = before - p.detach()
+    lr = 0.1 * 1.5 ** 0.5
+    # without decay the two columns would move by the same orthogonalised step
+    p2 = nn_param(before.tolist())
+    opt2 = train.Muon([p2], lr=0.1, momentum=0.0, weight_decay=0.0, variant="reference")
+    p2.grad = p.grad.clone()
+    opt2.step()
+    plain = before - p2.detach()
+    assert torch.allclose(update[:, 1], plain[:, 1])  # sign disagrees: no decay there
+    assert torch.allclose(update[:, 0] - plain[:, 0], lr * 0.5 * before[:, 0], atol=1e-6)  # decayed, scaled lr
+    with pytest.raises(ValueError, match="MUON_VARIANT"):
+        train.Muon([p], lr=0.1, momentum=0.0, weight_decay=0.0, variant="fancy")
+
+
+def nn_param(rows):
+    return torch.nn.Parameter(torch.tensor(rows))
+
+
+def test_schedule_fades_the_reference_decay_only():
+    torch.manual_seed(0)
+    model = train.build_model(train.model_config(512, 64, "tiny"))
+    plan = {"budget": 100.0, "steps": 0, "decay_steps": 0, "warmup_steps": 0}
+    ref = train.MuonAdamW(model, dict(train.effective_knobs("tiny"), muon_variant="reference", weight_decay=0.2))
+    classic = train.MuonAdamW(model, dict(train.effective_knobs("tiny"), weight_decay=0.2))
+    for opt in (ref, classic):
+        train.apply_schedule(opt, 5, 75.0, plan)
+    assert [g["weight_decay"] for g in ref.muon.param_groups] == pytest.approx([0.05] * len(ref.muon.param_groups))
+    assert {g["weight_decay"] for g in classic.muon.param_groups} == {0.2}
+    # under a step budget: untouched before the cool-down whatever the budget (resumable), then faded
+    for n in (10, 30):
+        plan = {"steps": n, "decay_steps": 4, "budget": 1.0}
+        assert [train.weight_decay_multiplier(s, 0.0, plan) for s in range(n - 5, n)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+
+
+def test_reference_recipe_trains_on_cpu_at_a_tiny_shape():
+    """The gpu recipe's optimizer and bf16 embeddings under autocast: a few steps lower the loss."""
+    torch.manual_seed(0)
+    knobs = train.effective_knobs("gpu")
+    cfg = train.model_config(64, 16, "tiny")
+    cfg["embed_dtype"] = "bfloat16"
+    model = train.build_model(cfg)
+    opt = train.MuonAdamW(model, knobs)
+    plan = {"budget": 100.0, "steps": 8, "decay_steps": 0, "warmup_steps": 0}
+    x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for step in range(8):
+        train.apply_schedule(opt, step, 0.0, plan)
+        with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 64), x[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert model.wte.weight.dtype == torch.bfloat16 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
+def run_python(code, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+LOAD_FA3 = """
+import os, time, train
+t = time.monotonic()
+try:
+    train.load_fa3()
+    print("loaded")
+except Exception as e:
+    print("failed", type(e).__name__)
+print("seconds", round(time.monotonic() - t, 2))
+print("offline", os.environ.get("HF_HUB_OFFLINE"))
+"""
+
+
+@pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:9"])
+def test_load_fa3_fails_fast_when_the_hub_is_unreachable(endpoint, tmp_path):
+    """No network here: the hub check sets HF_HUB_OFFLINE=1 and the kernels load fails at once."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_ENDPOINT")}
+    env["HF_HOME"] = str(tmp_path / "hf")  # an empty hub cache: nothing to load offline
+    if endpoint:
+        env["HF_ENDPOINT"] = endpoint
+    proc = run_python(LOAD_FA3, env)
+    out = proc.stdout
+    assert "failed" in out and "offline 1" in out, out + proc.stderr[-2000:]
+    assert float(re.search(r"seconds (\S+)", out).group(1)) < 15  # not a minutes-long retry storm
+
+
+def test_hub_check_has_a_deadline_and_is_skipped_when_offline_is_set(monkeypatch):
+    t = time.monotonic()
+    reason = train.hub_unreachable_reason("http://127.0.0.1:9", deadline=1.0)
+    assert "cannot connect to 127.0.0.1:9" in reason and time.monotonic() - t < 3
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(train, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
+    assert train.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
+
+
+def test_reference_muon_state_round_trips():
+    """A saved state (momentum and NorMuon second moment) resumes to the same next step."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(6, 4, generator=g)) for _ in range(2)]
+    opt = train.Muon(params, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference")
+    grads = [[torch.randn(6, 4, generator=g) for _ in params] for _ in range(3)]
+
+    def step(o, ps, gs):
+        for p, gr in zip(ps, gs):
+            p.grad = gr.clone()
+        o.step()
+    for gs in grads[:2]:
+        step(opt, params, gs)
+    import copy
+    saved = copy.deepcopy(opt.state_dict())  # as torch.save would: not the live buffers
+    assert {"momentum_buffer", "second_buffer"} <= set(saved["state"][0])
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    resumed = train.Muon(copies, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference")
+    resumed.load_state_dict(saved)
+    step(opt, params, grads[2])
+    step(resumed, copies, grads[2])
+    for a, b in zip(params, copies):
+        assert torch.equal(a, b)
+    fresh = [torch.nn.Parameter(p.detach().clone()) for p in copies]
+    step(train.Muon(fresh, lr=0.05, momentum=0.9, weight_decay=0.1, variant="reference"), fresh, grads[2])
+    assert not torch.equal(fresh[0], copies[0])  # without the state the step differs
