@@ -368,7 +368,10 @@ def main(argv=None) -> int:
         if is_out_of_space(exc):   # a write failed for space: the same clean stop, one message
             loop.stop()
             where = getattr(exc, "filename", None) or loop.run_dir
-            print(diskspace.out_of_space_message(where, diskspace.bytes_needed(loop.run_dir), None),
+            free = None
+            with contextlib.suppress(OSError):
+                free = diskspace.free_bytes(Path(where).parent if Path(where).is_file() else where)
+            print(diskspace.out_of_space_message(where, diskspace.bytes_needed(loop.run_dir), free),
                   file=sys.stderr)
             return EXIT_OUT_OF_SPACE
         if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError, SealError,

@@ -79,7 +79,7 @@ class SdkLines:
                 self._window[source] = (start, shown, suppressed + 1)
                 return False
             self._window[source] = (start, shown + 1, 0)
-        extra = f" (+{suppressed} similar lines suppressed)" if suppressed else ""
+        extra = f" (+{suppressed} more lines suppressed)" if suppressed else ""
         try:
             print(f"{source}: {line}{extra}", file=sys.stderr, flush=True)
         except (OSError, ValueError):   # stderr closed at exit

@@ -113,7 +113,7 @@ def test_rate_limit_shows_a_few_lines_then_a_count(capfd, monkeypatch):
     assert lines.emit("braintrust", "later")
     err = capfd.readouterr().err.splitlines()
     assert len(err) == sdk_logs.MAX_PER_WINDOW + 1
-    assert err[-1] == f"braintrust: later (+{10 - sdk_logs.MAX_PER_WINDOW} similar lines suppressed)"
+    assert err[-1] == f"braintrust: later (+{10 - sdk_logs.MAX_PER_WINDOW} more lines suppressed)"
 
 
 def test_sdk_loggers_lose_tracebacks_and_keys(capfd, monkeypatch):
