@@ -138,14 +138,25 @@ def summarize(runs: dict[int, dict[str, list[dict]]], budget: int) -> dict:
             "seeds_without_baseline": [s for s in per_seed if s not in with_base]}
 
 
+def seed_ratio(report: dict, seed, arm: str) -> str:
+    """One seed's headline: '0.576', or 'not reached (> 0.95)' with the bound it implies."""
+    ps = report["per_seed"][seed]
+    v = ps["headline"].get(arm)
+    if v is not None:
+        return f"{v:.3f}"
+    bound = (ps.get("not_reached_above") or {}).get(arm)
+    return "not reached" + (f" (> {bound:.2f})" if bound else "")
+
+
 def console_summary(report: dict) -> list[str]:
     """The lines `run` prints: headline, final quality, separability, and fairness warnings."""
     n = len(report["per_seed"])
     sep = report["separation"]
     lines = [f"arms: headline = steps to reach random's final quality / random's steps (< 1 is better); "
-             f"median over all {n} seeds (a seed that never reached it counts as not reached, > 1), "
-             f"[min-max over seeds], seeds that reached it:"]
-    lines += [f"arms:   {a} {format_headline(h)}" for a, h in report["headline"].items()]
+             f"median over all {n} seeds (a seed that never reached it counts as worse than any that "
+             f"did), [min-max over seeds], seeds that reached it; per seed:"]
+    lines += [f"arms:   {a} {format_headline(h)}; " + ", ".join(seed_ratio(report, s, a) for s in report["per_seed"])
+              for a, h in report["headline"].items()]
     lines.append("arms: final val_bpb, mean [min-max] over seeds: " + "; ".join(
         f"{a} " + ("-" if q["100%"]["mean"] is None else
                    f"{q['100%']['mean']:.4f} [{q['100%']['min']:.4f}-{q['100%']['max']:.4f}]")
@@ -256,6 +267,7 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     runs: dict[int, dict[str, list[dict]]] = {}
     walls, extras, screens = {}, {}, {}
     decay = SweepSettings(max_steps, min_steps).decay()
+    prepare_dir = Path(prepare.__file__).resolve().parent
     for w in fairness(arms, budget_steps, max_steps, min_steps, eta, decay)[1]:
         log(f"arms: WARNING: {w}")
     t0 = time.time()

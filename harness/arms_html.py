@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from harness.arms import best_at   # arms imports this module lazily, so no cycle
+from harness.arms import best_at, seed_ratio   # arms imports this module lazily, so no cycle
 from harness.arms_stats import describe_pairs
 
 # Plot geometry (px) and the number of points sampled along the step axis.
@@ -75,13 +75,7 @@ def _fmt(v, digits=4):
 
 
 def _seed_ratio(report: dict, seed, arm: str) -> str:
-    """One seed's headline: the ratio, or 'not reached' with the lower bound it implies."""
-    ps = report["per_seed"][seed]
-    v = ps["headline"].get(arm)
-    if v is not None:
-        return f"{v:.3f}"
-    bound = (ps.get("not_reached_above") or {}).get(arm)
-    return "not reached" + (f" (&gt; {bound:.2f})" if bound else "")
+    return html.escape(seed_ratio(report, seed, arm))
 
 
 def _head_cell(x, reached=True) -> str:

@@ -3,7 +3,8 @@ step budget a fair comparison needs. No processes, no torch: everything here wor
 
 Headline per seed: steps an arm needed to reach random search's final quality / the steps random
 needed. A seed where the arm never got there is *not reached*: its ratio is only known to exceed
-budget / random's steps (>= 1), so it is counted as +inf when seeds are combined. Per arm we report
+the steps the arm spent / random's steps (about 1 or more when both spent the budget), so it is
+counted as +inf, worse than any reached seed, when seeds are combined. Per arm we report
 the median over ALL seeds (+inf when half or more never reached it), the min-max range over all
 seeds (max +inf when any seed missed) and "k/n reached"; never a mean over the successes alone.
 
@@ -64,8 +65,8 @@ def format_ratio(x: float | None, reached: bool = True) -> str:
 
 
 def format_headline(h: dict) -> str:
-    """'0.612 [0.576-0.636], 3/3 reached' or 'not reached (> 1) [0.576-not reached], 1/3 reached'."""
-    med = f"{h['median']:.3f}" if h["median_reached"] else "not reached (> 1)"
+    """'0.612 [0.576-0.636], 3/3 reached' or 'not reached [0.576-not reached], 1/3 reached'."""
+    med = f"{h['median']:.3f}" if h["median_reached"] else "not reached"
     lo = "not reached" if h["min"] is None else f"{h['min']:.3f}"
     hi = "not reached" if h["max"] is None else f"{h['max']:.3f}"
     return f"{med} [{lo}-{hi}], {h['reached']} reached"

@@ -59,7 +59,7 @@ def test_summarize_counts_unreached_seeds_in_the_headline():
     assert (pair["a"], pair["b"], pair["verdict"]) == ("random", "prior", "cannot be told apart")
     assert rep["separation"]["chance"] == pytest.approx(1 / 3, abs=1e-4)
     lines = console_summary(dict(rep, fairness={"warnings": []}))
-    assert "arms:   prior not reached (> 1) [0.500-not reached], 1/2 reached" in lines
+    assert "arms:   prior not reached [0.500-not reached], 1/2 reached; 0.500, not reached (> 1.25)" in lines
     assert not any("WARNING" in line for line in lines)
     assert any(line.startswith("arms: headline: cannot be told apart: random ~ prior") for line in lines)
 
@@ -185,7 +185,7 @@ def test_headline_stats_never_averages_the_successes_alone():
     for fast in (0.01, 0.5, 0.99):
         h = headline_stats([fast, None])
         assert not h["median_reached"] and h["median"] is None and h["reached"] == "1/2"
-        assert format_headline(h).startswith("not reached (> 1)")
+        assert format_headline(h).startswith("not reached [")
     # 2 of 3 reached: the median is the worse success (0.4), not their mean (0.3)
     h = headline_stats([0.2, None, 0.4])
     assert (h["median"], h["min"], h["max"], h["reached"]) == (0.4, 0.2, None, "2/3")
@@ -290,3 +290,23 @@ def test_completed_brackets_sees_crashes_and_seeds_parse():
             {"bracket": 1, "steps": 1, "val_bpb": None}]      # bracket 1: every entrant crashed
     assert completed_brackets(rows, 9) == (2, 1)
     assert parse_seeds("3") == [0, 1, 2] and parse_seeds("4,7") == [4, 7] and parse_seeds("5,") == [5]
+
+
+def test_html_report_shows_unreached_seeds_spread_and_fairness():
+    from harness.arms_html import render_html
+    runs = {s: {"random": recs([(100, 3.0), (110, 2.9)]), "hyperband": recs([(40, 2.8 if s else 3.1)])}
+            for s in (0, 1)}
+    rep = summarize(runs, 113)
+    plans, warnings = fairness(["random", "hyperband"], 150, 9, 1, 3, 2)
+    rep.update(arms=["random", "hyperband"], screen={}, wall_s=1.0, fairness={
+        "warnings": warnings, "plans": {p.arm: vars(p) for p in plans}, "fair_budget": 113},
+        settings=dict(budget_steps=113, max_steps=9, min_steps=1, eta=3, decay_steps=2, profile="tiny",
+                      fingerprint="x", seeds=[0, 1], workers=2))
+    page = render_html(rep)
+    row = re.search(r"<tr><td>hyperband</td>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    # seed 0 missed (3.1 > 2.9; spent 40 of random's 110: ratio > 0.36), seed 1 reached at 40/110
+    assert cells[:2] == ["not reached (&gt; 0.36)", "0.364"]
+    assert cells[2] == "<b>not reached</b>" and cells[4] == "1/2"
+    assert "cannot be told apart" in page and "not a whole number of Hyperband cycles" in page
+    assert "2.9500 <small>[2.8000&ndash;3.1000]</small>" in page       # mean [min-max] final quality
