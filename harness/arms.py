@@ -340,6 +340,8 @@ def resummarize(report: dict) -> dict:
     runs = {int(seed): by_arm for seed, by_arm in report["records"].items()}
     out = {k: v for k, v in report.items() if k not in ("headline_mean", "quality_mean")}
     out.update(summarize(runs, st["budget_steps"]))
+    out["screen"] = {arm: {int(seed): acct for seed, acct in per_seed.items()}     # JSON made them str
+                     for arm, per_seed in (report.get("screen") or {}).items()}
     out["fairness"] = fairness_section(report["arms"], runs, st["budget_steps"], st["max_steps"],
                                        st["min_steps"], st["eta"], st["decay_steps"])
     return out
