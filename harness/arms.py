@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
-from harness.arms_stats import (chance_level, completed_brackets, describe_pairs, fair_budget, fairness,
+from harness.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
                                 format_headline, headline_stats, pairwise, plans_json, spread)
 from harness.sweep import SweepSettings, run_sweep
 
@@ -133,7 +133,6 @@ def summarize(runs: dict[int, dict[str, list[dict]]], budget: int) -> dict:
             "headline": {a: headline_stats(ratios[a]) for a in arms},
             "quality": quality,
             "separation": {"headline": pairwise(ratios), "final_quality": pairwise(finals),
-                           "chance": round(chance_level(len(per_seed)), 4),
                            "rule": "told apart only when the min-max ranges across seeds do not overlap"},
             "seeds_without_baseline": [s for s in per_seed if s not in with_base]}
 
@@ -163,8 +162,8 @@ def console_summary(report: dict) -> list[str]:
         for a, q in report["quality"].items()))
     for key, what in (("headline", "headline"), ("final_quality", "final val_bpb")):
         told, same = describe_pairs(sep[key])
-        lines.append(f"arms: {what}: told apart (ranges do not overlap; chance level {sep['chance']:.2f} "
-                     f"with {n} seeds): {', '.join(told) or 'none'}")
+        lines.append(f"arms: {what}: told apart (ranges over {n} seeds do not overlap; how often that "
+                     f"happens by chance): {', '.join(told) or 'none'}")
         lines.append(f"arms: {what}: cannot be told apart: {', '.join(same) or 'none'}")
     lines.append("arms: quality at 25/50/75/100% of budget (mean over seeds): " + "; ".join(
         f"{a} " + "/".join("-" if v["mean"] is None else f"{v['mean']:.4f}" for v in q.values())

@@ -100,15 +100,17 @@ def separation_section(report: dict) -> str:
                     f"<td>{html.escape(', '.join(same)) or 'none'}</td></tr>")
     paired = "".join(
         f"<tr><td>{html.escape(p['a'])} vs {html.escape(p['b'])}</td><td>{p['a_better_seeds']}/{p['n']}</td>"
-        f"<td>{p['b_better_seeds']}/{p['n']}</td><td>{p['ties']}</td><td>{html.escape(p['verdict'])}</td></tr>"
+        f"<td>{p['b_better_seeds']}/{p['n']}</td><td>{p['ties']}</td><td>{html.escape(p['verdict'])}</td>"
+        f"<td>{p['chance']:.2f}</td></tr>"
         for p in sep["headline"])
     return f"""<h2>Can the arms be told apart?</h2>
 <p>Two arms are told apart only when their ranges across seeds do not overlap (every seed of one better
-than every seed of the other); with {n} seeds per arm that happens by chance with probability
-{sep['chance']:.2f}. Otherwise they <b>cannot be told apart</b> by this run.</p>
+than every seed of the other). Each such verdict gives how often that would happen by chance with {n}
+seeds: 2/C(2n,n) between two arms that vary, 2/2<sup>n</sup> against random's headline (1 in every
+seed by definition). Otherwise they <b>cannot be told apart</b> by this run.</p>
 <table><tr><th>measure</th><th>told apart (&lt; = better)</th><th>cannot be told apart</th></tr>{''.join(rows)}</table>
 <p>Headline, paired by seed (a seed where an arm never reached the target counts as worst):</p>
-<table><tr><th>pair</th><th>first better</th><th>second better</th><th>ties</th><th>verdict</th></tr>{paired}</table>
+<table><tr><th>pair</th><th>first better</th><th>second better</th><th>ties</th><th>verdict</th><th>chance</th></tr>{paired}</table>
 """
 
 

@@ -9,8 +9,10 @@ the median over ALL seeds (+inf when half or more never reached it), the min-max
 seeds (max +inf when any seed missed) and "k/n reached"; never a mean over the successes alone.
 
 Two arms can be told apart only when their min-max ranges across seeds do not overlap (every seed
-of one is better than every seed of the other); with n seeds per arm that happens by chance with
-probability 2 / C(2n, n) (the exact two-sided Mann-Whitney level: 0.10 for 3 seeds).
+of one is better than every seed of the other). Each such verdict carries its chance level: with
+n seeds per arm, non-overlap happens by chance with probability 2 / C(2n, n) (the exact two-sided
+Mann-Whitney level: 0.10 for 3 seeds). Against a side that cannot vary (random's own headline is
+1 in every seed by definition) only the paired sign says anything: 2 / 2^n (0.25 for 3 seeds).
 """
 from __future__ import annotations
 
@@ -88,6 +90,11 @@ def chance_level(n: int, m: int | None = None) -> float:
     return min(1.0, 2 / math.comb(n + m, n)) if n and m else 1.0
 
 
+def sign_level(n: int) -> float:
+    """Probability that n coin-flip seeds all fall on the same side (two-sided sign test)."""
+    return min(1.0, 2 / 2 ** n) if n else 1.0
+
+
 def compare(a: list[float | None], b: list[float | None]) -> dict:
     """Lower is better; None counts as +inf. Separated only when the ranges do not overlap.
 
@@ -102,9 +109,11 @@ def compare(a: list[float | None], b: list[float | None]) -> dict:
     else:
         verdict = "cannot be told apart"
     paired = list(zip(va, vb))
+    constant = len(set(va)) == 1 or len(set(vb)) == 1
+    chance = sign_level(len(paired)) if constant else chance_level(len(va), len(vb))
     return {"verdict": verdict, "a_better_seeds": sum(x < y for x, y in paired),
             "b_better_seeds": sum(y < x for x, y in paired), "ties": sum(x == y for x, y in paired),
-            "n": len(paired), "chance": round(chance_level(len(va), len(vb)), 4)}
+            "n": len(paired), "chance": round(chance, 4)}
 
 
 def pairwise(per_arm: dict[str, list[float | None]]) -> list[dict]:
@@ -118,13 +127,13 @@ def pairwise(per_arm: dict[str, list[float | None]]) -> list[dict]:
 
 
 def describe_pairs(pairs: list[dict]) -> tuple[list[str], list[str]]:
-    """(separated pairs as 'x < y', pairs that cannot be told apart as 'x ~ y')."""
+    """(separated pairs as 'x < y (chance 0.10)', pairs that cannot be told apart as 'x ~ y')."""
     sep, same = [], []
     for p in pairs:
         if p["verdict"] == "a better":
-            sep.append(f"{p['a']} < {p['b']}")
+            sep.append(f"{p['a']} < {p['b']} (chance {p['chance']:.2f})")
         elif p["verdict"] == "b better":
-            sep.append(f"{p['b']} < {p['a']}")
+            sep.append(f"{p['b']} < {p['a']} (chance {p['chance']:.2f})")
         else:
             same.append(f"{p['a']} ~ {p['b']}")
     return sep, same

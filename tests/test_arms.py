@@ -57,7 +57,7 @@ def test_summarize_counts_unreached_seeds_in_the_headline():
     assert rep["per_seed"][0]["reference_best"] == 2.9
     pair = rep["separation"]["headline"][0]
     assert (pair["a"], pair["b"], pair["verdict"]) == ("random", "prior", "cannot be told apart")
-    assert rep["separation"]["chance"] == pytest.approx(1 / 3, abs=1e-4)
+    assert pair["chance"] == 0.5                  # random's headline is 1 by definition: sign level 2/2^2
     lines = console_summary(dict(rep, fairness={"warnings": []}))
     assert "arms:   prior not reached [0.500-not reached], 1/2 reached; 0.500, not reached (> 1.25)" in lines
     assert not any("WARNING" in line for line in lines)
@@ -208,8 +208,10 @@ def test_an_unreached_seed_can_only_lower_the_headline():
 
 
 def test_compare_tells_arms_apart_only_when_ranges_do_not_overlap():
-    c = compare([0.5, 0.6, 0.55], [1.0, 1.0, 1.0])
-    assert c["verdict"] == "a better" and c["a_better_seeds"] == 3 and c["chance"] == pytest.approx(0.1)
+    c = compare([0.5, 0.6, 0.55], [1.0, 1.0, 1.0])     # against a constant: the sign level 2/2^3
+    assert c["verdict"] == "a better" and c["a_better_seeds"] == 3 and c["chance"] == 0.25
+    c = compare([3.2, 3.25, 3.21], [3.3, 3.4, 3.35])    # two varying arms: 2/C(6,3)
+    assert c["verdict"] == "a better" and c["chance"] == pytest.approx(0.1)
     # better in every seed (paired) but the ranges overlap: not told apart
     c = compare([0.5, 0.9, 1.2], [0.6, 1.0, 1.3])
     assert c["verdict"] == "cannot be told apart" and (c["a_better_seeds"], c["b_better_seeds"]) == (3, 0)
@@ -219,7 +221,7 @@ def test_compare_tells_arms_apart_only_when_ranges_do_not_overlap():
     assert compare([1.0, 1.0], [1.0, 1.0])["ties"] == 2
     assert chance_level(2) == pytest.approx(1 / 3) and chance_level(3) == pytest.approx(0.1)
     told, same = describe_pairs(pairwise({"x": [0.5, 0.6], "y": [1.0, 1.0], "z": [0.55, 1.2]}))
-    assert told == ["x < y"] and same == ["x ~ z", "y ~ z"]
+    assert told == ["x < y (chance 0.50)"] and same == ["x ~ z", "y ~ z"]
 
 
 class InstantExecutor:
