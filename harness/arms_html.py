@@ -88,6 +88,10 @@ def _spread_cell(q: dict) -> str:
     return f"{q['mean']:.4f} <small>[{q['min']:.4f}&ndash;{q['max']:.4f}]</small>"
 
 
+def _verdict(p: dict) -> str:
+    return {"a better": f"{p['a']} better", "b better": f"{p['b']} better"}.get(p["verdict"], p["verdict"])
+
+
 def separation_section(report: dict) -> str:
     sep = report.get("separation")
     if not sep:
@@ -100,7 +104,7 @@ def separation_section(report: dict) -> str:
                     f"<td>{html.escape(', '.join(same)) or 'none'}</td></tr>")
     paired = "".join(
         f"<tr><td>{html.escape(p['a'])} vs {html.escape(p['b'])}</td><td>{p['a_better_seeds']}/{p['n']}</td>"
-        f"<td>{p['b_better_seeds']}/{p['n']}</td><td>{p['ties']}</td><td>{html.escape(p['verdict'])}</td>"
+        f"<td>{p['b_better_seeds']}/{p['n']}</td><td>{p['ties']}</td><td>{html.escape(_verdict(p))}</td>"
         f"<td>{p['chance']:.2f}</td></tr>"
         for p in sep["headline"])
     return f"""<h2>Can the arms be told apart?</h2>

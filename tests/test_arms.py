@@ -311,4 +311,5 @@ def test_html_report_shows_unreached_seeds_spread_and_fairness():
     assert cells[:2] == ["not reached (&gt; 0.36)", "0.364"]
     assert cells[2] == "<b>not reached</b>" and cells[4] == "1/2"
     assert "cannot be told apart" in page and "not a whole number of Hyperband cycles" in page
+    assert "<td>random vs hyperband</td><td>1/2</td><td>1/2</td><td>0</td><td>cannot be told apart</td>" in page
     assert "2.9500 <small>[2.8000&ndash;3.1000]</small>" in page       # mean [min-max] final quality
