@@ -13,8 +13,13 @@ successive halving, only the winner trained to the full budget; its screen steps
 but only full runs count as results, as in the loop.
 
 Headline, per seed: steps an arm needed to reach random search's final quality, divided by the
-steps random itself needed (< 1: the arm gets there faster; null: it never got there).
-Outputs arms_report.json and a self-contained arms_report.html (SVG regret plot, no assets).
+steps random itself needed (< 1: the arm gets there faster; null: it never got there). Across
+seeds (harness/arms_stats.py): the median over ALL seeds, an unreached seed counting as +inf,
+with the min-max range and "k/n reached"; two arms are "told apart" only when their ranges do
+not overlap. Before running, the budget is checked for fairness (whole Hyperband cycles, random
+drawing enough configurations, no arm leaving much unspent) and any shortfall is printed.
+Outputs arms_report.json and a self-contained arms_report.html (SVG regret plot, no assets);
+`python -m harness.arms report out/arms/arms_report.json` recomputes both from the raw records.
 """
 from __future__ import annotations
 
@@ -28,14 +33,18 @@ import time
 from pathlib import Path
 
 from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
+from harness.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
+                                format_headline, headline_stats, pairwise, plans_json, spread)
 from harness.sweep import SweepSettings, run_sweep
 
 # Quality is reported at these fractions of the budget.
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
-# Quick mode: the tiny profile (prepare it first) and the small base model (space.SMALL_BASE),
-# sized to finish in well under ~20 minutes on 2 busy cores. Full mode: the profile in force.
-QUICK = dict(seeds=[0, 1], max_steps=9, min_steps=1, eta=3, budget_steps=150)
-FULL = dict(seeds=[0, 1, 2], max_steps=81, min_steps=3, eta=3, budget_steps=1200)
+# Quick mode: the tiny profile (prepare it first) and the small base model (space.SMALL_BASE).
+# Full mode: the profile in force. budget_steps None = arms_stats.fair_budget (whole Hyperband
+# cycles, random drawing at least the widest bracket's configurations: 113 quick, 2418 full).
+# Three seeds: with two, non-overlapping ranges happen by chance one time in three.
+QUICK = dict(seeds=[0, 1, 2], max_steps=9, min_steps=1, eta=3, budget_steps=None)
+FULL = dict(seeds=[0, 1, 2], max_steps=81, min_steps=3, eta=3, budget_steps=None)
 QUICK_PROFILE = "tiny"
 # Default arms, in this order; "claude" joins when ANTHROPIC_API_KEY is set. "screen" is the
 # screen-K arm (K = --screen-k); "screen-5" names K directly.
@@ -91,31 +100,80 @@ def quality_table(traj: list[tuple[int, float]], budget: int) -> dict[str, float
 
 
 def summarize(runs: dict[int, dict[str, list[dict]]], budget: int) -> dict:
-    """Per-seed trajectories, headline ratios and quality table, plus their averages."""
+    """Per-seed trajectories, headline ratios and quality tables, and their summaries over seeds.
+
+    `headline[arm]`: median, min-max and "k/n reached" over ALL seeds, a seed that never reached
+    random's final counting as not reached (+inf) -- never a mean over the successes alone.
+    `quality[arm][fraction]`: mean and min-max over seeds. `separation`: for every pair of arms,
+    whether their headline (and final quality) ranges across seeds overlap (arms_stats.compare).
+    A seed where random itself has no result has no headline and is left out of it."""
     per_seed, arms = {}, []
     for seed, by_arm in runs.items():
         trajs = {a: trajectory(recs) for a, recs in by_arm.items()}
         arms = arms or list(by_arm)
         finals = [t[-1][1] for t in trajs.values() if t]
+        heads = headline(trajs)
+        base = steps_to_reach(trajs["random"], trajs["random"][-1][1]) if trajs.get("random") else None
+        spent = {a: max((r["cum_steps"] for r in recs), default=0) for a, recs in by_arm.items()}
         per_seed[seed] = {
             "trajectories": trajs,
-            "headline": headline(trajs),
+            "headline": heads,
+            # an arm that never got there would have needed more than all it spent: ratio > this
+            "not_reached_above": {a: round(spent[a] / base, 3) for a, h in heads.items()
+                                  if h is None and base},
             "quality": {a: quality_table(t, budget) for a, t in trajs.items()},
             "reference_best": min(finals) if finals else None,
         }
-    mean_head, mean_q = {}, {}
-    for a in arms:
-        ratios = [per_seed[s]["headline"].get(a) for s in per_seed]
-        reached = [r for r in ratios if r is not None]
-        mean_head[a] = {"mean": round(sum(reached) / len(reached), 4) if reached else None,
-                        "reached": f"{len(reached)}/{len(ratios)}"}
-        mean_q[a] = {}
-        for f in FRACTIONS:
-            key = f"{int(f * 100)}%"
-            vals = [per_seed[s]["quality"][a][key] for s in per_seed]
-            vals = [v for v in vals if v is not None]
-            mean_q[a][key] = round(sum(vals) / len(vals), 6) if len(vals) == len(per_seed) else None
-    return {"per_seed": per_seed, "headline_mean": mean_head, "quality_mean": mean_q}
+    with_base = [s for s in per_seed if per_seed[s]["trajectories"].get("random")]
+    ratios = {a: [per_seed[s]["headline"].get(a) for s in with_base] for a in arms}
+    finals = {a: [per_seed[s]["quality"][a]["100%"] for s in per_seed] for a in arms}
+    quality = {a: {f"{int(f * 100)}%": spread([per_seed[s]["quality"][a][f"{int(f * 100)}%"]
+                                               for s in per_seed]) for f in FRACTIONS} for a in arms}
+    return {"per_seed": per_seed,
+            "headline": {a: headline_stats(ratios[a]) for a in arms},
+            "quality": quality,
+            "separation": {"headline": pairwise(ratios), "final_quality": pairwise(finals),
+                           "rule": "told apart only when the min-max ranges across seeds do not overlap"},
+            "seeds_without_baseline": [s for s in per_seed if s not in with_base]}
+
+
+def seed_ratio(report: dict, seed, arm: str) -> str:
+    """One seed's headline: '0.576', or 'not reached (> 0.95)' with the bound it implies."""
+    ps = report["per_seed"][seed]
+    v = ps["headline"].get(arm)
+    if v is not None:
+        return f"{v:.3f}"
+    bound = (ps.get("not_reached_above") or {}).get(arm)
+    return "not reached" + (f" (> {bound:.2f})" if bound else "")
+
+
+def console_summary(report: dict) -> list[str]:
+    """The lines `run` prints: headline, final quality, separability, and fairness warnings."""
+    n = len(report["per_seed"])
+    sep = report["separation"]
+    lines = [f"arms: headline = steps to reach random's final quality / random's steps (< 1 is better); "
+             f"median over all {n} seeds (a seed that never reached it counts as worse than any that "
+             f"did), [min-max over seeds], seeds that reached it; per seed:"]
+    lines += [f"arms:   {a} {format_headline(h)}; " + ", ".join(seed_ratio(report, s, a) for s in report["per_seed"])
+              for a, h in report["headline"].items()]
+    lines.append("arms: final val_bpb, mean [min-max] over seeds: " + "; ".join(
+        f"{a} " + ("-" if q["100%"]["mean"] is None else
+                   f"{q['100%']['mean']:.4f} [{q['100%']['min']:.4f}-{q['100%']['max']:.4f}]")
+        for a, q in report["quality"].items()))
+    for key, what in (("headline", "headline"), ("final_quality", "final val_bpb")):
+        told, same = describe_pairs(sep[key])
+        lines.append(f"arms: {what}: told apart (ranges over {n} seeds do not overlap; how often that "
+                     f"happens by chance): {', '.join(told) or 'none'}")
+        lines.append(f"arms: {what}: cannot be told apart: {', '.join(same) or 'none'}")
+    lines.append("arms: quality at 25/50/75/100% of budget (mean over seeds): " + "; ".join(
+        f"{a} " + "/".join("-" if v["mean"] is None else f"{v['mean']:.4f}" for v in q.values())
+        for a, q in report["quality"].items()))
+    warnings = (report.get("fairness") or {}).get("warnings") or []
+    lines += [f"arms: WARNING: {w}" for w in warnings]
+    if warnings:
+        lines.append("arms: WARNING: the budget was too small for a fair comparison; read the figures "
+                     "above with that in mind")
+    return lines
 
 
 # ---- the Claude policy (only with a key) ----
@@ -209,6 +267,8 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     walls, extras, screens = {}, {}, {}
     decay = SweepSettings(max_steps, min_steps).decay()
     prepare_dir = Path(prepare.__file__).resolve().parent
+    for w in fairness(arms, budget_steps, max_steps, min_steps, eta, decay)[1]:
+        log(f"arms: WARNING: {w}")
     t0 = time.time()
     with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs", env=pool_env) as pool:
         for seed in seeds:
@@ -251,12 +311,52 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
             if "random" in runs[seed]:
                 acct["fidelity"] = pick_fidelity(runs[seed][arm], runs[seed]["random"])
     report = summarize(runs, budget_steps)
+    report["fairness"] = fairness_section(arms, runs, budget_steps, max_steps, min_steps, eta, decay)
     report.update(settings=dict(settings, seeds=list(seeds), workers=workers, decay_steps=decay,
                                 profile=profile, fingerprint=fingerprint, space=space.to_json()),
         base_knobs=base_knobs or {}, arms=arms, screen=screens, wall_s=round(time.time() - t0, 1),
         wall_per_run=walls, extras=extras, records={str(s): r for s, r in runs.items()},
         load_avg=os.getloadavg(), created_at=time.strftime("%Y-%m-%d %H:%M:%S"))
     return report
+
+
+def fairness_section(arms, runs, budget_steps, max_steps, min_steps, eta, decay) -> dict:
+    """What the budget lets each arm do (computed beforehand), and brackets crashes cut short."""
+    plans, warnings = fairness(arms, budget_steps, max_steps, min_steps, eta, decay)
+    for seed, by_arm in runs.items():
+        for arm, recs in by_arm.items():
+            started, done = completed_brackets(recs, max_steps)
+            if done < started:
+                warnings.append(f"seed {seed}, {arm}: only {done} of {started} brackets reached a "
+                                f"full {max_steps}-step evaluation (crashes)")
+    return {"warnings": warnings, "plans": plans_json(plans),
+            "fair_budget": fair_budget(max_steps, min_steps, eta, decay)}
+
+
+def resummarize(report: dict) -> dict:
+    """Recompute the summaries of a saved report from its raw records (`arms report PATH`)."""
+    st = report["settings"]
+    runs = {int(seed): by_arm for seed, by_arm in report["records"].items()}
+    out = {k: v for k, v in report.items() if k not in ("headline_mean", "quality_mean")}
+    out.update(summarize(runs, st["budget_steps"]))
+    out["screen"] = {arm: {int(seed): acct for seed, acct in per_seed.items()}     # JSON made them str
+                     for arm, per_seed in (report.get("screen") or {}).items()}
+    out["fairness"] = fairness_section(report["arms"], runs, st["budget_steps"], st["max_steps"],
+                                       st["min_steps"], st["eta"], st["decay_steps"])
+    return out
+
+
+def print_report(report: dict, jpath: Path, hpath: Path) -> None:
+    print(f"arms: {report['wall_s']:.0f}s wall-clock, budget {report['settings']['budget_steps']} steps per arm, "
+          f"seeds {report['settings']['seeds']}")
+    for line in console_summary(report):
+        print(line)
+    for arm, per_seed in report["screen"].items():
+        print(f"arms: {arm} ({next(iter(per_seed.values()))['shape']}): " + "; ".join(
+            f"seed {s}: {a['rounds']} rounds, {a['screen_steps']} screen + {a['full_steps']} full-run steps"
+            + (f", picked the full-run best in {a['fidelity']['hits']}/{a['fidelity']['rounds_checked']} "
+               f"checkable rounds" if "fidelity" in a else "") for s, a in per_seed.items()))
+    print(f"arms: wrote {jpath} and {hpath}")
 
 
 def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
@@ -268,6 +368,13 @@ def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
     return jpath, hpath
 
 
+def parse_seeds(text: str) -> list[int]:
+    """'3' -> [0, 1, 2]; '4,7' -> [4, 7]; '5,' -> [5]."""
+    if "," not in text:
+        return list(range(int(text)))
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.throughput import load_profile
     ap = argparse.ArgumentParser(prog="python -m harness.arms")
@@ -276,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--quick", action="store_true", help=f"{QUICK}")
     r.add_argument("--train", type=Path, default=Path("train.py"))
     r.add_argument("--warm-prior", type=Path, default=None)
-    r.add_argument("--seeds", default="", help="comma-separated, overrides the mode's")
+    r.add_argument("--seeds", default="", help="N (seeds 0..N-1) or a comma-separated list such as "
+                   "4,7 (one seed s: 's,'); overrides the mode's")
     r.add_argument("--budget-steps", type=int, default=None)
     r.add_argument("--max-steps", type=int, default=None)
     r.add_argument("--min-steps", type=int, default=None)
@@ -286,15 +394,26 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=Path("out/arms"))
     r.add_argument("--full-size", action="store_true", help="search the train.py model as is "
                    "(default in quick mode: the small base model of harness/space.py)")
+    rp = sub.add_parser("report", help="recompute the summaries of a saved arms_report.json and "
+                        "rewrite it and the HTML next to it")
+    rp.add_argument("path", type=Path)
     args = ap.parse_args(argv)
+    if args.cmd == "report":
+        report = resummarize(json.loads(args.path.read_text()))
+        jpath, hpath = write_reports(report, args.path.parent)
+        print_report(report, jpath, hpath)
+        return 0
     if args.quick and not os.environ.get("AUTORESEARCH_PROFILE"):
         os.environ["AUTORESEARCH_PROFILE"] = QUICK_PROFILE     # before prepare is imported anywhere
     mode = dict(QUICK if args.quick else FULL)
     if args.seeds:
-        mode["seeds"] = [int(s) for s in args.seeds.split(",")]
+        mode["seeds"] = parse_seeds(args.seeds)
     for k in ("budget_steps", "max_steps", "min_steps"):
         if getattr(args, k):
             mode[k] = getattr(args, k)
+    if mode["budget_steps"] is None:
+        mode["budget_steps"] = fair_budget(mode["max_steps"], mode["min_steps"], mode["eta"],
+                                           SweepSettings(mode["max_steps"], mode["min_steps"]).decay())
     workers = args.workers or load_profile()["workers"]
     if args.out.exists():
         shutil.rmtree(args.out)
@@ -304,18 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                       arms=[a for a in args.arms.split(",") if a], warm_prior=args.warm_prior,
                       screen_k_default=args.screen_k, **mode)
     jpath, hpath = write_reports(report, args.out)
-    print(f"arms: {report['wall_s']:.0f}s; headline (steps to random's final / random's steps, mean "
-          f"over seeds; < 1 is better): " + ", ".join(
-              f"{a} {v['mean']} ({v['reached']} reached)" for a, v in report["headline_mean"].items()))
-    print(f"arms: quality at 25/50/75/100% of budget: " + "; ".join(
-        f"{a} " + "/".join("-" if v is None else f"{v:.4f}" for v in q.values())
-        for a, q in report["quality_mean"].items()))
-    for arm, per_seed in report["screen"].items():
-        print(f"arms: {arm} ({next(iter(per_seed.values()))['shape']}): " + "; ".join(
-            f"seed {s}: {a['rounds']} rounds, {a['screen_steps']} screen + {a['full_steps']} full-run steps"
-            + (f", picked the full-run best in {a['fidelity']['hits']}/{a['fidelity']['rounds_checked']} "
-               f"checkable rounds" if "fidelity" in a else "") for s, a in per_seed.items()))
-    print(f"arms: wrote {jpath} and {hpath}")
+    print_report(report, jpath, hpath)
     return 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import html
 
-from harness.arms import best_at   # arms imports this module lazily, so no cycle
+from harness.arms import best_at, seed_ratio   # arms imports this module lazily, so no cycle
+from harness.arms_stats import describe_pairs
 
 # Plot geometry (px) and the number of points sampled along the step axis.
 W, H, PAD, GRID = 720, 360, 56, 120
@@ -73,6 +74,71 @@ def _fmt(v, digits=4):
     return "&mdash;" if v is None else f"{v:.{digits}f}"
 
 
+def _seed_ratio(report: dict, seed, arm: str) -> str:
+    return html.escape(seed_ratio(report, seed, arm))
+
+
+def _head_cell(x, reached=True) -> str:
+    return "not reached" if (x is None or not reached) else f"{x:.3f}"
+
+
+def _spread_cell(q: dict) -> str:
+    if q["mean"] is None:
+        return "&mdash;"
+    return f"{q['mean']:.4f} <small>[{q['min']:.4f}&ndash;{q['max']:.4f}]</small>"
+
+
+def _verdict(p: dict) -> str:
+    return {"a better": f"{p['a']} better", "b better": f"{p['b']} better"}.get(p["verdict"], p["verdict"])
+
+
+def separation_section(report: dict) -> str:
+    sep = report.get("separation")
+    if not sep:
+        return ""
+    n = len(report["per_seed"])
+    rows = []
+    for key, what in (("headline", "headline"), ("final_quality", "final val_bpb")):
+        told, same = describe_pairs(sep[key])
+        rows.append(f"<tr><td>{what}</td><td>{html.escape(', '.join(told)) or 'none'}</td>"
+                    f"<td>{html.escape(', '.join(same)) or 'none'}</td></tr>")
+    paired = "".join(
+        f"<tr><td>{html.escape(p['a'])} vs {html.escape(p['b'])}</td><td>{p['a_better_seeds']}/{p['n']}</td>"
+        f"<td>{p['b_better_seeds']}/{p['n']}</td><td>{p['ties']}</td><td>{html.escape(_verdict(p))}</td>"
+        f"<td>{p['chance']:.2f}</td></tr>"
+        for p in sep["headline"])
+    return f"""<h2>Can the arms be told apart?</h2>
+<p>Two arms are told apart only when their ranges across seeds do not overlap (every seed of one better
+than every seed of the other). Each such verdict gives how often that would happen by chance with {n}
+seeds: 2/C(2n,n) between two arms that vary, 2/2<sup>n</sup> against random's headline (1 in every
+seed by definition). Otherwise they <b>cannot be told apart</b> by this run.</p>
+<table><tr><th>measure</th><th>told apart (&lt; = better)</th><th>cannot be told apart</th></tr>{''.join(rows)}</table>
+<p>Headline, paired by seed (a seed where an arm never reached the target counts as worst):</p>
+<table><tr><th>pair</th><th>first better</th><th>second better</th><th>ties</th><th>verdict</th><th>chance</th></tr>{paired}</table>
+"""
+
+
+def fairness_section(report: dict) -> str:
+    fair = report.get("fairness")
+    if not fair:
+        return ""
+    warn = "".join(f"<li>{html.escape(w)}</li>" for w in fair["warnings"])
+    rows = "".join(f"<tr><td>{html.escape(a)}</td><td>{p['brackets']}</td><td>{p['configs']}</td>"
+                   f"<td>{p['full_evals']}</td><td>{p['steps']}</td><td>{p['unused']}</td></tr>"
+                   for a, p in fair["plans"].items())
+    verdict = (f'<p class="warn"><b>Warning: the budget was too small for a fair comparison.</b></p><ul>{warn}</ul>'
+               if warn else "<p>The budget is fair by these checks: whole Hyperband cycles (every bracket "
+                            "runs to completion equally often), random search draws at least as many "
+                            "configurations as the widest bracket, no arm leaves over 10% unspent.</p>")
+    return f"""<h2>Is the budget fair?</h2>
+{verdict}
+<table><tr><th>arm</th><th>brackets / rounds</th><th>configurations</th><th>full evaluations</th>
+<th>steps planned</th><th>unused</th></tr>{rows}</table>
+<p>Computed from the budget before running (the scheduler's rule: a bracket starts only if its whole
+cost fits); the smallest fair budget for these settings is {fair['fair_budget']} steps.</p>
+"""
+
+
 def _fidelity(acct: dict) -> str:
     f = acct.get("fidelity")
     if not f or not f["rounds_checked"]:
@@ -88,7 +154,7 @@ def screen_section(report: dict) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(arm)}</td><td>{html.escape(str(seed))}</td><td>{a['rounds']}</td>"
         f"<td>{a['candidates_screened']}</td><td>{a['screen_steps']}</td><td>{a['full_steps']}</td>"
-        f"<td>{a['total_steps']}</td><td>{_fmt(report['per_seed'][seed]['headline'].get(arm), 3)}</td>"
+        f"<td>{a['total_steps']}</td><td>{_seed_ratio(report, seed, arm)}</td>"
         f"<td>{_fmt(report['per_seed'][seed]['quality'][arm]['100%'])}</td><td>{_fidelity(a)}</td></tr>"
         for arm, per_seed in screens.items() for seed, a in per_seed.items())
     shapes = "; ".join(f"{html.escape(arm)}: {html.escape(next(iter(p.values()))['shape'])}"
@@ -107,20 +173,23 @@ and in how many the screen's winner was the best of them (mean val_bpb lost to t
 def render_html(report: dict) -> str:
     s = report["settings"]
     arms = report["arms"]
+    head = report["headline"]
     head_rows = "".join(
         f"<tr><td>{html.escape(a)}</td>"
-        + "".join(f"<td>{_fmt(report['per_seed'][seed]['headline'].get(a), 3)}</td>" for seed in report["per_seed"])
-        + f"<td><b>{_fmt(report['headline_mean'][a]['mean'], 3)}</b></td>"
-        f"<td>{report['headline_mean'][a]['reached']}</td></tr>" for a in arms)
+        + "".join(f"<td>{_seed_ratio(report, seed, a)}</td>" for seed in report["per_seed"])
+        + f"<td><b>{_head_cell(head[a]['median'], head[a]['median_reached'])}</b></td>"
+        f"<td>{_head_cell(head[a]['min'])}&ndash;{_head_cell(head[a]['max'])}</td>"
+        f"<td>{head[a]['reached']}</td></tr>" for a in arms)
     q_rows = "".join(
-        f"<tr><td>{html.escape(a)}</td>" + "".join(f"<td>{_fmt(v)}</td>" for v in report["quality_mean"][a].values())
+        f"<tr><td>{html.escape(a)}</td>" + "".join(f"<td>{_spread_cell(v)}</td>" for v in report["quality"][a].values())
         + "</tr>" for a in arms)
     seeds = "".join(f"<th>seed {html.escape(str(k))}</th>" for k in report["per_seed"])
-    fracs = "".join(f"<th>{html.escape(k)}</th>" for k in next(iter(report["quality_mean"].values())))
+    fracs = "".join(f"<th>{html.escape(k)}</th>" for k in next(iter(report["quality"].values())))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>arms report</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em}} table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left}}</style></head>
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child{{text-align:left}}
+.warn{{color:#a00}}</style></head>
 <body>
 <h1>Arms: does the search learn?</h1>
 <p>Identical budget of {s['budget_steps']} training steps per arm; full evaluation {s['max_steps']} steps,
@@ -128,12 +197,15 @@ lowest rung {s['min_steps']}, eta {s['eta']}, decay branch {s['decay_steps']} st
 data {html.escape(str(s['fingerprint']))}; seeds {html.escape(str(s['seeds']))}; {s['workers']} workers;
 {report['wall_s']:.0f} s wall-clock.</p>
 <h2>Headline</h2>
-<p>Steps to reach random search's final quality, divided by the steps random needed
-(below 1: faster than random; &mdash;: never reached it within the budget).</p>
-<table><tr><th>arm</th>{seeds}<th>mean</th><th>reached</th></tr>{head_rows}</table>
+<p>Steps to reach random search's final quality, divided by the steps random needed (below 1: faster
+than random). "Not reached": the arm never got there within the budget, so its ratio exceeds what it
+spent over what random needed (shown in brackets). The median is over <b>all</b> seeds, an unreached
+seed counting as worse than any reached one; it reads "not reached" when half the seeds or more missed.</p>
+<table><tr><th>arm</th>{seeds}<th>median</th><th>range over seeds</th><th>reached</th></tr>{head_rows}</table>
+{separation_section(report)}{fairness_section(report)}
 <h2>Mean regret</h2>
 {svg_plot(report)}
-<h2>Quality (mean best val_bpb) at fractions of the budget</h2>
+<h2>Quality (best val_bpb, mean [min&ndash;max] over seeds) at fractions of the budget</h2>
 <table><tr><th>arm</th>{fracs}</tr>{q_rows}</table>
 {screen_section(report)}<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
 </body></html>

@@ -7,9 +7,12 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from harness.arms import (ClaudePolicy, best_at, headline, quality_table, run_arms, summarize,
-                          trajectory, write_reports)
+from harness.arms import (ClaudePolicy, best_at, console_summary, headline, parse_seeds, quality_table,
+                          run_arms, summarize, trajectory, write_reports)
 from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
+from harness.arms_stats import (chance_level, compare, completed_brackets, describe_pairs, fair_budget,
+                                fairness, format_headline, headline_stats, hyperband_cycle, pairwise,
+                                planned_brackets)
 from harness.hyperband import bracket_cost
 from harness.space import SMALL_BASE, Space
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
@@ -38,15 +41,27 @@ def test_headline_is_steps_to_random_final_over_random_steps():
     assert quality_table(trajs["random"], 400) == {"25%": 3.0, "50%": 2.8, "75%": 2.8, "100%": 2.6}
 
 
-def test_summarize_averages_over_seeds():
+def test_summarize_counts_unreached_seeds_in_the_headline():
     runs = {0: {"random": recs([(100, 3.0)]), "prior": recs([(50, 2.9)])},
             1: {"random": recs([(80, 3.1), (160, 3.0)]), "prior": recs([(200, 3.2)])}}
     rep = summarize(runs, 200)
     assert rep["per_seed"][0]["headline"]["prior"] == 0.5
     assert rep["per_seed"][1]["headline"]["prior"] is None
-    assert rep["headline_mean"]["prior"] == {"mean": 0.5, "reached": "1/2"}
-    assert rep["quality_mean"]["random"]["100%"] == pytest.approx(3.0)
+    assert rep["per_seed"][1]["not_reached_above"] == {"prior": 1.25}   # spent 200, random needed 160
+    h = rep["headline"]["prior"]                  # 1 of 2 reached: the median is "not reached",
+    assert (h["median"], h["median_reached"], h["reached"]) == (None, False, "1/2")   # never 0.5
+    assert (h["min"], h["max"]) == (0.5, None)
+    assert rep["headline"]["random"]["median"] == 1.0 and rep["headline"]["random"]["reached"] == "2/2"
+    assert rep["quality"]["random"]["100%"] == {"mean": pytest.approx(3.0), "min": 3.0, "max": 3.0}
+    assert rep["quality"]["prior"]["100%"] == {"mean": pytest.approx(3.05), "min": 2.9, "max": 3.2}
     assert rep["per_seed"][0]["reference_best"] == 2.9
+    pair = rep["separation"]["headline"][0]
+    assert (pair["a"], pair["b"], pair["verdict"]) == ("random", "prior", "cannot be told apart")
+    assert pair["chance"] == 0.5                  # random's headline is 1 by definition: sign level 2/2^2
+    lines = console_summary(dict(rep, fairness={"warnings": []}))
+    assert "arms:   prior not reached [0.500-not reached], 1/2 reached; 0.500, not reached (> 1.25)" in lines
+    assert not any("WARNING" in line for line in lines)
+    assert any(line.startswith("arms: headline: cannot be told apart: random ~ prior") for line in lines)
 
 
 def test_claude_policy_parses_clips_and_survives_bad_replies(fake_anthropic):  # noqa: F811
@@ -78,14 +93,18 @@ def test_tiny_arms_run_writes_json_and_html(tiny_cache, tmp_path, monkeypatch):
         traj = data["per_seed"]["0"]["trajectories"][arm]
         assert traj, f"{arm} produced no result"
         assert all(s <= 10 for s, _ in traj)                   # the identical budget holds
-        assert set(data["quality_mean"][arm]) == {"25%", "50%", "75%", "100%"}
+        assert set(data["quality"][arm]) == {"25%", "50%", "75%", "100%"}
     assert data["per_seed"]["0"]["headline"]["random"] == 1.0
     # promotion was used by the Hyperband arms, never by random search
     hb = data["records"]["0"]["hyperband"]
     assert any(r["rung"] > 0 for r in hb) and all(r["rung"] == 0 for r in data["records"]["0"]["random"])
     assert len(json.loads(store.read_text())["observations"]) >= 1   # the prior store grew
+    # budget 10 < one Hyperband cycle (9 + 8 steps): the report says the comparison is unfair
+    assert any("s=0 never run" in w for w in data["fairness"]["warnings"])
+    assert data["fairness"]["plans"]["random"]["configs"] == 2       # 10 // (2 + 2 decay)
     page = hpath.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "<polyline" in page
+    assert "too small for a fair comparison" in page and "Can the arms be told apart?" in page
     assert not re.search(r'(src|href)="https?://', page)       # self-contained
 
 
@@ -137,8 +156,8 @@ def test_tiny_screen_arm_accounting_and_reports(tiny_cache, tmp_path, monkeypatc
     first = [r["config"] for r in data["records"]["0"]["random"][:3]]
     assert sorted(map(json.dumps, first)) == sorted(json.dumps(r["config"]) for r in recs if r["bracket"] == 0
                                                    and r["rung"] == 0)
-    assert set(data["quality_mean"]["screen-3"]) == {"25%", "50%", "75%", "100%"}
-    assert "screen-3" in data["headline_mean"]
+    assert set(data["quality"]["screen-3"]) == {"25%", "50%", "75%", "100%"}
+    assert "screen-3" in data["headline"]
     fid = acct["fidelity"]                                     # random trained round 0's three
     assert fid["rounds_checked"] == 1 and fid["hits"] in (0, 1) and fid["mean_regret"] >= 0
     page = hpath.read_text()
@@ -157,3 +176,140 @@ def test_screen_pick_fidelity_against_full_runs():
     assert (f["rounds_checked"], f["hits"]) == (2, 1)
     assert f["rounds"][1] == {"round": 1, "hit": False, "regret": pytest.approx(0.1)}
     assert f["mean_regret"] == pytest.approx(0.05)
+
+
+# ---- arms_stats: headline across seeds, separability, fair budgets (pure, on synthetic numbers) ----
+
+def test_headline_stats_never_averages_the_successes_alone():
+    # 1 of 2 reached: however fast the one success, the arm reads "not reached"
+    for fast in (0.01, 0.5, 0.99):
+        h = headline_stats([fast, None])
+        assert not h["median_reached"] and h["median"] is None and h["reached"] == "1/2"
+        assert format_headline(h).startswith("not reached [")
+    # 2 of 3 reached: the median is the worse success (0.4), not their mean (0.3)
+    h = headline_stats([0.2, None, 0.4])
+    assert (h["median"], h["min"], h["max"], h["reached"]) == (0.4, 0.2, None, "2/3")
+    assert format_headline(h) == "0.400 [0.200-not reached], 2/3 reached"
+    # all reached: plain median and range
+    h = headline_stats([0.7, 0.5, 0.6])
+    assert (h["median"], h["min"], h["max"], h["median_reached"]) == (0.6, 0.5, 0.7, True)
+    assert headline_stats([0.5, 0.7])["median"] == pytest.approx(0.6)
+    assert headline_stats([])["reached"] == "0/0"
+
+
+def test_an_unreached_seed_can_only_lower_the_headline():
+    reached = [0.3, 0.5, 0.6]
+    base = headline_stats(reached)
+    for i in range(3):
+        worse = reached[:i] + [None] + reached[i + 1:]
+        h = headline_stats(worse)
+        assert not h["median_reached"] or h["median"] >= base["median"]
+        assert h["max"] is None
+
+
+def test_compare_tells_arms_apart_only_when_ranges_do_not_overlap():
+    c = compare([0.5, 0.6, 0.55], [1.0, 1.0, 1.0])     # against a constant: the sign level 2/2^3
+    assert c["verdict"] == "a better" and c["a_better_seeds"] == 3 and c["chance"] == 0.25
+    c = compare([3.2, 3.25, 3.21], [3.3, 3.4, 3.35])    # two varying arms: 2/C(6,3)
+    assert c["verdict"] == "a better" and c["chance"] == pytest.approx(0.1)
+    # better in every seed (paired) but the ranges overlap: not told apart
+    c = compare([0.5, 0.9, 1.2], [0.6, 1.0, 1.3])
+    assert c["verdict"] == "cannot be told apart" and (c["a_better_seeds"], c["b_better_seeds"]) == (3, 0)
+    # a seed that never reached the target is worse than any reached one
+    assert compare([None, None], [2.0, 3.0])["verdict"] == "b better"
+    assert compare([0.4, None], [1.0, 1.0])["verdict"] == "cannot be told apart"
+    assert compare([1.0, 1.0], [1.0, 1.0])["ties"] == 2
+    assert chance_level(2) == pytest.approx(1 / 3) and chance_level(3) == pytest.approx(0.1)
+    told, same = describe_pairs(pairwise({"x": [0.5, 0.6], "y": [1.0, 1.0], "z": [0.55, 1.2]}))
+    assert told == ["x < y (chance 0.50)"] and same == ["x ~ z", "y ~ z"]
+
+
+class InstantExecutor:
+    """run_schedule's executor interface, answering every task at once (no training)."""
+
+    def __init__(self):
+        self.pending = []
+
+    def free_slots(self):
+        return 2 - len(self.pending)
+
+    def submit(self, task):
+        self.pending.append(task)
+
+    def next_result(self):
+        from harness.hyperband import TaskResult
+        t = self.pending.pop(0)
+        return TaskResult(t, 3.0 + (hash(t.cand) % 100) / 1000, None, 0.0)
+
+
+@pytest.mark.parametrize("budget", [50, 100, 113, 150, 226, 300])
+def test_planned_brackets_match_what_the_scheduler_starts(tmp_path, budget):
+    from harness.hyperband import Candidate, hyperband_brackets, run_schedule
+    plan = hyperband_brackets(9, 1, 3)
+
+    def make(i, bracket):
+        return [Candidate(f"c{i}-{k}", {}, tmp_path / "x.py") for k in range(bracket.rungs[0].n)]
+
+    records = run_schedule(InstantExecutor(), plan, make, decay_steps=2, ckpt_dir=tmp_path / "ck",
+                           budget_steps=budget, repeat=True)
+    started = planned_brackets(plan, budget, 2)
+    entrants = [sum(1 for r in records if r["bracket"] == b and r["rung"] == 0)
+                for b in sorted({r["bracket"] for r in records})]
+    assert entrants == [b.rungs[0].n for b in started]
+    assert max((r["cum_steps"] for r in records), default=0) == sum(bracket_cost(b, 2) for b in started)
+
+
+def test_fair_budget_is_whole_cycles_with_enough_random_configurations():
+    assert hyperband_cycle(9, 1, 3, 2) == (113, 9)         # 47 + 33 + 33 steps; widest bracket 9
+    assert fair_budget(9, 1, 3, 2) == 113                  # random: 113 // 11 = 10 >= 9
+    plans, warnings = fairness(["random", "hyperband", "prior", "screen-3"], 113, 9, 1, 3, 2)
+    assert warnings == []
+    p = {x.arm: x for x in plans}
+    assert (p["random"].configs, p["random"].unused) == (10, 3)
+    assert (p["hyperband"].brackets, p["hyperband"].configs, p["hyperband"].unused) == (3, 17, 0)
+    assert (p["screen-3"].brackets, p["screen-3"].steps) == (5, 105)   # 21-step rounds
+    # 81/3: one cycle is 1209 steps but random draws only 14 of the widest bracket's 27
+    assert hyperband_cycle(81, 3, 3, 2) == (1209, 27) and fair_budget(81, 3, 3, 2) == 2418
+    assert any("draws only 14 configurations" in w for w in fairness(["random"], 1209, 81, 3, 3, 2)[1])
+
+
+def test_fairness_warns_when_the_budget_is_too_small_or_uneven():
+    arms = ["random", "hyperband", "screen-3"]
+    w = fairness(arms, 150, 9, 1, 3, 2)[1]                 # the old quick budget: s=1 runs twice
+    assert len(w) == 1 and "not a whole number of Hyperband cycles" in w[0] and "113" in w[0]
+    w = fairness(arms, 100, 9, 1, 3, 2)[1]
+    assert any("s=0 never run" in x for x in w)
+    assert any(x.startswith("hyperband leaves 20 of 100") for x in w)
+    assert any(x.startswith("screen-3 leaves 16 of 100") for x in w)
+    assert not any(x.startswith("random leaves") for x in w)     # 1 of 100 unused
+    w = fairness(["random"], 60, 9, 1, 3, 2)[1]            # no Hyperband arm: only random's count
+    assert w == ["random search draws only 5 configurations, fewer than the 9 the widest Hyperband "
+                 "bracket compares (use --budget-steps 113)"]
+
+
+def test_completed_brackets_sees_crashes_and_seeds_parse():
+    rows = [{"bracket": 0, "steps": 1, "val_bpb": 3.0}, {"bracket": 0, "steps": 9, "val_bpb": 2.9},
+            {"bracket": 1, "steps": 1, "val_bpb": None}]      # bracket 1: every entrant crashed
+    assert completed_brackets(rows, 9) == (2, 1)
+    assert parse_seeds("3") == [0, 1, 2] and parse_seeds("4,7") == [4, 7] and parse_seeds("5,") == [5]
+
+
+def test_html_report_shows_unreached_seeds_spread_and_fairness():
+    from harness.arms_html import render_html
+    runs = {s: {"random": recs([(100, 3.0), (110, 2.9)]), "hyperband": recs([(40, 2.8 if s else 3.1)])}
+            for s in (0, 1)}
+    rep = summarize(runs, 113)
+    plans, warnings = fairness(["random", "hyperband"], 150, 9, 1, 3, 2)
+    rep.update(arms=["random", "hyperband"], screen={}, wall_s=1.0, fairness={
+        "warnings": warnings, "plans": {p.arm: vars(p) for p in plans}, "fair_budget": 113},
+        settings=dict(budget_steps=113, max_steps=9, min_steps=1, eta=3, decay_steps=2, profile="tiny",
+                      fingerprint="x", seeds=[0, 1], workers=2))
+    page = render_html(rep)
+    row = re.search(r"<tr><td>hyperband</td>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    # seed 0 missed (3.1 > 2.9; spent 40 of random's 110: ratio > 0.36), seed 1 reached at 40/110
+    assert cells[:2] == ["not reached (&gt; 0.36)", "0.364"]
+    assert cells[2] == "<b>not reached</b>" and cells[4] == "1/2"
+    assert "cannot be told apart" in page and "not a whole number of Hyperband cycles" in page
+    assert "<td>random vs hyperband</td><td>1/2</td><td>1/2</td><td>0</td><td>cannot be told apart</td>" in page
+    assert "2.9500 <small>[2.8000&ndash;3.1000]</small>" in page       # mean [min-max] final quality
