@@ -116,7 +116,7 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
                             env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
                             sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
                             data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
-                            startup_reference=loop.startup_reference())
+                            startup_reference=loop.startup_reference(), clean=True)
             sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                            "val_bpb": (run.summary or {}).get("val_bpb")})
         loop.set_phase("judging", a.n)

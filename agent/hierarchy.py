@@ -348,7 +348,7 @@ class JudgeHierarchy:
         n = loop.next_n()
         seal = self.seal
         run = run_train(loop.worktree, loop.run_dir, n, loop.budget, timeout=getattr(loop, "timeout", None),
-                        log_name=f"queue-{commit[:7]}.log", sealed=True,
+                        log_name=f"queue-{commit[:7]}.log", sealed=True, clean=True,
                         sandbox=seal.sandbox if seal else None, data=seal.data if seal else None)
         log = str(run.log_path)
         if run.crash_class is not None:

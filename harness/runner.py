@@ -135,14 +135,15 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
               env: dict | None = None, log_name: str | None = None, on_tick=None,
               script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
               sealed: bool = False, data_mode: str = "train", startup_reference: float | None = None,
-              clean: bool = True) -> RunResult:
+              clean: bool = False) -> RunResult:
     """Run `sys.executable train.py` in `worktree`; return what happened (never raises on crash).
 
     sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode`; the only
     writable place is the run's output folder artifacts/exp-NNNN/ (model.pt, any state).
     sealed: loop mode (AUTORESEARCH_SEALED=1): train.py saves its model and does not evaluate;
     the harness clock (harness/clock.py) times the training and ends a run far past its budget.
-    clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree).
+    clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree);
+    the loop asks for it (a tag's worktree is the harness's own), nothing else does by default.
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """

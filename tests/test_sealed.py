@@ -50,7 +50,7 @@ def sealed_setup(wt, mode="auto"):
 
 def run_sealed(wt, seal, n, budget, **kw):
     return run_train(wt, wt, n, budget, env=dict(LOOP_ENV, **kw.pop("env", {})), sealed=True,
-                     sandbox=seal.sandbox, data=seal.data, **kw)
+                     sandbox=seal.sandbox, data=seal.data, clean=True, **kw)
 
 
 def digest(path: Path) -> str:
