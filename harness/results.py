@@ -126,19 +126,23 @@ def read_journal(path: Path, kind: str | None = "experiment") -> tuple[list[dict
     return records, problems
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, rename: readers see old or new, never half."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, default=str)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
 
 def write_state(path: Path, **state) -> dict:
@@ -156,14 +160,4 @@ def read_json(path: Path) -> dict | None:
 
 def rewrite_results(path: Path, lines: list[str]) -> None:
     """Replace results.tsv by the header and `lines` (each ending in a newline), atomically."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(RESULTS_HEADER + "\n" + "".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, RESULTS_HEADER + "\n" + "".join(lines))
