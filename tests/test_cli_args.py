@@ -154,3 +154,71 @@ def test_a_tag_with_a_recorded_experiment_is_never_removed(tmp_path):
     again = run_loop(repo, env, "--tag", "kept", "--budget", "1", "--max-experiments", "1")
     assert again.returncode == 2 and "pass --resume" in again.stderr
     assert (wt / "results.tsv").exists() and git(repo, "branch", "--list", "autoresearch/kept")
+
+
+# ---- --help everywhere (item 7) -------------------------------------------------------------------
+def test_pipeline_help_runs_nothing(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH=os.environ["PATH"])
+    p = subprocess.run(["bash", str(REPO / "scripts" / "pipeline.sh"), "--help"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert p.returncode == 0 and p.stdout.startswith("usage: scripts/pipeline.sh")
+    assert "SWEEP_MAX_STEPS" in p.stdout and "== install" not in p.stdout
+    assert not (tmp_path / "out").exists(), "nothing ran"
+    bad = subprocess.run(["bash", str(REPO / "scripts" / "pipeline.sh"), "--sweep"], capture_output=True, text=True,
+                         env=env, timeout=30)
+    assert bad.returncode == 2 and "unknown argument" in bad.stderr and not (tmp_path / "out").exists()
+
+
+def test_train_help_trains_nothing(monkeypatch, capsys, tmp_path):
+    import runpy
+    monkeypatch.setattr(sys, "argv", ["train.py", "--help"])
+    monkeypatch.setenv("AUTORESEARCH_ARTIFACT", str(tmp_path / "model.pt"))
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(str(REPO / "train.py"), run_name="__main__")
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: uv run train.py") and "AUTORESEARCH_STEPS" in out and "---" not in out
+    assert not (tmp_path / "model.pt").exists()
+
+
+@pytest.mark.parametrize("module,expect", [("harness.sweep", "usage: python -m harness.sweep"),
+                                           ("harness.throughput", "usage: python -m harness.throughput"),
+                                           ("harness.arms", "usage: python -m harness.arms")])
+def test_harness_clis_help(module, expect, capsys):
+    import importlib
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and out.startswith(expect) and "docs/hyperband.md" in out
+
+
+def test_hyperband_help_names_the_real_command():
+    p = subprocess.run([sys.executable, "-m", "harness.hyperband", "--help"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "python -m harness.hyperband sweep [options]" in p.stdout
+    assert "see --help" not in p.stdout + p.stderr
+    sub = subprocess.run([sys.executable, "-m", "harness.hyperband", "sweep", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.hyperband sweep")
+    none = subprocess.run([sys.executable, "-m", "harness.hyperband"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert none.returncode == 2 and "usage:" in none.stderr
+
+
+def test_loop_timeout_help_matches_the_runner(capsys):
+    from harness.runner import timeout_for
+    with pytest.raises(SystemExit):
+        loop_mod.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default max(2x budget, budget + 300 s)" in out
+    assert timeout_for(300) == 600 and timeout_for(10) == 310   # what that help says
+
+
+def test_review_list_on_a_run_without_a_queue(tmp_path):
+    from agent import review
+    (tmp_path / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n")
+    p = subprocess.run([sys.executable, str(REPO / "agent" / "review.py"), "--run", str(tmp_path), "list"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("no pending items"), p.stderr
+    assert not (tmp_path / review.QUEUE_FILE).exists(), "listing creates no queue"
