@@ -88,6 +88,15 @@ def run_progress(run_dir: Path, phase: str | None, since: float | None) -> tuple
 
 
 # ---- formatting ----------------------------------------------------------------------------------
+def data_warning(info: dict) -> str | None:
+    """The loud line for a tag trained on the offline fallback data (prepare.log says it too)."""
+    if info.get("source") != "offline-fallback":
+        return None
+    return ("WARNING: the data is the OFFLINE FALLBACK (Python's standard library sources), not ClimbMix: "
+            "this tag's val_bpb is not comparable with ClimbMix runs or published figures. When the hub "
+            "is reachable: `uv run prepare.py --source climbmix`, then start a new tag.")
+
+
 def clock(seconds: float | None) -> str:
     """12s, 3m05s, 2h03m."""
     if seconds is None:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from agent import cli, summary
-from agent.console import AnnouncingReviewer, Console, run_progress
+from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers.offline import OfflineProposer
@@ -163,6 +163,8 @@ class Loop:
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
                            f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
                            f"proposer {self.proposer.name}")
+        if data_warning(info):
+            self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
         if not self.args.resume:
             return None

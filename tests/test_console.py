@@ -134,3 +134,8 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
     trains = [s for s in seen if s["phase"] in ("training", "evaluating") and s.get("log")]
     assert {s["log"] for s in trains} >= {"logs/exp-0001.log", "logs/exp-0001.rerun1.log"}
     assert "training (log logs/exp-0001.log)" in out, "plain mode names the running log"
+
+
+def test_offline_fallback_data_is_said_loudly():
+    assert "not comparable" in con.data_warning({"source": "offline-fallback", "fingerprint": "015a2b47a3cf"})
+    assert con.data_warning({"source": "climbmix"}) is None
