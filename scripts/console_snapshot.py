@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,12 @@ def wait_for(run: Path, phase: str, timeout: float, contains: str = "") -> dict:
     raise SystemExit(f"state.json of {run} never reached phase {phase!r} in {timeout:g}s")
 
 
+def svg_size(svg: str) -> tuple[int, int]:
+    """The SVG's own size (rich writes viewBox="0 0 W H"), so the screenshot has no margins."""
+    m = re.search(r'viewBox="0 0 ([0-9.]+) ([0-9.]+)"', svg)
+    return (int(float(m.group(1))) + 1, int(float(m.group(2))) + 1) if m else (1000, 560)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, required=True, help="the run folder (the tag's worktree)")
@@ -64,8 +71,9 @@ def main(argv=None) -> int:
             print("no chromium on PATH: PNG skipped", file=sys.stderr)
             return 1
         png = args.out.with_suffix(".png")
+        width, height = svg_size(args.out.read_text())
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--screenshot={png.resolve()}", "--window-size=1000,560",
+                        f"--screenshot={png.resolve()}", f"--window-size={width},{height}",
                         args.out.resolve().as_uri()], check=True, capture_output=True, timeout=120)
         print(f"wrote {png}")
     return 0
