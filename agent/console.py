@@ -56,11 +56,13 @@ def read_tail(path: Path, nbytes: int = TAIL_BYTES) -> str:
         return ""
 
 
-def current_log(run_dir: Path, since: float | None) -> Path | None:
-    """The newest logs/exp-*.log written since `since` (the running experiment's log)."""
-    best, best_t = None, (since or 0.0) - 1.0
+def current_log(run_dir: Path, since: float | None, n: int | None = None) -> Path | None:
+    """The running experiment's log: the newest logs/exp-NNNN*.log (of experiment n, reruns and
+    fixes included) written since the run started; None until the runner has created it."""
+    pattern = f"exp-{n:04d}*.log" if isinstance(n, int) else "exp-*.log"
+    best, best_t = None, since or 0.0
     try:
-        entries = list((Path(run_dir) / "logs").glob("exp-*.log"))
+        entries = list((Path(run_dir) / "logs").glob(pattern))
     except OSError:
         return None
     for p in entries:
@@ -73,11 +75,12 @@ def current_log(run_dir: Path, since: float | None) -> Path | None:
     return best
 
 
-def run_progress(run_dir: Path, phase: str | None, since: float | None) -> tuple[str | None, dict | None]:
+def run_progress(run_dir: Path, phase: str | None, since: float | None,
+                 n: int | None = None) -> tuple[str | None, dict | None]:
     """(log path relative to run_dir, last progress) of the run in flight; (None, None) otherwise."""
     if phase not in RUN_PHASES or not since:
         return None, None
-    log = current_log(run_dir, since)
+    log = current_log(run_dir, since, n)
     if log is None:
         return None, None
     try:
@@ -250,3 +253,9 @@ class AnnouncingReviewer:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):   # e.g. the loop hands the reviewer its seal
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)

@@ -315,7 +315,8 @@ class Loop:
                      last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
                      tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
                      phase_started_at=self.phase_started_at)
-        state["log"], state["progress"] = run_progress(self.run_dir, self.phase, self.run_started_at)
+        state["log"], state["progress"] = run_progress(self.run_dir, self.phase, self.run_started_at,
+                                                       self.experiment)
         with contextlib.suppress(OSError):
             write_state(self.state_path, **state)
         self.console.update(state)

@@ -39,10 +39,14 @@ def test_training_panel_shows_step_loss_toks_training_clock_and_log(tmp_path):
     (logs / "exp-0002.log").write_text("old run\n")
     import os
     os.utime(logs / "exp-0002.log", (started - 600, started - 600))   # an older experiment's log
+    (logs / "exp-0003.fix0.log").write_text("crashed try\n")
+    os.utime(logs / "exp-0003.fix0.log", (started - 60, started - 60))  # the same experiment, before this run
     (logs / "exp-0003.log").write_text("\n".join(LINE.format(s, 4.0 - s / 100, 51200, s * 0.1)
                                                   for s in range(1, 226)) + "\n")
-    log, progress = con.run_progress(tmp_path, "training", started)
+    log, progress = con.run_progress(tmp_path, "training", started, 3)
     assert log == "logs/exp-0003.log"
+    assert con.run_progress(tmp_path, "training", started, 4) == (None, None), "not yet created"
+    assert con.run_progress(tmp_path, "judging", started, 3) == (None, None), "no run in flight"
     state = {"phase": "training", "experiment": 3, "run_started_at": started, "log": log,
              "progress": progress, "phase_started_at": started, "started_at": started - 3600,
              "last_decision": "exp 2 discard: worse than the best", "cost_usd": 0.0123}
@@ -132,7 +136,9 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
     interim = [s for s in seen if "rerunning" in str(s.get("last_decision"))]
     assert interim and interim[0]["last_decision"].startswith("exp 1 keep: baseline run 1/2")
     trains = [s for s in seen if s["phase"] in ("training", "evaluating") and s.get("log")]
-    assert {s["log"] for s in trains} >= {"logs/exp-0001.log", "logs/exp-0001.rerun1.log"}
+    assert {s["log"] for s in trains} == {"logs/exp-0001.log", "logs/exp-0001.rerun1.log"}
+    after = seen[next(i for i, s in enumerate(seen) if "rerunning" in str(s.get("last_decision"))):]
+    assert {s["log"] for s in after if s.get("log")} == {"logs/exp-0001.rerun1.log"}, "never the old run's log"
     assert "training (log logs/exp-0001.log)" in out, "plain mode names the running log"
 
 

@@ -4,8 +4,11 @@ import json
 import signal
 
 from agent import summary
-from tests.loop_fixtures import fake_env, fake_repo, git, run_loop
-from tests.test_loop import _start_hanging
+import subprocess
+import time
+from pathlib import Path
+
+from tests.loop_fixtures import fake_env, fake_repo, git, loop_cmd, run_loop
 
 
 def rec(n, status, bpb=None, trusted=None, cost=0.0, tokens=(0, 0), desc="x"):
@@ -56,7 +59,17 @@ def test_the_loop_ends_with_the_summary(tmp_path):
 
 def test_ctrl_c_ends_with_the_summary_and_how_to_continue(tmp_path):
     repo = fake_repo(tmp_path / "repo")
-    proc, _pids = _start_hanging(repo, fake_env(tmp_path), tmp_path, "cc")
+    hang = tmp_path / "hang"
+    hang.write_text("1")
+    # --sandbox none: the stand-in train.py must see the hang file under /tmp (a sandbox hides /tmp)
+    proc = subprocess.Popen(loop_cmd("--tag", "cc", "--budget", "1", "--max-experiments", "3", "--sandbox", "none"),
+                            cwd=repo, env=dict(fake_env(tmp_path), FAKE_HANG_FILE=str(hang)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids = Path(str(hang) + ".pids")
+    deadline = time.time() + 60
+    while not pids.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert pids.exists(), "experiment 2 never started"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
