@@ -145,3 +145,12 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
 def test_offline_fallback_data_is_said_loudly():
     assert "not comparable" in con.data_warning({"source": "offline-fallback", "fingerprint": "015a2b47a3cf"})
     assert con.data_warning({"source": "climbmix"}) is None
+
+
+def test_the_reviewer_wrapper_is_transparent():
+    class Inner(SimpleReviewer):
+        seal, evaluates = None, True
+    inner, told = Inner(), []
+    wrapped = con.AnnouncingReviewer(inner, lambda n, d: told.append((n, d.status)))
+    wrapped.seal = "the seal"          # the loop hands the reviewer its seal this way
+    assert inner.seal == "the seal" and wrapped.evaluates is True and hasattr(wrapped, "seal")
