@@ -5,7 +5,7 @@
 
 Waits until the running loop's state.json is in --phase (and, in training, has a progress line
 from the log), then renders agent/console.py's panel from that state with rich and saves it as
-SVG; --png also screenshots the SVG with headless Chromium (Debian `chromium`). The panel is the
+SVG (and the same as plain text beside it, .txt); --png also screenshots the SVG with headless Chromium (Debian `chromium`). The panel is the
 same function the live console draws, fed the state the loop wrote: a capture of a real run.
 """
 from __future__ import annotations
@@ -62,9 +62,11 @@ def main(argv=None) -> int:
     rc.print(render_panel(state.get("tag", "?"), float(state.get("budget") or 0), state,
                           now=float(state.get("updated_at") or time.time())))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    text = rc.export_text(clear=False, styles=False)
     rc.save_svg(str(args.out), title=f"uv run agent/loop.py --tag {state.get('tag')}")
-    print(rc.export_text(clear=False))
-    print(f"wrote {args.out}")
+    args.out.with_suffix(".txt").write_text(text)
+    print(text)
+    print(f"wrote {args.out} and {args.out.with_suffix('.txt')}")
     if args.png:
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if not chromium:
