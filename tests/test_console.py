@@ -154,3 +154,35 @@ def test_the_reviewer_wrapper_is_transparent():
     wrapped = con.AnnouncingReviewer(inner, lambda n, d: told.append((n, d.status)))
     wrapped.seal = "the seal"          # the loop hands the reviewer its seal this way
     assert inner.seal == "the seal" and wrapped.evaluates is True and hasattr(wrapped, "seal")
+
+
+def test_the_loop_draws_the_live_panel_on_a_terminal(tmp_path):
+    """The loop on a pseudo-terminal: the live panel (not plain lines) with the running log, then
+    the end summary after the panel is closed."""
+    import os
+    import pty
+    import re
+    import subprocess
+    from tests.loop_fixtures import fake_env, loop_cmd
+    repo = fake_repo(tmp_path / "repo")
+    env = dict(fake_env(tmp_path), FAKE_SLEEP="1.5", COLUMNS="110", LINES="40", TERM="xterm")
+    master, slave = pty.openpty()
+    p = subprocess.Popen(loop_cmd("--tag", "tty", "--budget", "1", "--max-experiments", "2"), cwd=repo, env=env,
+                         stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:       # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert p.wait(timeout=60) == 0
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    assert "│ phase" in screen and "training for" in screen and "since launch" in screen
+    assert "logs/exp-0002.log" in screen and "│ last decision │ exp 1 keep" in screen
+    assert "] exp 1: training" not in screen, "no plain lines on a terminal"
+    assert screen.index("== autoresearch tty: stopped") > screen.rindex("│ phase"), "the summary comes last"
