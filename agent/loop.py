@@ -293,6 +293,7 @@ class Loop:
         """A judge decision as it is made (interim ones too, e.g. a baseline repeat) on the panel."""
         self.last_decision = f"exp {n} {decision.status}: {decision.reason}"
         if getattr(decision, "rerun", False):
+            self.interim = (n, decision.reason)
             self.console.event(f"exp {n}: {decision.reason}")
         self.refresh(force=True)
 
@@ -377,8 +378,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         loop.stop()
         if not _forget_unstarted(loop):
-            print(summary.render(summary.build(loop.run_dir, loop.tag, "interrupted: the running experiment "
-                  "was stopped; --resume continues it", time.time() - loop.started_at)), flush=True)
+            reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.get("n") for r in loop.history])
+            print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at)),
+                  flush=True)
         return 130
     except OutOfSpaceStop as exc:
         loop.stop()

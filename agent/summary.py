@@ -85,3 +85,13 @@ def first_row_note(repeats: int, budget: float) -> str:
     return (f"baseline: the first row of results.tsv needs {repeats} baseline runs (--baseline-repeats "
             f"{repeats}, to measure the noise the judge compares against): {repeats} x {budget:g}s of "
             f"training plus startup and evaluation each, about {clock(repeats * budget * RUN_WALL_PER_BUDGET)} or more")
+
+
+def interrupted_reason(interim: tuple | None, recorded: list) -> str:
+    """Why the loop stopped after Ctrl-C, saying when a finished measurement was not recorded
+    (e.g. baseline run 1/2 of an experiment whose repeat was interrupted)."""
+    reason = "interrupted: the running experiment was stopped; --resume continues it"
+    if interim and interim[0] not in recorded:
+        reason += (f" (exp {interim[0]} had finished a run that is not recorded: {interim[1]}; "
+                   f"--resume measures it again)")
+    return reason

@@ -75,3 +75,11 @@ def test_ctrl_c_ends_with_the_summary_and_how_to_continue(tmp_path):
     assert proc.returncode == 130, out
     assert "== autoresearch cc: stopped, interrupted" in out and "--resume continues it" in out
     assert "1: 1 kept, 0 discarded, 0 crashed" in out and "dashboard     uv run dashboard/app.py" in out
+
+
+def test_interrupted_reason_names_an_unrecorded_measurement():
+    interim = (1, "baseline run 1/2: 2.916044; rerunning to measure the noise")
+    text = summary.interrupted_reason(interim, [])
+    assert "exp 1 had finished a run that is not recorded: baseline run 1/2: 2.916044" in text
+    assert "not recorded" not in summary.interrupted_reason(interim, [1]), "recorded since: nothing lost"
+    assert summary.interrupted_reason(None, []).endswith("--resume continues it")
