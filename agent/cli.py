@@ -116,16 +116,20 @@ def _locked(run_dir: Path) -> bool:
 def discard_unstarted(repo: Path, tag: str, worktree: Path) -> bool:
     """Remove branch, worktree and refs of a tag that never ran an experiment; True if removed.
 
-    Safe by construction: refuses when the folder holds any record or a live loop holds the lock,
-    and never touches anything outside autoresearch/<tag>, refs/autoresearch/<tag>/ and the folder.
+    Safe by construction: refuses when the worktree is missing, holds any record, a live loop holds
+    its lock, experiments left refs, or the branch has commits the checkout's HEAD lacks; never
+    touches anything outside autoresearch/<tag>, refs/autoresearch/<tag>/ and the folder.
     """
-    if not gitops.branch_exists(repo, tag) or not unstarted(worktree) or _locked(worktree):
-        return False
+    if not gitops.branch_exists(repo, tag) or not (worktree / ".git").exists():
+        return False   # a missing worktree may have held records: that is --resume's to repair
+    if not unstarted(worktree) or _locked(worktree) or gitops.list_refs(repo, f"{gitops.REF_PREFIX}{tag}/"):
+        return False   # discarded/interrupted refs mean experiments ran
+    tip = gitops.rev_parse(repo, "refs/heads/" + gitops.branch_name(tag))
+    if not gitops.is_ancestor(repo, tip, "HEAD"):
+        return False   # the branch has commits of its own (kept experiments): never thrown away
     if (worktree / ".git").exists():
         gitops.git(repo, "worktree", "remove", "--force", str(worktree), check=False)
     shutil.rmtree(worktree, ignore_errors=True)
     gitops.git(repo, "worktree", "prune", check=False)
-    for ref in gitops.list_refs(repo, f"{gitops.REF_PREFIX}{tag}/"):
-        gitops.git(repo, "update-ref", "-d", ref, check=False)
     gitops.git(repo, "branch", "-D", gitops.branch_name(tag), check=False)
     return not gitops.branch_exists(repo, tag)

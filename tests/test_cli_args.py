@@ -147,13 +147,21 @@ def test_kill9_during_the_first_preparation_then_the_same_command_starts_afresh(
 def test_a_tag_with_a_recorded_experiment_is_never_removed(tmp_path):
     repo = fake_repo(tmp_path / "repo")
     env = fake_env(tmp_path)
-    assert run_loop(repo, env, "--tag", "kept", "--budget", "1", "--max-experiments", "1").returncode == 0
+    assert run_loop(repo, env, "--tag", "kept", "--budget", "1", "--max-experiments", "3").returncode == 0
     wt = repo / ".autoresearch" / "kept"
+    tip = git(repo, "rev-parse", "autoresearch/kept")
     assert not cli.unstarted(wt)
     assert cli.discard_unstarted(repo, "kept", wt) is False
     again = run_loop(repo, env, "--tag", "kept", "--budget", "1", "--max-experiments", "1")
     assert again.returncode == 2 and "pass --resume" in again.stderr
-    assert (wt / "results.tsv").exists() and git(repo, "branch", "--list", "autoresearch/kept")
+    # even with its records gone (a wiped folder), a branch with experiments' commits or refs stays
+    for name in ("journal.jsonl", "results.tsv"):
+        (wt / name).unlink()
+    assert cli.unstarted(wt) and cli.discard_unstarted(repo, "kept", wt) is False
+    import shutil
+    shutil.rmtree(wt)
+    assert cli.discard_unstarted(repo, "kept", wt) is False, "a missing worktree is --resume's to repair"
+    assert git(repo, "rev-parse", "autoresearch/kept") == tip
 
 
 # ---- --help everywhere (item 7) -------------------------------------------------------------------
