@@ -980,4 +980,19 @@ def main():
 
 
 if __name__ == "__main__":
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print("""usage: uv run train.py    (no arguments: everything comes from the environment)
+
+Trains for prepare.TIME_BUDGET seconds, evaluates val_bpb, prints the summary block.
+  AUTORESEARCH_TIME_BUDGET  training seconds (default 300; read by prepare.py)
+  AUTORESEARCH_PROFILE      gpu | cpu | tiny (detected; read by prepare.py)
+  AUTORESEARCH_CACHE        data and tokenizer folder (default ~/.cache/autoresearch)
+  AUTORESEARCH_STEPS        train exactly N optimizer steps instead of the time budget
+  AUTORESEARCH_DECAY_STEPS  with STEPS: the last D steps are the LR cool-down
+  AUTORESEARCH_SAVE_STATE / AUTORESEARCH_RESUME_STATE   pre-decay training state (Hyperband)
+  AUTORESEARCH_ARTIFACT     save the trained weights here (trusted re-evaluation)
+  AUTORESEARCH_SEED         override the seed
+  AUTORESEARCH_THREADS      CPU threads
+  AUTORESEARCH_ATTN         force one attention backend""")
+        sys.exit(0)
     main()

@@ -1,13 +1,19 @@
 """What the person watching sees: a rich live panel on a terminal, plain lines otherwise.
 
-The panel shows the phase, the experiment number, elapsed/remaining of the running run, the best
-val_bpb and its commit, the last decision, the keep rate and the cost so far. Plain mode (logs,
-nohup, tests) prints one line per phase change and one per decision instead of redrawing.
+The panel shows the phase and how long it has lasted (a clock that moves in every phase, redrawn
+by rich's own refresh thread even while the loop waits on a child), the experiment number, the
+running experiment's log and its training progress (step, loss, tok/s and the *training* clock
+that train.py reports, apart from the wall clock since launch, which includes startup), the best
+val_bpb and its commit, the last decision (interim ones too: "baseline run 1/2 ...; rerunning"),
+the keep rate and the cost so far. Plain mode (logs, nohup, tests) prints one line per phase
+change, one per decision and a training progress line now and then.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console as RichConsole
 from rich.live import Live
@@ -15,44 +21,200 @@ from rich.table import Table
 
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.
 REFRESH_PER_SECOND = 2
+# train.py's progress line: "step 00012 | loss 3.200000 | lrm 1.000 | dt 40ms | tok/s 51,200 |
+# epoch 0 | trained 1.2s" (numbers may carry thousands separators).
+PROGRESS_RE = re.compile(r"step (\d+) \| loss ([-+0-9.eEnaif]+) \|.*?tok/s ([0-9,.]+) \|.*?trained ([0-9.]+)s")
+# Bytes read from the end of a log to find its last progress line (lines are ~100 bytes).
+TAIL_BYTES = 4096
+# Plain mode: at most one training progress line this often (a nohup log stays readable).
+PLAIN_PROGRESS_SECONDS = 60.0
+# Phases in which a training run (and so a log) is in flight.
+RUN_PHASES = ("training", "evaluating")
 
 
+# ---- reading the running experiment ----------------------------------------------------------
+def parse_progress(text: str) -> dict | None:
+    """The last progress line in `text` as {"step", "loss", "tok_s", "trained"}, or None."""
+    found = PROGRESS_RE.findall(text)
+    if not found:
+        return None
+    step, loss, tok_s, trained = found[-1]
+    try:
+        return {"step": int(step), "loss": float(loss), "tok_s": float(tok_s.replace(",", "")),
+                "trained": float(trained)}
+    except ValueError:
+        return None
+
+
+def read_tail(path: Path, nbytes: int = TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - nbytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def current_log(run_dir: Path, since: float | None, n: int | None = None) -> Path | None:
+    """The running experiment's log: the newest logs/exp-NNNN*.log (of experiment n, reruns and
+    fixes included) written since the run started; None until the runner has created it."""
+    pattern = f"exp-{n:04d}*.log" if isinstance(n, int) else "exp-*.log"
+    best, best_t = None, since or 0.0
+    try:
+        entries = list((Path(run_dir) / "logs").glob(pattern))
+    except OSError:
+        return None
+    for p in entries:
+        try:
+            t = p.stat().st_mtime
+        except OSError:
+            continue
+        if t >= best_t:
+            best, best_t = p, t
+    return best
+
+
+def run_progress(run_dir: Path, phase: str | None, since: float | None,
+                 n: int | None = None) -> tuple[str | None, dict | None]:
+    """(log path relative to run_dir, last progress) of the run in flight; (None, None) otherwise."""
+    if phase not in RUN_PHASES or not since:
+        return None, None
+    log = current_log(run_dir, since, n)
+    if log is None:
+        return None, None
+    try:
+        shown = str(log.relative_to(run_dir))
+    except ValueError:
+        shown = str(log)
+    return shown, parse_progress(read_tail(log))
+
+
+# ---- formatting ----------------------------------------------------------------------------------
+def data_warning(info: dict) -> str | None:
+    """The loud line for a tag trained on the offline fallback data (prepare.log says it too)."""
+    if info.get("source") != "offline-fallback":
+        return None
+    return ("WARNING: the data is the OFFLINE FALLBACK (Python's standard library sources), not ClimbMix: "
+            "this tag's val_bpb is not comparable with ClimbMix runs or published figures. When the hub "
+            "is reachable: `uv run prepare.py --source climbmix`, then start a new tag.")
+
+
+def clock(seconds: float | None) -> str:
+    """12s, 3m05s, 2h03m."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def bpb_of(rec: dict):
+    """The val_bpb a record's decision rests on: the trusted one, else the printed one."""
+    trusted = rec.get("trusted_bpb")
+    if isinstance(trusted, (int, float)):
+        return trusted
+    return (rec.get("summary") or {}).get("val_bpb")
+
+
+def decision_line(rec: dict) -> str:
+    bpb = bpb_of(rec)
+    bpb_text = f"{bpb:.6f}" if isinstance(bpb, (int, float)) else "-"
+    extra = f" [{rec['crash_class']}]" if rec.get("crash_class") else ""
+    return (f"exp {rec['n']} {rec['short']} {rec['status']}{extra} val_bpb {bpb_text}: "
+            f"{rec['description']} -- {rec['decision_reason']}")
+
+
+def progress_text(progress: dict | None, budget: float) -> str:
+    if not progress:
+        return "starting (imports, model build, warm-up)"
+    loss = progress["loss"]
+    return (f"step {progress['step']} | loss {loss:.4f} | {progress['tok_s']:,.0f} tok/s | "
+            f"trained {progress['trained']:.1f}s of {budget:g}s")
+
+
+def panel_rows(tag: str, budget: float, s: dict, now: float) -> list[tuple[str, str]]:
+    """The panel's rows for state `s` at time `now` (a pure function: the tests render it)."""
+    phase = str(s.get("phase") or "setup")
+    since_phase = s.get("phase_started_at")
+    rows = [("phase", f"{phase} for {clock(now - since_phase)}" if since_phase else phase),
+            ("experiment", str(s.get("experiment") or "-"))]
+    if phase in RUN_PHASES:
+        started = s.get("run_started_at")
+        rows.append(("run", f"{clock(now - started)} since launch (startup included)" if started else "-"))
+        if phase == "training":
+            rows.append(("training", progress_text(s.get("progress"), budget)))
+        else:
+            rows.append(("training", progress_text(s.get("progress"), budget) + " -- done, evaluating"))
+        rows.append(("log", str(s.get("log") or "-")))
+    best = s.get("best") or {}
+    rows.append(("best val_bpb", f"{best['val_bpb']:.6f} @ {str(best.get('commit'))[:7]}"
+                 if isinstance(best.get("val_bpb"), (int, float)) else "-"))
+    rows.append(("last decision", str(s.get("last_decision") or "-")))
+    rate = s.get("keep_rate")
+    rows.append(("keep rate", f"{rate:.0%}" if isinstance(rate, (int, float)) else "-"))
+    rows.append(("cost so far", f"${float(s.get('cost_usd') or 0.0):.4f}"))
+    started = s.get("started_at")
+    rows.append(("up", f"{clock(now - started)} since the loop started" if started else "-"))
+    return rows
+
+
+def render_panel(tag: str, budget: float, state: dict, now: float | None = None) -> Table:
+    table = Table(title=f"autoresearch {tag}", show_header=False, expand=False)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(overflow="fold")
+    for k, v in panel_rows(tag, budget, state, time.time() if now is None else now):
+        table.add_row(k, v)
+    return table
+
+
+# ---- the console ----------------------------------------------------------------------------------
 class Console:
-    def __init__(self, tag: str, budget: float, live: bool | None = None):
+    def __init__(self, tag: str, budget: float, live: bool | None = None, rich_console=None):
         self.tag, self.budget = tag, budget
         self.live_mode = sys.stdout.isatty() if live is None else live
         self.state: dict = {}
         self._live = None
-        self._last_phase = None
+        self._last_phase, self._last_log = None, None
+        self._last_progress_print = 0.0
         if self.live_mode:
-            self._rich = RichConsole()
-            self._live = Live(self._render(), console=self._rich, refresh_per_second=REFRESH_PER_SECOND,
-                              transient=False)
+            self._rich = rich_console or RichConsole()
+            # get_renderable: rich's refresh thread re-renders, so the clocks move between updates
+            self._live = Live(console=self._rich, refresh_per_second=REFRESH_PER_SECOND,
+                              transient=False, get_renderable=self._render)
             self._live.start()
 
     def update(self, state: dict) -> None:
         self.state = state
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.refresh()
             return
         key = (state.get("phase"), state.get("experiment"))
+        stamp = f"[{time.strftime('%H:%M:%S')}] exp {state.get('experiment')}:"
         if key != self._last_phase:
-            self._last_phase = key
-            print(f"[{time.strftime('%H:%M:%S')}] exp {state.get('experiment')}: {state.get('phase')}",
-                  flush=True)
+            self._last_phase, self._last_log = key, state.get("log")
+            self._last_progress_print = time.time()
+            log = f" (log {state['log']})" if state.get("log") else ""
+            print(f"{stamp} {state.get('phase')}{log}", flush=True)
+        elif state.get("log") and state.get("log") != self._last_log:
+            self._last_log = state["log"]    # the log appears just after the phase changed
+            print(f"{stamp} {state.get('phase')} (log {state['log']})", flush=True)
+        elif state.get("phase") == "training" and state.get("progress") and \
+                time.time() - self._last_progress_print >= PLAIN_PROGRESS_SECONDS:
+            self._last_progress_print = time.time()
+            print(f"{stamp} {progress_text(state['progress'], self.budget)}", flush=True)
 
     def event(self, text: str) -> None:
         if self._live is not None:
-            self._live.console.print(text)
+            self._live.console.print(text, markup=False, highlight=False)
         else:
             print(text, flush=True)
 
     def decision(self, rec: dict) -> None:
-        bpb = (rec.get("summary") or {}).get("val_bpb")
-        bpb_text = f"{bpb:.6f}" if isinstance(bpb, (int, float)) else "-"
-        extra = f" [{rec['crash_class']}]" if rec.get("crash_class") else ""
-        self.event(f"exp {rec['n']} {rec['short']} {rec['status']}{extra} val_bpb {bpb_text}: "
-                   f"{rec['description']} -- {rec['decision_reason']}")
+        self.event(decision_line(rec))
 
     def close(self) -> None:
         if self._live is not None:
@@ -60,25 +222,40 @@ class Console:
             self._live = None
 
     def _render(self) -> Table:
-        s = self.state
-        table = Table(title=f"autoresearch {self.tag}", show_header=False, expand=False)
-        table.add_column(style="bold cyan")
-        table.add_column()
-        run_started = s.get("run_started_at")
-        if run_started and s.get("phase") in ("training", "evaluating"):
-            elapsed = time.time() - run_started
-            clock = f"{elapsed:5.0f}s elapsed, {max(0.0, self.budget - elapsed):5.0f}s of budget left"
+        return render_panel(self.tag, self.budget, self.state)
+
+
+# ---- interim decisions ------------------------------------------------------------------------------
+class AnnouncingReviewer:
+    """A reviewer that tells the loop every judge decision as it is made.
+
+    The final decision of an experiment reaches the console through its record; the interim ones
+    ("baseline run 1/2 ...; rerunning to measure the noise", a crash about to be fixed) would
+    otherwise only be in traces.jsonl. Every other attribute passes through to the wrapped reviewer.
+    """
+
+    def __init__(self, inner, announce):
+        self._inner, self._announce = inner, announce
+
+    def guard(self, ctx):
+        return self._inner.guard(ctx)
+
+    def judge(self, ctx, run):
+        decision = self._inner.judge(ctx, run)
+        try:
+            self._announce(ctx.n, decision)
+        except Exception:   # the console never breaks a decision
+            pass
+        return decision
+
+    def boundary(self, loop):
+        return self._inner.boundary(loop)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):   # e.g. the loop hands the reviewer its seal
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
         else:
-            clock = "-"
-        best = s.get("best") or {}
-        best_text = (f"{best['val_bpb']:.6f} @ {str(best.get('commit'))[:7]}"
-                     if isinstance(best.get("val_bpb"), (int, float)) else "-")
-        rate = s.get("keep_rate")
-        rows = [("phase", str(s.get("phase", "setup"))), ("experiment", str(s.get("experiment", "-"))),
-                ("run", clock), ("best val_bpb", best_text),
-                ("last decision", str(s.get("last_decision") or "-")),
-                ("keep rate", f"{rate:.0%}" if isinstance(rate, (int, float)) else "-"),
-                ("cost so far", f"${s.get('cost_usd', 0.0):.4f}")]
-        for k, v in rows:
-            table.add_row(k, v)
-        return table
+            setattr(self._inner, name, value)

@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from agent.console import Console
+from agent import cli, summary
+from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers.offline import OfflineProposer
@@ -69,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
                    "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
     p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
-                   "(default 2x budget, at least budget + 300 s)")
+                   "(default max(2x budget, budget + 300 s))")
     p.add_argument("--repo", default=".", help="the repository (default: the current one)")
     p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
                    help="seal train.py runs with bubblewrap: auto (default; says loudly when it cannot), "
@@ -78,13 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="propose K candidates per experiment, screen them with short successive-halving "
                         "runs, give only the winner the full run (default 1: no screen)")
     args = p.parse_args(argv)
-    if args.until is not None:
-        try:
-            dt.datetime.strptime(args.until, "%H:%M")
-        except ValueError:
-            p.error(f"--until wants HH:MM (24-hour local time), got {args.until!r}")
     if args.budget is None:
-        args.budget = float(os.environ.get("AUTORESEARCH_TIME_BUDGET") or DEFAULT_BUDGET)
+        args.budget = cli.budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
+    cli.validate(p, args)   # before anything exists: a bad argument creates nothing
     if args.proposer is None:
         args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
     return args
@@ -131,6 +128,7 @@ class Loop:
         self.best, self.last_kept, self.feedback = None, None, ""
         self.phase, self.experiment, self.run_started_at = "setup", None, None
         self.started_at, self.last_decision = time.time(), None
+        self.phase_started_at, self.stop_reason = self.started_at, None
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
         self.prefetch = Prefetch(self)
         self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
@@ -141,12 +139,13 @@ class Loop:
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
         base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.args.resume)
+        self.created = created
         self._lock = workspace.lock(self.run_dir)
         workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
         self.proposer = make_proposer(self.args, self.tracer)
         self.offline = self.proposer if self.args.proposer == "offline" else OfflineProposer()
-        self.reviewer = build_reviewer(self.args, self)
+        self.reviewer = AnnouncingReviewer(build_reviewer(self.args, self), self.announce)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
@@ -164,6 +163,8 @@ class Loop:
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
                            f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
                            f"proposer {self.proposer.name}")
+        if data_warning(info):
+            self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
         if not self.args.resume:
             return None
@@ -180,14 +181,16 @@ class Loop:
         if rerun is not None:
             self.check_space()
             run_experiment(self, rerun, committed=True)
+        if self.best is None and self.args.reviewer == "hierarchy" and self.baseline_repeats > 1:
+            self.console.event(summary.first_row_note(self.baseline_repeats, self.budget))
         self.ensure_baseline()
         while True:
             n = self.next_n()
             if self.args.max_experiments is not None and n > self.args.max_experiments:
-                self.console.event(f"reached --max-experiments {self.args.max_experiments}")
+                self.stop_reason = f"reached --max-experiments {self.args.max_experiments}"
                 break
             if deadline is not None and time.time() >= deadline:
-                self.console.event(f"reached --until {self.args.until}")
+                self.stop_reason = f"reached --until {self.args.until}"
                 break
             for rec in self.reviewer.boundary(self) or []:   # e.g. human-queue decisions applied
                 append_journal(self.journal_path, rec)
@@ -286,7 +289,17 @@ class Loop:
         self.set_phase("idle", rec["n"])
 
     # ---- status, signals -----------------------------------------------------------------------
+    def announce(self, n: int, decision) -> None:
+        """A judge decision as it is made (interim ones too, e.g. a baseline repeat) on the panel."""
+        self.last_decision = f"exp {n} {decision.status}: {decision.reason}"
+        if getattr(decision, "rerun", False):
+            self.interim = (n, decision.reason)
+            self.console.event(f"exp {n}: {decision.reason}")
+        self.refresh(force=True)
+
     def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
+        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
+            self.phase_started_at = time.time()
         self.phase, self.experiment = phase, n if n is not None else self.experiment
         if run_started_at is not None:
             self.run_started_at = run_started_at
@@ -301,7 +314,10 @@ class Loop:
         state = dict(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
                      run_started_at=self.run_started_at, budget=self.budget, best=self.best,
                      last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
-                     tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid())
+                     tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
+                     phase_started_at=self.phase_started_at)
+        state["log"], state["progress"] = run_progress(self.run_dir, self.phase, self.run_started_at,
+                                                       self.experiment)
         with contextlib.suppress(OSError):
             write_state(self.state_path, **state)
         self.console.update(state)
@@ -349,6 +365,9 @@ def main(argv=None) -> int:
     sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
         loop = Loop(args)
+        if not args.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
+            print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
+                  f"removed it to start afresh", flush=True)
     except (gitops.GitError, workspace.SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -357,8 +376,11 @@ def main(argv=None) -> int:
     try:
         loop.run()
     except KeyboardInterrupt:
-        loop.console.event("interrupted: the running experiment was stopped; --resume continues it")
         loop.stop()
+        if not _forget_unstarted(loop):
+            reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.get("n") for r in loop.history])
+            print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at)),
+                  flush=True)
         return 130
     except OutOfSpaceStop as exc:
         loop.stop()
@@ -379,10 +401,30 @@ def main(argv=None) -> int:
             raise
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)
+        _forget_unstarted(loop)
         return 2
     loop.stop()
-    print(f"results: {loop.results_path}")
+    print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
+                                       time.time() - loop.started_at)), flush=True)
     return 0
+
+
+def _forget_unstarted(loop) -> bool:
+    """A tag this process made that never started an experiment is removed, so a plain rerun
+    of the same command starts it again (instead of demanding --resume for nothing)."""
+    if not getattr(loop, "created", False):
+        return False
+    with contextlib.suppress(Exception):
+        loop._lock.close()   # our own lock would read as "a live loop holds this tag"
+    try:
+        removed = cli.discard_unstarted(loop.repo, loop.tag, loop.worktree)
+    except gitops.GitError:
+        return False
+    if removed:
+        print(f"stopped before the first experiment started: removed tag {loop.tag} "
+              f"(branch {gitops.branch_name(loop.tag)} and its worktree); the same command starts it again",
+              flush=True)
+    return removed
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from harness.queue_store import QueueError, QueueStore
 
 QUEUE_FILE = "queue.sqlite"
 RUNS_ROOT = ".autoresearch"
+# Files that mark a run's folder (docs/contracts.md: "A run's folder").
+RUN_FILES = ("results.tsv", "journal.jsonl", "state.json", "run.json")
 # Characters of the diff printed by `show` (the whole diff is in the payload and the dashboard).
 SHOW_DIFF_CHARS = 6000
 
@@ -36,6 +38,11 @@ def find_run(root: Path) -> Path | None:
         if stamps:
             scored.append((max(stamps), p))
     return max(scored)[1] if scored else None
+
+
+def is_run_folder(path: Path) -> bool:
+    """A folder the loop writes (it may have no queue yet: the queue is made at the first escalation)."""
+    return any((path / name).exists() for name in RUN_FILES)
 
 
 def _when(t) -> str:
@@ -116,6 +123,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     run = Path(args.run) if args.run else find_run(Path.cwd())
+    if run is not None and not (run / QUEUE_FILE).exists() and is_run_folder(run):
+        # a run whose judges have escalated nothing yet: an empty queue, not an error
+        if args.cmd == "list":
+            print(f"no {'' if args.status == 'all' else args.status + ' '}items (no escalation yet in {run})")
+            return 0
+        print(f"error: no queue item {args.id} ({run} has no escalation yet)", file=sys.stderr)
+        return 1
     if run is None or not (run / QUEUE_FILE).exists():
         where = run or Path.cwd() / RUNS_ROOT
         print(f"error: no human queue at {where} (give --run DIR: a run folder with {QUEUE_FILE})", file=sys.stderr)

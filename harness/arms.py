@@ -377,7 +377,8 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     from harness.throughput import load_profile
-    ap = argparse.ArgumentParser(prog="python -m harness.arms")
+    ap = argparse.ArgumentParser(prog="python -m harness.arms", description=__doc__.split("\n\n")[0],
+                                 epilog="Details and measured figures: docs/hyperband.md")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the arms and write arms_report.json/.html")
     r.add_argument("--quick", action="store_true", help=f"{QUICK}")

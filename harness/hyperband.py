@@ -281,9 +281,16 @@ def run_schedule(executor, plan: list[Bracket],
     return [records[t] for t in order]
 
 
-if __name__ == "__main__":     # `python -m harness.hyperband sweep ...` is harness/sweep.py's CLI
+if __name__ == "__main__":     # `python -m harness.hyperband sweep ...` runs harness/sweep.py's CLI
     import sys
-    if len(sys.argv) < 2 or sys.argv[1] != "sweep":
-        sys.exit("usage: python -m harness.hyperband sweep [options]  (see --help)")
+    USAGE = ("usage: python -m harness.hyperband sweep [options]\n\n"
+             "Hyperband over train.py's knobs: the same command as `python -m harness.sweep`.\n"
+             "`python -m harness.hyperband sweep --help` lists the options; docs/hyperband.md explains them.")
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(USAGE)
+        sys.exit(0)
+    if sys.argv[1:2] != ["sweep"]:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
     from harness.sweep import main
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(main(sys.argv[2:], prog="python -m harness.hyperband sweep"))

@@ -165,24 +165,26 @@ def full_evaluation_winner(result: SweepResult, max_steps: int) -> dict | None:
     return {"config": r["config"], "val_bpb": r["val_bpb"], "steps": r["steps"], "cand": r["cand"]}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m harness.sweep") -> int:
     from harness.pool import Pool
     from harness.prior import CheapPrior
     from harness.throughput import load_profile
 
-    ap = argparse.ArgumentParser(prog="python -m harness.sweep", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                 epilog="Details and measured figures: docs/hyperband.md")
     ap.add_argument("--train", default="train.py", help="the train.py whose knobs are searched")
-    ap.add_argument("--max-steps", type=int, default=81)
-    ap.add_argument("--min-steps", type=int, default=3)
-    ap.add_argument("--eta", type=int, default=3)
-    ap.add_argument("--decay-steps", type=int, default=None)
+    ap.add_argument("--max-steps", type=int, default=81, help="steps of a full evaluation (R)")
+    ap.add_argument("--min-steps", type=int, default=3, help="steps at the lowest rung (r)")
+    ap.add_argument("--eta", type=int, default=3, help="keep the best 1/eta at each rung")
+    ap.add_argument("--decay-steps", type=int, default=None, help="LR cool-down steps before each evaluation")
     ap.add_argument("--budget-steps", type=int, default=None, help="default: one pass of all brackets")
-    ap.add_argument("--policy", default="prior", choices=["random", "hyperband", "prior", "snip", "prior+snip"])
+    ap.add_argument("--policy", default="prior", choices=["random", "hyperband", "prior", "snip", "prior+snip"],
+                    help="which candidates enter a bracket (default prior)")
     ap.add_argument("--knobs", default="", help="comma-separated subset of the space's knobs")
     ap.add_argument("--warm-prior", type=Path, default=None, help="prior store to load and extend")
     ap.add_argument("--workers", type=int, default=None, help="default: harness_profile.json or cores")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("out/sweep"))
+    ap.add_argument("--seed", type=int, default=0, help="seed of the candidate draws")
+    ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output folder (replaced)")
     ap.add_argument("--small", action="store_true", help="search on the small base model of "
                     "harness/space.py (a quick demo on CPU); the winner file keeps that size")
     args = ap.parse_args(argv)

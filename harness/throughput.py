@@ -161,7 +161,8 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.throughput")
+    ap = argparse.ArgumentParser(prog="python -m harness.throughput", description=__doc__.split("\n\n")[0],
+                                 epilog="Details and measured figures: docs/hyperband.md")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tune", help="probe worker/thread splits, write harness_profile.json")
     t.add_argument("--steps", type=int, default=TUNE_STEPS)

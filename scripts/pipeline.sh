@@ -9,6 +9,34 @@
 # (AUTORESEARCH_TIME_BUDGET, default 300 s) like any loop experiment, and its result is written
 # as a run folder the dashboard shows. Everything lands in $OUT (git-ignored).
 set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+usage: scripts/pipeline.sh [-h|--help]
+
+One command: install (uv sync) -> prepare data -> tune workers (once per machine) -> Hyperband
+sweep of train.py's knobs -> full-budget run of the winner -> dashboard on the results.
+
+Settings are environment variables (defaults in brackets):
+  OUT               where everything lands (git-ignored)            [out/pipeline]
+  SWEEP_MAX_STEPS   steps of a full evaluation in the sweep         [81]
+  SWEEP_MIN_STEPS   steps at the lowest rung                        [3]
+  SWEEP_ETA         Hyperband's downsampling rate                   [3]
+  PRIOR_STORE       the cheap prior's memory, reused by later runs  [$OUT/prior_store.json]
+  SWEEP_ARGS        extra sweep options, e.g. "--small --budget-steps 600"
+  PORT              dashboard port                                  [8000]
+  AUTORESEARCH_TIME_BUDGET  training seconds of the winner's run    [300]
+
+Example: SWEEP_MAX_STEPS=243 SWEEP_MIN_STEPS=9 scripts/pipeline.sh
+EOF
+}
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help) usage; exit 0 ;;
+        *) echo "scripts/pipeline.sh: unknown argument '$arg' (settings are environment variables)" >&2
+           usage >&2; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-out/pipeline}

@@ -1,0 +1,135 @@
+"""The loop's command line, checked before anything exists, and the clean-up of a tag that never ran.
+
+Every argument is validated in `validate(parser, args)`, called from agent/loop.py's parse_args,
+so a bad `--tag`, `--budget` or `--until` ends with a one-line message (argparse's exit 2) before
+any branch, worktree or state.json is made.
+
+A tag is *unstarted* while its folder holds no journal record, no results row and no pending
+experiment (pending.json is written before the baseline's first run). Ctrl-C (or any failure)
+during the first data preparation leaves such a tag; rather than demand `--resume` for a tag that
+has nothing to resume, the loop removes it (branch, worktree, refs) so the README's command just
+works again.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness import gitops
+
+# A tag is one path component: it names the branch autoresearch/<tag>, refs under
+# refs/autoresearch/<tag>/ and the worktree folder <root>/<tag>. Letters, digits and . _ - only:
+# no slash (the folder would nest), no spaces or shell/ref specials, and not starting with a
+# '.' or '-' (hidden folder, looks like an option).
+TAG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Longest accepted tag: a branch name and folder name, comfortably inside any filesystem limit.
+MAX_TAG_LEN = 100
+
+
+def tag_problem(tag: str) -> str | None:
+    """Why `tag` cannot name a run, or None. git check-ref-format has the last word."""
+    if tag == "":
+        return "the tag is empty"
+    if len(tag) > MAX_TAG_LEN:
+        return f"the tag is longer than {MAX_TAG_LEN} characters"
+    if not TAG_RE.fullmatch(tag):
+        bad = sorted({c for c in tag if not re.fullmatch(r"[A-Za-z0-9._-]", c)})
+        if bad:
+            shown = ", ".join(repr(c) for c in bad)
+            return f"the tag may contain only letters, digits, '.', '_' and '-' (found {shown})"
+        return "the tag must start with a letter or a digit"
+    if ".." in tag or tag.endswith(".") or tag.endswith(".lock"):
+        return "the tag may not contain '..' nor end with '.' or '.lock' (git ref rules)"
+    proc = subprocess.run(["git", "check-ref-format", f"refs/heads/{gitops.BRANCH_PREFIX}{tag}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"git check-ref-format rejects branch {gitops.BRANCH_PREFIX}{tag}"
+    return None
+
+
+def validate(parser, args) -> None:
+    """Check every argument that would otherwise reach git or the records; parser.error() on a bad one."""
+    problem = tag_problem(args.tag)
+    if problem:
+        parser.error(f"--tag {args.tag!r}: {problem}")
+    if args.until is not None:
+        try:
+            dt.datetime.strptime(args.until, "%H:%M")
+        except ValueError:
+            parser.error(f"--until wants HH:MM (24-hour local time), got {args.until!r}")
+    positive = {"--budget": args.budget, "--timeout": args.timeout, "--api-patience": args.api_patience}
+    for flag, value in positive.items():
+        if value is not None and not (value > 0 and value != float("inf")):
+            parser.error(f"{flag} must be a positive number of seconds, got {value:g}")
+    at_least = {"--max-experiments": (args.max_experiments, 1), "--baseline-repeats": (args.baseline_repeats, 1),
+                "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0)}
+    for flag, (value, low) in at_least.items():
+        if value is not None and value < low:
+            parser.error(f"{flag} must be at least {low}, got {value}")
+
+
+def budget_from_env(parser, raw: str | None, default: float) -> float:
+    """AUTORESEARCH_TIME_BUDGET as the default --budget, checked like --budget."""
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        parser.error(f"AUTORESEARCH_TIME_BUDGET must be a number of seconds, got {raw!r}")
+    if not (value > 0 and value != float("inf")):
+        parser.error(f"AUTORESEARCH_TIME_BUDGET must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+# ---- a tag that never ran an experiment --------------------------------------------------------
+def unstarted(run_dir: Path) -> bool:
+    """True when the tag's folder holds nothing a --resume would continue."""
+    if (run_dir / "pending.json").exists():
+        return False
+    journal = run_dir / "journal.jsonl"
+    if journal.exists() and journal.read_text(errors="replace").strip():
+        return False
+    results = run_dir / "results.tsv"
+    if results.exists() and len(results.read_text(errors="replace").strip().splitlines()) > 1:
+        return False
+    return True
+
+
+def _locked(run_dir: Path) -> bool:
+    """Is a live loop holding this tag's lock (it may be preparing data right now)?"""
+    path = run_dir / "loop.lock"
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def discard_unstarted(repo: Path, tag: str, worktree: Path) -> bool:
+    """Remove branch, worktree and refs of a tag that never ran an experiment; True if removed.
+
+    Safe by construction: refuses when the worktree is missing, holds any record, a live loop holds
+    its lock, experiments left refs, or the branch has commits the checkout's HEAD lacks; never
+    touches anything outside autoresearch/<tag>, refs/autoresearch/<tag>/ and the folder.
+    """
+    if not gitops.branch_exists(repo, tag) or not (worktree / ".git").exists():
+        return False   # a missing worktree may have held records: that is --resume's to repair
+    if not unstarted(worktree) or _locked(worktree) or gitops.list_refs(repo, f"{gitops.REF_PREFIX}{tag}/"):
+        return False   # discarded/interrupted refs mean experiments ran
+    tip = gitops.rev_parse(repo, "refs/heads/" + gitops.branch_name(tag))
+    if not gitops.is_ancestor(repo, tip, "HEAD"):
+        return False   # the branch has commits of its own (kept experiments): never thrown away
+    if (worktree / ".git").exists():
+        gitops.git(repo, "worktree", "remove", "--force", str(worktree), check=False)
+    shutil.rmtree(worktree, ignore_errors=True)
+    gitops.git(repo, "worktree", "prune", check=False)
+    gitops.git(repo, "branch", "-D", gitops.branch_name(tag), check=False)
+    return not gitops.branch_exists(repo, tag)

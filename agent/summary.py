@@ -1,0 +1,97 @@
+"""The end of a run: what it found and where to look, printed when the loop stops.
+
+Built from the tag's journal (so a resumed tag counts every session's experiments) plus this
+session's wall time: why it stopped, the best val_bpb and its commit (the figure results.tsv
+records: trusted when verified), keep/discard/crash counts, wall time, tokens and cost, where
+results.tsv is, and the dashboard command that shows the run.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.console import bpb_of, clock
+from harness.results import read_journal
+
+# Wall time of a baseline run per second of budget: startup, evaluation and the trusted
+# re-evaluation come on top (two 300 s baselines took ~11 minutes on the idle CPU box: 1.1x).
+RUN_WALL_PER_BUDGET = 1.1
+
+
+@dataclass
+class EndSummary:
+    tag: str
+    reason: str                        # "reached --max-experiments 5", "interrupted (Ctrl-C)", ...
+    counts: dict = field(default_factory=lambda: {"keep": 0, "discard": 0, "crash": 0})
+    best: dict | None = None           # {"n", "commit", "val_bpb", "description"}
+    baseline: float | None = None      # the first experiment's val_bpb, for the improvement
+    session_seconds: float = 0.0
+    tokens: dict = field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float = 0.0
+    results_path: Path | None = None
+    dashboard: str = ""
+
+
+def dashboard_command(run_dir: Path, tag: str) -> str:
+    """The command that shows this run: the dashboard reads every run folder below --runs."""
+    return f"uv run dashboard/app.py --runs {shlex.quote(str(Path(run_dir).parent))} --tag {shlex.quote(tag)}"
+
+
+def build(run_dir: Path, tag: str, reason: str, session_seconds: float) -> EndSummary:
+    records, _problems = read_journal(Path(run_dir) / "journal.jsonl")
+    out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
+                     results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag))
+    for rec in records:
+        status = rec.get("status")
+        if status in out.counts:
+            out.counts[status] += 1
+        for k in out.tokens:
+            out.tokens[k] += int((rec.get("tokens") or {}).get(k, 0) or 0)
+        out.cost_usd += float(rec.get("cost_usd") or 0.0)
+        bpb = bpb_of(rec)
+        if not isinstance(bpb, (int, float)) or status != "keep":
+            continue
+        if out.baseline is None:
+            out.baseline = bpb
+        if out.best is None or bpb < out.best["val_bpb"]:
+            out.best = {"n": rec.get("n"), "commit": rec.get("commit") or "", "val_bpb": bpb,
+                        "description": rec.get("description", "")}
+    return out
+
+
+def render(s: EndSummary) -> str:
+    total = sum(s.counts.values())
+    lines = [f"== autoresearch {s.tag}: stopped, {s.reason}"]
+    if s.best:
+        gain = ""
+        if s.baseline is not None and s.best["n"] != 1:
+            gain = f" ({s.best['val_bpb'] - s.baseline:+.6f} vs the first kept {s.baseline:.6f})"
+        lines.append(f"best val_bpb  {s.best['val_bpb']:.6f} at {s.best['commit'][:7]} "
+                     f"(exp {s.best['n']}: {s.best['description']}){gain}")
+    else:
+        lines.append("best val_bpb  - (no experiment was kept)")
+    lines.append(f"experiments   {total}: {s.counts['keep']} kept, {s.counts['discard']} discarded, "
+                 f"{s.counts['crash']} crashed")
+    lines.append(f"wall time     {clock(s.session_seconds)} this session")
+    lines.append(f"tokens, cost  {s.tokens['input']:,} in / {s.tokens['output']:,} out, ${s.cost_usd:.4f}")
+    lines.append(f"results       {s.results_path}")
+    lines.append(f"dashboard     {s.dashboard}")
+    return "\n".join(lines)
+
+
+def first_row_note(repeats: int, budget: float) -> str:
+    """Said before the baseline: the first results.tsv row waits for every baseline repeat."""
+    return (f"baseline: the first row of results.tsv needs {repeats} baseline runs (--baseline-repeats "
+            f"{repeats}, to measure the noise the judge compares against): {repeats} x {budget:g}s of "
+            f"training plus startup and evaluation each, about {clock(repeats * budget * RUN_WALL_PER_BUDGET)} or more")
+
+
+def interrupted_reason(interim: tuple | None, recorded: list) -> str:
+    """Why the loop stopped after Ctrl-C, saying when a finished measurement was not recorded
+    (e.g. baseline run 1/2 of an experiment whose repeat was interrupted)."""
+    reason = "interrupted: the running experiment was stopped; --resume continues it"
+    if interim and interim[0] not in recorded:
+        reason += (f" (exp {interim[0]} had finished a run that is not recorded: {interim[1]}; "
+                   f"--resume measures it again)")
+    return reason
