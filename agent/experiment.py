@@ -93,7 +93,11 @@ def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
         diff = _timed_git(a, gitops.diff, loop.repo, a.parent, a.commit) if a.parent else ""
         ctx = context(loop, a, old_source, new_source, diff)
         loop.prefetch_next(a, new_source)
-        run, decision = _run_and_judge(loop, a, ctx)
+        try:
+            run, decision = _run_and_judge(loop, a, ctx)
+        except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
+            record(loop, a, old_source, stop.run, stop.decision, guard)
+            raise KeyboardInterrupt from None
         if decision.status != "crash" or len(a.attempts) >= loop.args.fix_tries:
             return record(loop, a, old_source, run, decision, guard)
         fixed = _ask_fix(loop, a, new_source, run)
@@ -101,40 +105,70 @@ def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
             return record(loop, a, old_source, run, decision, guard)
 
 
+class InterruptedBaseline(Exception):
+    """Ctrl-C while a baseline repeat trained, after a run that finished and was judged: the loop
+    records the baseline with the runs it has (its band then rests on them) before it stops."""
+
+    def __init__(self, run: RunResult, decision: Decision):
+        super().__init__("interrupted during a baseline repeat")
+        self.run, self.decision = run, decision
+
+
 def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult, Decision]:
-    reruns, last_ok = [], None
+    reruns, last_ok, last_decision = [], None, None
     while True:
-        loop.set_phase("training", a.n, run_started_at=time.time())
-        log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
-                   (f".rerun{len(reruns)}" if reruns else "") + ".log"
-        with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
-            # A confirming rerun uses another seed, so the noise band measures seed noise, not
-            # a bit-identical replay of the same run.
-            seed_env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else None
-            seal = loop.seal
-            run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                            env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
-                            sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
-                            data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
-                            startup_reference=loop.startup_reference(), clean=True)
-            sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
-                           "val_bpb": (run.summary or {}).get("val_bpb")})
-        loop.set_phase("judging", a.n)
-        with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
-            decision = loop.reviewer.judge(ctx, run)
-            sp.log(output={"status": decision.status, "reason": decision.reason})
-        if decision.rerun and len(reruns) < MAX_RERUNS:
-            reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path)})
-            last_ok = run
-            continue
-        if reruns:
-            decision.verdicts.setdefault("reruns", reruns)
-            if run.crash_class is not None and decision.status != "crash":
-                # the judge decided on the runs that finished; the record keeps their figures
-                decision.verdicts["reruns"].append({"summary": None, "log": _rel(loop, run.log_path),
-                                                    "crash_class": run.crash_class})
-                run = last_ok
-        return run, decision
+        try:
+            return _run_and_judge_once(loop, a, ctx, reruns, last_ok, last_decision)
+        except _Rerun as again:
+            last_ok, last_decision = again.run, again.decision
+        except KeyboardInterrupt:
+            if a.parent is None and last_ok is not None and last_decision is not None \
+                    and last_decision.status == "keep":
+                last_decision.rerun = False
+                last_decision.reason += (f" (interrupted during repeat run {len(reruns) + 1}; recorded "
+                                         f"with the {len(reruns)} run(s) that finished)")
+                last_decision.verdicts["reruns"] = reruns[:-1]
+                raise InterruptedBaseline(last_ok, last_decision) from None
+            raise
+
+
+class _Rerun(Exception):
+    def __init__(self, run: RunResult, decision: Decision):
+        self.run, self.decision = run, decision
+
+
+def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok, last_decision):
+    """One run and its judgement; raises _Rerun when the judge asks for the same commit again."""
+    loop.set_phase("training", a.n, run_started_at=time.time())
+    log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
+               (f".rerun{len(reruns)}" if reruns else "") + ".log"
+    with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
+        # A confirming rerun uses another seed, so the noise band measures seed noise, not
+        # a bit-identical replay of the same run.
+        seed_env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else None
+        seal = loop.seal
+        run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
+                        env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
+                        sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
+                        data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
+                        startup_reference=loop.startup_reference(), clean=True)
+        sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
+                       "val_bpb": (run.summary or {}).get("val_bpb")})
+    loop.set_phase("judging", a.n)
+    with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
+        decision = loop.reviewer.judge(ctx, run)
+        sp.log(output={"status": decision.status, "reason": decision.reason})
+    if decision.rerun and len(reruns) < MAX_RERUNS:
+        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path)})
+        raise _Rerun(run, decision)
+    if reruns:
+        decision.verdicts.setdefault("reruns", reruns)
+        if run.crash_class is not None and decision.status != "crash":
+            # the judge decided on the runs that finished; the record keeps their figures
+            decision.verdicts["reruns"].append({"summary": None, "log": _rel(loop, run.log_path),
+                                                "crash_class": run.crash_class})
+            run = last_ok
+    return run, decision
 
 
 def _tick(loop, a: Attempt, log_path) -> None:

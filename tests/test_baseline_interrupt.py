@@ -1,0 +1,52 @@
+"""Ctrl-C during the second baseline run keeps the first, finished measurement (issue 11, item 2),
+and a resumed tag then goes on from it instead of measuring the baseline again."""
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harness import knobs
+from harness.results import read_results
+from tests.loop_fixtures import copy_real, git, loop_cmd, make_repo, run_loop
+
+
+def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path):
+    files = copy_real()
+    files["train.py"] = knobs.set_knobs(files["train.py"], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
+                                                            "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
+    # the repeat (seed 1000) hangs after its first step line, so the interrupt lands mid-run
+    files["train.py"] = files["train.py"].replace(
+        '        if local_steps == 1:  # Python', '        if local_steps == 1 and seed == 1000:\n'
+        '            time.sleep(300)\n        if local_steps == 1:  # Python', 1)
+    assert "seed == 1000" in files["train.py"]
+    repo = make_repo(tmp_path / "repo", files)
+    env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
+    env.pop("ANTHROPIC_API_KEY", None)
+    args = ("--tag", "b", "--budget", "2", "--reviewer", "hierarchy", "--baseline-repeats", "2")
+    proc = subprocess.Popen(loop_cmd(*args, "--max-experiments", "1"), cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wt = repo / ".autoresearch" / "b"
+    rerun_log = wt / "logs" / "exp-0001.rerun1.log"
+    deadline = time.time() + 400
+    while time.time() < deadline and not (rerun_log.exists() and "step 00001" in rerun_log.read_text()):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    rows = read_results(wt / "results.tsv").rows
+    assert [r["status"] for r in rows] == ["keep"], out
+    rec = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()][0]
+    assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0]["val_bpb"], abs=1e-6)
+    assert "interrupted during repeat run 2" in rec["decision_reason"]
+    assert rec["verdicts"]["judge"]["baseline_values"] == [rec["trusted_bpb"]]
+    # --resume goes on from it: no second baseline, the next experiment is measured against it
+    p = run_loop(repo, env, *args, "--max-experiments", "2", "--resume", timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    records = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()]
+    records = [r for r in records if r.get("kind", "experiment") == "experiment"]
+    assert [r["proposer"] for r in records] == ["baseline", "offline"]
+    assert len(read_results(wt / "results.tsv").rows) == 2
+    assert git(repo, "rev-parse", "autoresearch/b")
