@@ -57,7 +57,8 @@ def check_source(old_source: str, new_source: str) -> GuardVerdict:
     if missing:
         problems.append(f"harness: train.py must keep {', '.join(missing)}() (the trusted re-evaluation uses it)")
         rules.append("harness")
-    dropped = [h for h in HARNESS_HOOKS if h in old_source and h not in new_source]
+    # by count, not presence: a hook still named in help text or a comment is not a hook honoured
+    dropped = [h for h in HARNESS_HOOKS if new_source.count(h) < old_source.count(h)]
     if dropped:
         problems.append(f"harness: train.py no longer reads {', '.join(dropped)}")
         rules.append("harness")

@@ -54,14 +54,17 @@ def startup_allowance(reference_startup: float | None) -> float:
 # Steps of slack at the run's own pace: the warm-up steps train.py does not count (slower than the
 # rest: allocator and caches warm up; on a loaded 2-core box a tiny run's steps 2-3 took ~8 s each
 # at a 3.7 s mean) and the last step's overshoot; capped at a fraction of the budget, so declaring
-# giant "steps" buys nothing. At 300 s and a 0.3-0.4 s step that is ~3 s of slack.
+# giant "steps" buys little: at most max(10% of the budget, 30 s). At 300 s and a 0.3-0.4 s step
+# that is ~3 s of slack; smoke budgets of seconds on a loaded box get the 30 s floor.
 STEP_SLACK = 8
-STEP_SLACK_CAP = 0.5
+STEP_SLACK_CAP = 0.1
+STEP_SLACK_MIN_S = 30.0
 
 
 def limit_for(budget: float, pace: float = 0.0) -> float:
     """Most charged seconds a run of `budget` may train, at `pace` seconds per step."""
-    return CLOCK_FACTOR * budget + CLOCK_GRACE_S + min(STEP_SLACK * pace, STEP_SLACK_CAP * budget)
+    cap = max(STEP_SLACK_CAP * budget, STEP_SLACK_MIN_S)
+    return CLOCK_FACTOR * budget + CLOCK_GRACE_S + min(STEP_SLACK * pace, cap)
 
 
 @dataclass

@@ -65,9 +65,9 @@ CHEATS = {
     # the validation split
     "val split": (edit('T, "train", device=device', 'T, "val", device=device'), "val_split"),
     "val split by variable": (edit('T, "train", device=device', 'T, SPLIT, device=device'), "val_split"),
-    "extra evaluation": (edit("    eval_seconds = time.time() - t_eval",
-                              "    eval_seconds = time.time() - t_eval\n"
-                              "    again = prepare.evaluate_bpb(eval_model, tokenizer, rows)"), "eval_calls"),
+    "extra evaluation": (edit("        eval_seconds = time.time() - t_eval",
+                              "        eval_seconds = time.time() - t_eval\n"
+                              "        again = prepare.evaluate_bpb(eval_model, tokenizer, rows)"), "eval_calls"),
     # network, processes, dynamic code
     "socket": (after_imports("import socket"), "network"),
     "urllib": (after_imports("from urllib.request import urlopen"), "network"),

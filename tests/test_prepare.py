@@ -67,8 +67,13 @@ print(json.dumps(out))
     for name in ["gpu", "cpu", "tiny"]:
         assert out[name][3] == 7.5 and out[name][4] == str(tmp_path)
         d = out[name][5]
-        assert set(d) == {"profile", "time_budget", "max_seq_len", "eval_tokens", "vocab_size", "source", "fingerprint"}
+        assert set(d) == {"profile", "time_budget", "max_seq_len", "eval_tokens", "vocab_size", "source", "fingerprint",
+                          "paths"}
         assert d["profile"] == name and d["fingerprint"] is None and d["source"] is None
+        # where the sandbox shows or hides data (harness/sandbox.py): all under this profile's cache
+        assert set(d["paths"]) == {"cache", "data", "val", "tokenizer", "pointer"}
+        assert all(v.startswith(str(tmp_path)) for v in d["paths"].values())
+        assert d["paths"]["pointer"].endswith(f"prepared-{name}.json")
     assert "h100" in out["bad"] and "gpu, cpu, tiny" in out["bad"]
     assert "`uv run prepare.py`" in out["no_data"]  # what a fresh train.py process would say
 
@@ -235,8 +240,11 @@ def test_fingerprint_is_stored_and_described(prep, tiny_cache):
     stored = json.loads((prep.TOKENIZER_DIR / "fingerprint.json").read_text())
     assert stored["fingerprint"] == fp and stored["stats"]["val_docs"] > 0
     d = prep.describe()
+    paths = d.pop("paths")
     assert d == {"profile": "tiny", "time_budget": prep.TIME_BUDGET, "max_seq_len": 64, "eval_tokens": 8192,
                  "vocab_size": 512, "source": prep.SOURCE, "fingerprint": fp}
+    assert Path(paths["val"]) == (prep.DATA_DIR / prep.VAL_FILENAME).resolve() and Path(paths["val"]).is_file()
+    assert Path(paths["tokenizer"]) == prep.TOKENIZER_DIR.resolve()
     assert prep.SOURCE.startswith("local:")
     pointer = json.loads((Path(tiny_cache["AUTORESEARCH_CACHE"]) / "prepared-tiny.json").read_text())
     assert pointer["fingerprint"] == fp
