@@ -1,0 +1,123 @@
+"""Inference: KV-cached decoding reproduces train.py's GPT exactly; loading kept commits; the CLIs."""
+import io
+
+import pytest
+import torch
+
+import train
+from inference import generate as gen
+from inference.kvcache import KVCache, forward_cached, kv_bytes_per_token
+from inference.runs import find_kept, load_kept, run_tokenizer
+from tests.infer_fixture import make_run, one_thread, random_model, tiny_config
+
+_one_thread = pytest.fixture(autouse=True)(one_thread)
+
+ATOL = 2e-4  # float32 logits (softcap 15) through a different attention order of summation
+
+
+def assert_close(a, b):
+    """Same shape, max abs difference under ATOL (torch.testing imports for seconds here)."""
+    assert a.shape == b.shape
+    assert float((a - b).abs().max()) < ATOL
+
+
+@pytest.mark.parametrize("cfg", [tiny_config(), tiny_config(n_kv_head=4, pattern="SSL", frac=0.1),
+                                 tiny_config(n_layer=3, pattern="L")])
+def test_cached_decoding_matches_full_forward(cfg):
+    model = random_model(cfg)
+    idx = torch.randint(0, cfg["vocab_size"], (2, cfg["sequence_len"]), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(idx)
+    cache = KVCache(model)
+    parts = [forward_cached(model, idx[:, :11], cache, train)]  # a prefill, then one token at a time
+    parts += [forward_cached(model, idx[:, t:t + 1], cache, train) for t in range(11, 40)]
+    parts.append(forward_cached(model, idx[:, 40:], cache, train))  # and a chunk that crosses windows
+    cached = torch.cat(parts, dim=1)
+    assert cached.shape == full.shape
+    assert_close(cached, full)
+    assert full.std() > 0.5  # random weights: the logits carry signal, not a constant
+
+
+def test_window_layers_keep_only_their_window():
+    cfg = tiny_config(pattern="SL", frac=0.25)
+    model = random_model(cfg)
+    cache = KVCache(model)
+    forward_cached(model, torch.zeros(1, 50, dtype=torch.long), cache, train)
+    w = model.windows[0]
+    assert w == 16 and model.windows[1] == -1
+    assert [k.size(2) for k in cache.k] == [16, 50, 16, 50]
+    assert cache.kpos[0].tolist() == list(range(34, 50))
+    per_token = kv_bytes_per_token(cfg, context=50)
+    assert cache.nbytes() == pytest.approx(per_token * 50)
+
+
+def test_rollback_with_slack_is_exact():
+    cfg = tiny_config()
+    model = random_model(cfg)
+    idx = torch.randint(0, cfg["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(idx)
+    cache = KVCache(model, slack=8)
+    forward_cached(model, idx[:, :30], cache, train)
+    forward_cached(model, torch.full((1, 6), 7), cache, train)  # six wrong guesses...
+    cache.truncate(30)  # ...rolled back
+    again = forward_cached(model, idx[:, 30:], cache, train)
+    assert_close(again, full[:, 30:])
+
+
+def test_greedy_generation_equals_argmax_of_full_forward():
+    cfg = tiny_config()
+    model = random_model(cfg)
+    prompt = torch.tensor([[1, 2, 3, 4, 5]])
+    out = gen.generate(model, train, prompt, 30, temperature=0.0)
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(30):
+            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert out.tolist() == seq[:, 5:].tolist()
+
+
+def test_generation_past_the_context_reprefills():
+    cfg = tiny_config(seq_len=32)
+    model = random_model(cfg)
+    out = gen.generate(model, train, torch.tensor([[1, 2, 3]]), 70, temperature=1.0, top_k=5,
+                       generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 70)
+    assert int(out.max()) < cfg["vocab_size"]
+
+
+def test_top_k_sampling_stays_in_the_top_k():
+    logits = torch.tensor([[0.0, 5.0, 4.0, -1.0, 3.0]])
+    picks = {int(gen.sample_next(logits, 1.0, 2, torch.Generator().manual_seed(s))) for s in range(40)}
+    assert picks == {1, 2}
+
+
+def test_load_kept_commit_from_journal(tmp_path):
+    run, commits = make_run(tmp_path)
+    assert find_kept(run).commit == commits[0]  # lowest trusted_bpb
+    model, kept, mod = load_kept(run, commits[1][:8])
+    assert kept.n == 2 and kept.artifact.name == "model.pt"
+    assert model.cfg["n_layer"] == 2 and mod.__name__ != "train"  # built by the commit's own train.py
+    assert run_tokenizer(run).kind == "byte"
+    with pytest.raises(SystemExit):
+        find_kept(run, "0000000")
+
+
+def test_generate_cli_streams_text(tmp_path, capsys):
+    run, commits = make_run(tmp_path)
+    assert gen.main(["--run", str(run), "--commit", commits[1][:7], "--prompt", "ab",
+                     "--max-new-tokens", "12", "--temperature", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("ab") and len(out) > 2
+    assert "12 tokens" in err and commits[1][:7] in err
+
+
+def test_streamer_holds_back_split_characters():
+    class ByteTok:
+        def decode(self, ids):
+            return bytes(ids).decode("utf-8", errors="replace")
+    buf = io.StringIO()
+    s = gen.Streamer(ByteTok(), buf)
+    for b in "é!".encode():
+        s(torch.tensor([b]))
+    assert buf.getvalue() == "é!"
