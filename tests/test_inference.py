@@ -121,3 +121,22 @@ def test_streamer_holds_back_split_characters():
     for b in "é!".encode():
         s(torch.tensor([b]))
     assert buf.getvalue() == "é!"
+
+
+def test_bench_all_kept_writes_json_per_commit(tmp_path, capsys):
+    import json
+
+    from inference import bench
+    run, commits = make_run(tmp_path)
+    assert bench.main(["--run", str(run), "--all-kept", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(commits[0][:7]) and "decode b1" in lines[0]
+    big, small = (json.loads((run / "bench" / f"{c[:7]}.json").read_text()) for c in commits)
+    for r in (big, small):
+        assert r["prefill_tok_s"] > 0 and r["decode_tok_s_b8"] > 0 and r["ms_per_token_b1"] > 0
+        assert r["decode_prompt"] + r["decode_steps"] == 64  # the decode fills the context...
+        assert r["kv_bytes_per_token"] == r["kv_bytes_per_token_measured"]  # ...so the analytic figure is exact
+        assert r["peak_memory_mb"] > 0
+    assert big["params"] > small["params"] and big["kv_bytes_per_token"] > small["kv_bytes_per_token"]
+    # 4 layers (S,L,S,L with w=16) x 2 kv heads x 16 dims x K,V x 4 bytes over a 64-token context
+    assert big["kv_bytes_per_token"] == 2 * 2 * 16 * 4 * (64 + 16 + 64 + 16) / 64
