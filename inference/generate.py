@@ -26,11 +26,16 @@ from inference.runs import load_kept, run_tokenizer
 CONTEXT_KEEP_FRAC = 0.75
 
 
+# Torch threads on CPU unless AUTORESEARCH_THREADS says otherwise: decoding small models is
+# per-op overhead bound, and on the shared 2-core box 2 threads thrashed (bench: 13 tok/s at 2
+# threads vs 143 tok/s at 1, tiny profile, load ~7).
+DEFAULT_CPU_THREADS = 1
+
+
 def pick_device(name: str = "auto") -> torch.device:
-    """The device; on CPU, torch threads from AUTORESEARCH_THREADS when set (as train.py does)."""
+    """The device; on CPU, torch threads from AUTORESEARCH_THREADS, else DEFAULT_CPU_THREADS."""
     import os
-    if os.environ.get("AUTORESEARCH_THREADS"):
-        torch.set_num_threads(int(os.environ["AUTORESEARCH_THREADS"]))
+    torch.set_num_threads(int(os.environ.get("AUTORESEARCH_THREADS") or DEFAULT_CPU_THREADS))
     if name != "auto":
         return torch.device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
