@@ -140,3 +140,36 @@ def test_bench_all_kept_writes_json_per_commit(tmp_path, capsys):
     assert big["params"] > small["params"] and big["kv_bytes_per_token"] > small["kv_bytes_per_token"]
     # 4 layers (S,L,S,L with w=16) x 2 kv heads x 16 dims x K,V x 4 bytes over a 64-token context
     assert big["kv_bytes_per_token"] == 2 * 2 * 16 * 4 * (64 + 16 + 64 + 16) / 64
+
+
+def test_speculative_greedy_output_is_the_targets(tmp_path):
+    from inference.speculative import speculative_generate
+    target = random_model(tiny_config(), seed=3)
+    other = random_model(tiny_config(n_layer=2, n_embd=32, n_kv_head=1), seed=4)  # unrelated: ~all rejected
+    near = random_model(tiny_config(), seed=3)  # the target's weights, perturbed: partly accepted
+    with torch.no_grad():
+        for p in near.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    prompt = torch.tensor([[1, 5, 9, 2]])
+    ref = gen.generate(target, train, prompt, 30, temperature=0.0)
+    for k in range(1, 9):
+        for draft in (other, near) if k in (1, 8) else (near,):
+            out, st = speculative_generate(target, train, draft, train, prompt, 30, k)
+            assert out.tolist() == ref.tolist(), f"k={k}"
+            assert st.proposed > 0
+        assert 0 < st.acceptance_rate < 1 and st.rounds < 30  # the near draft saved target passes
+    out, st = speculative_generate(target, train, target, train, prompt, 30, 4)  # a perfect draft
+    assert out.tolist() == ref.tolist() and st.acceptance_rate == 1.0 and st.mean_accepted == 4.0
+
+
+def test_speculative_cli_reports_every_k(tmp_path, capsys):
+    import json
+
+    from inference import speculative
+    run, commits = make_run(tmp_path)
+    assert speculative.main(["--run", str(run), "--target", commits[0][:7], "--draft", commits[1][:7],
+                             "--max-new-tokens", "20", "--ks", "1,3"]) == 0
+    out = capsys.readouterr().out
+    assert "k=1 |" in out and "k=3 |" in out and "identical True" in out
+    report = json.loads((run / "bench" / f"speculative-{commits[0][:7]}-{commits[1][:7]}.json").read_text())
+    assert [r["k"] for r in report["by_k"]] == [1, 3] and report["tokens"] == 20
