@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from inference import cost
+
 
 class KVCache:
     """Per-layer keys/values [B, Hkv, n, D] and their absolute positions; `pos` is the next position."""
@@ -105,15 +107,5 @@ def forward_cached(model, idx, cache, train_module):
 
 
 def kv_bytes_per_token(config: dict, context: int | None = None, dtype_bytes: int = 4) -> float:
-    """KV-cache bytes per token at a full context, from the config alone (deterministic): a full
-    layer stores K and V for every token, a window layer at most w of them."""
-    T = context or config["sequence_len"]
-    short = max(1, int(config["sequence_len"] * config["short_window_frac"]))
-    pattern = config["window_pattern"].upper()
-    L = config["n_layer"]
-    per_layer = 2 * config["n_kv_head"] * config["head_dim"] * dtype_bytes
-    stored = 0
-    for i in range(L):
-        full = pattern[i % len(pattern)] == "L" or i == L - 1
-        stored += T if full else min(short, T)
-    return per_layer * stored / T
+    """KV-cache bytes per token over a context, from the config alone (inference/cost.py)."""
+    return cost.kv_bytes_per_token(config, context, dtype_bytes)

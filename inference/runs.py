@@ -57,19 +57,20 @@ def _bpb(rec: dict) -> float | None:
     return v if isinstance(v, (int, float)) else None
 
 
-def kept_commits(run_dir: Path) -> list[Kept]:
-    """Kept experiments in journal order (a commit kept twice counts once, its last record)."""
+def kept_commits(run_dir: Path, kept_only: bool = True) -> list[Kept]:
+    """Kept experiments in journal order (a commit kept twice counts once, its last record);
+    with kept_only False, every experiment (a discarded one's artifact may survive pruning)."""
     by_commit = {}
     for rec in journal_records(run_dir):
-        if rec.get("status") == "keep":
+        if rec.get("status") == "keep" or not kept_only:
             by_commit[rec["commit"]] = Kept(rec["n"], rec["commit"], rec.get("short") or rec["commit"][:7],
                                             _bpb(rec), rec.get("description", ""), artifact_path(run_dir, rec["n"]))
     return sorted(by_commit.values(), key=lambda k: k.n)
 
 
-def find_kept(run_dir: Path, commit: str | None = None) -> Kept:
+def find_kept(run_dir: Path, commit: str | None = None, kept_only: bool = True) -> Kept:
     """The kept experiment of `commit` (a prefix will do); without one, the best kept (lowest val_bpb)."""
-    kept = [k for k in kept_commits(run_dir) if k.artifact.exists()]
+    kept = [k for k in kept_commits(run_dir, kept_only or commit is None) if k.artifact.exists()]
     if not kept:
         raise SystemExit(f"no kept experiment with a saved model in {run_dir}")
     if commit is None:
@@ -106,9 +107,9 @@ def load_artifact_model(artifact: Path, train_module, device="cpu"):
     return model.to(device).eval(), blob
 
 
-def load_kept(run_dir: Path, commit: str | None = None, device="cpu"):
-    """(model, Kept, train module) of a kept commit of a run."""
-    kept = find_kept(run_dir, commit)
+def load_kept(run_dir: Path, commit: str | None = None, device="cpu", kept_only: bool = True):
+    """(model, Kept, train module) of a kept commit of a run (any experiment with kept_only False)."""
+    kept = find_kept(run_dir, commit, kept_only)
     source = train_source(run_dir, kept.commit)
     module = import_source(source, f"train_{kept.short}")
     model, blob = load_artifact_model(kept.artifact, module, device)

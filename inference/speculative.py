@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--target", help="kept commit of the target (default the best kept)")
-    p.add_argument("--draft", required=True, help="kept commit of the draft model")
+    p.add_argument("--draft", required=True, help="commit of the draft model (any experiment with a saved model)")
     p.add_argument("--prompt", default="\n")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--ks", default=",".join(map(str, KS)), help="draft lengths to try, comma-separated")
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     device = pick_device(a.device)
     target, tk, tmod = load_kept(a.run, a.target, device)
-    draft, dk, dmod = load_kept(a.run, a.draft, device)
+    draft, dk, dmod = load_kept(a.run, a.draft, device, kept_only=False)  # any experiment whose model survives
     tok = run_tokenizer(a.run)
     prompt = torch.tensor([tok.encode(a.prompt, prepend=tok.get_bos_token_id())], device=device)
     n = min(a.max_new_tokens, target.cos.size(1) - prompt.size(1))
