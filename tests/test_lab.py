@@ -34,3 +34,32 @@ def test_grpo_runs_and_reports(tmp_path, capsys):
     assert all(s["kl"] >= 0 for s in report["log"]) and 0 <= report["accuracy_after"] <= 1
     assert (run / "lab" / f"grpo-{commits[1][:7]}.pt").exists()
     assert "accuracy before" in capsys.readouterr().out
+
+
+def test_flywheel_gates_reject_repetition_low_diversity_and_near_duplicates():
+    from lab import flywheel as fw
+    good = list(range(40))
+    assert fw.ngram_repetition([1, 2, 3] * 10) > fw.REPEAT_MAX and fw.ngram_repetition(good) == 0.0
+    assert fw.diversity([5, 6] * 20 + [7, 8, 9, 10]) < fw.DIVERSITY_MIN <= fw.diversity(good)
+    text = "the quick brown fox jumps over the lazy dog while the cat sleeps"
+    samples = [
+        {"seed": "x", "text": text, "tokens": good},
+        {"seed": "y", "text": text + "!", "tokens": good},                          # near-duplicate of the first
+        {"seed": "z", "text": "ab ab ab", "tokens": [1, 2, 3, 4] * 10},             # a loop
+        {"seed": "w", "text": "few", "tokens": [1, 2, 1, 2, 3, 1, 2, 4, 1, 2, 5, 2, 1] * 2 + good[:6]},
+        {"seed": "v", "text": "   ", "tokens": good},                               # empty
+        {"seed": "a completely different seed", "text": "a completely different seed", "tokens": good},
+        {"seed": "s", "text": "numbers 12345 and letters qwerty in a new order", "tokens": good},
+    ]
+    kept, counts = fw.gate(samples)
+    assert [s["seed"] for s in kept] == ["x", "s"]
+    assert counts == {"empty": 1, "repetition": 1, "low_diversity": 1, "near_duplicate": 2}
+
+
+def test_flywheel_verdict_at_two_percent():
+    from lab import flywheel as fw
+    assert fw.verdict(4.0, 3.9)[0] == "gain"          # -2.5%
+    assert fw.verdict(4.0, 3.95)[0] == "neutral"      # -1.25%
+    assert fw.verdict(4.0, 4.07)[0] == "neutral"      # +1.75%
+    v, rel = fw.verdict(4.0, 4.2)
+    assert v == "collapse" and rel == pytest.approx(0.05)
