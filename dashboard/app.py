@@ -65,6 +65,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
                       STREAM_MAX_S=live.STREAM_MAX_S)
     app.jinja_env.filters.update(bpb=_fmt_bpb, when=_fmt_when, dur=_fmt_dur, pretty=_pretty, pct=_fmt_pct,
                                  yesno=_fmt_yesno)
+    app.jinja_env.globals.update(bench_for=runview.bench_figures)  # serving figures beside val_bpb
 
     # ---------------------------------------------------------------- helpers
 

@@ -173,3 +173,20 @@ def test_speculative_cli_reports_every_k(tmp_path, capsys):
     assert "k=1 |" in out and "k=3 |" in out and "identical True" in out
     report = json.loads((run / "bench" / f"speculative-{commits[0][:7]}-{commits[1][:7]}.json").read_text())
     assert [r["k"] for r in report["by_k"]] == [1, 3] and report["tokens"] == 20
+
+
+def test_dashboard_shows_bench_figures_beside_val_bpb(tmp_path):
+    import json
+
+    from dashboard.app import create_app
+    run, commits = make_run(tmp_path)
+    short = commits[0][:7]
+    (run / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"
+                                     f"{short}\t2.100000\t0.1\tkeep\tmodel 1\n"
+                                     f"{commits[1][:7]}\t2.200000\t0.1\tkeep\tmodel 2\n")
+    (run / "bench").mkdir()
+    (run / "bench" / f"{short}.json").write_text(json.dumps({"decode_tok_s_b1": 123.4, "kv_bytes_per_token": 640.0}))
+    (run / "bench" / f"{commits[1][:7]}.json").write_text(json.dumps({"decode_tok_s_b1": float("nan")}))
+    page = create_app(runs_dir=tmp_path).test_client().get("/", follow_redirects=True).get_data(as_text=True)
+    assert ">serve</th>" in page and "123 · 640" in page
+    assert page.count("—</td>") >= 1  # the second commit's broken figures are not shown
