@@ -59,14 +59,18 @@ def _numel(shape) -> int:
 
 
 def artifact_cost(path: Path) -> dict | None:
-    """The three figures of an artifact (memory-mapped: only shapes are read), or None if unreadable."""
+    """The three figures of an artifact, or None if it is unreadable or not shaped as train.py saves
+    it. weights_only: the artifact was written by a proposed train.py, so no pickled code runs here
+    (as harness/verify_worker.py); memory-mapped, so only what is touched is read."""
     import torch
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         config, state = blob["config"], blob["state_dict"]
-    except (OSError, RuntimeError, KeyError, TypeError, EOFError, ValueError):
+        shapes = {str(k): tuple(v.shape) for k, v in state.items()}
+        if not isinstance(config, dict):
+            return None
+    except Exception:  # any unreadable artifact (unpickling, zip, I/O, not tensors) just has no figures
         return None
-    shapes = {k: tuple(v.shape) for k, v in state.items()}
     return {"kv_bytes_per_token": kv_bytes_per_token(config),
             "decode_flops_per_token": decode_flops_per_token(config, shapes),
             "params": sum(_numel(s) for s in shapes.values())}

@@ -101,7 +101,7 @@ def import_source(source: str, name: str):
 
 def load_artifact_model(artifact: Path, train_module, device="cpu"):
     """build_model(config) of `train_module`, with the artifact's weights, in eval mode."""
-    blob = torch.load(artifact, map_location="cpu", weights_only=False)
+    blob = torch.load(artifact, map_location="cpu", weights_only=True)  # tensors and plain data: no pickled code
     model = train_module.build_model(blob["config"])
     model.load_state_dict(blob["state_dict"])
     return model.to(device).eval(), blob

@@ -197,3 +197,21 @@ def test_serving_figures_from_configs_and_the_efficiency_basis(tmp_path):
     rule = rule_opinion(trusted_bpb=BEST, best_bpb=BEST, band=BAND, lines=LINES, serving=s)
     status, basis, _, escalate = JudgeHierarchy()._combine(rule, None)
     assert (status, basis, escalate) == ("keep", "efficiency", None)
+
+
+def test_serving_figures_of_unreadable_artifacts_are_none(tmp_path):
+    import torch
+
+    from inference.cost import artifact_cost
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    torch.save({"config": {"n_layer": 2}, "state_dict": {"w": [1, 2]}}, tmp_path / "odd.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pickled code ran",))
+    torch.save({"config": {}, "state_dict": {}, "x": Evil()}, tmp_path / "evil.pt")
+    for name in ("junk.pt", "odd.pt", "evil.pt", "missing.pt"):
+        assert artifact_cost(tmp_path / name) is None
+    torch.save({"config": {"n_layer": 2}, "state_dict": {"w": torch.zeros(2, 3)}}, tmp_path / "old.pt")
+    assert artifact_cost(tmp_path / "old.pt") == {"kv_bytes_per_token": None, "decode_flops_per_token": None,
+                                                  "params": 6}   # a config without the keys: no claim
