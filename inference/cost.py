@@ -1,4 +1,5 @@
-"""Serving cost of a saved model, analytically from its artifact (config + tensor shapes): cheap
+"""Serving cost of a saved model, analytically from its artifact (config + tensor shapes; read
+without torch, so the judge's process stays light): cheap
 and deterministic, unlike timings on a shared machine, so the judge can weigh it.
 
   kv_bytes_per_token      K and V stored per token at a full context (window layers hold at most w)
@@ -10,6 +11,10 @@ the keys it needs (a future train.py) gives None: no efficiency claim is made fo
 """
 from __future__ import annotations
 
+import collections
+import io
+import pickle
+import zipfile
 from pathlib import Path
 
 KV_DTYPE_BYTES = 2  # a served cache is bf16; the judge compares ratios, so only consistency matters
@@ -58,18 +63,49 @@ def _numel(shape) -> int:
     return n
 
 
+class _ShapeUnpickler(pickle.Unpickler):
+    """Reads a torch.save pickle without torch and without running pickled code: tensors become
+    their shapes; only the few classes a saved state_dict uses may be named."""
+
+    def find_class(self, module, name):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda storage, offset, size, *rest: _Shape(size)
+        if module == "torch" and (name.endswith("Storage") or name in _DTYPES):
+            return name  # a storage type or dtype named in a storage's persistent id
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a saved state_dict")
+
+    def persistent_load(self, pid):
+        return None  # tensor bytes are never read
+
+
+class _Shape(tuple):
+    @property
+    def shape(self):
+        return tuple(self)
+
+
+_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "uint8", "bool", "int8", "int16"}
+
+
+def read_artifact(path: Path) -> tuple[dict, dict[str, tuple]]:
+    """(config, {name: shape}) of a torch.save'd {"config", "state_dict"} without importing torch."""
+    with zipfile.ZipFile(path) as z:
+        name = next(n for n in z.namelist() if n.endswith("/data.pkl") and n.count("/") == 1)
+        blob = _ShapeUnpickler(io.BytesIO(z.read(name))).load()
+    config, state = blob["config"], blob["state_dict"]
+    return config, {str(k): tuple(v.shape) for k, v in state.items()}
+
+
 def artifact_cost(path: Path) -> dict | None:
     """The three figures of an artifact, or None if it is unreadable or not shaped as train.py saves
-    it. weights_only: the artifact was written by a proposed train.py, so no pickled code runs here
-    (as harness/verify_worker.py); memory-mapped, so only what is touched is read."""
-    import torch
+    it. Read without torch and without running pickled code (a proposed train.py wrote it)."""
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        config, state = blob["config"], blob["state_dict"]
-        shapes = {str(k): tuple(v.shape) for k, v in state.items()}
+        config, shapes = read_artifact(path)
         if not isinstance(config, dict):
             return None
-    except Exception:  # any unreadable artifact (unpickling, zip, I/O, not tensors) just has no figures
+    except Exception:  # any unreadable artifact (zip, unpickling, I/O, not tensors) just has no figures
         return None
     return {"kv_bytes_per_token": kv_bytes_per_token(config),
             "decode_flops_per_token": decode_flops_per_token(config, shapes),
