@@ -1,6 +1,6 @@
-"""Serving cost of a saved model, analytically from its artifact (config + tensor shapes; read
-without torch, so the judge's process stays light): cheap
-and deterministic, unlike timings on a shared machine, so the judge can weigh it.
+"""Serving cost of a saved model, analytically from its artifact (config + tensor shapes, read
+without torch so the judge's process stays light): cheap and deterministic, unlike timings on a
+shared machine, so the judge can weigh it.
 
   kv_bytes_per_token      K and V stored per token at a full context (window layers hold at most w)
   decode_flops_per_token  one decoded token at a full context: 2 per matmul weight + attention
