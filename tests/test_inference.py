@@ -190,3 +190,5 @@ def test_dashboard_shows_bench_figures_beside_val_bpb(tmp_path):
     page = create_app(runs_dir=tmp_path).test_client().get("/", follow_redirects=True).get_data(as_text=True)
     assert ">serve</th>" in page and "123 · 640" in page
     assert page.count("—</td>") >= 1  # the second commit's broken figures are not shown
+    scatter = page.split('id="serving-panel"', 1)[1].split("</section>", 1)[0]
+    assert scatter.count("<circle") == 1 and f"{short}: val_bpb 2.100000, 123 tok/s" in scatter
