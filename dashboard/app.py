@@ -172,6 +172,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
             chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
             serving_chart=Markup(serving.scatter_svg(serving.points(run, res.rows))),
+            flywheel=serving.flywheel_rows(run),
             queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
 
     @app.get("/t/<key>/e/<int:n>")

@@ -46,3 +46,19 @@ def scatter_svg(pts: list[tuple[str, float, float]]) -> str:
         parts.append(f'<text x="{X(tok_s) + 6:.1f}" y="{Y(bpb) - 5:.1f}" font-size="10">{label[:7]}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def flywheel_rows(run) -> list[dict]:
+    """The verdict per mix ratio of lab/flywheel.py's flywheel_report.json in the run folder,
+    each figure checked (the file is data: a bad one shows nothing rather than breaking the page)."""
+    from dashboard import data
+    report, _ = data.read_json(run.file("flywheel_report.json"))
+    rows = report.get("ratios") if isinstance(report, dict) else None
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("verdict"), str):
+            continue
+        figs = {k: r.get(k) for k in ("ratio", "real_val_loss", "mixed_val_loss", "relative")}
+        out.append({"verdict": r["verdict"][:20],
+                    **{k: (f"{v:.4f}" if _finite(v) else "—") for k, v in figs.items()}})
+    return out

@@ -187,8 +187,13 @@ def test_dashboard_shows_bench_figures_beside_val_bpb(tmp_path):
     (run / "bench").mkdir()
     (run / "bench" / f"{short}.json").write_text(json.dumps({"decode_tok_s_b1": 123.4, "kv_bytes_per_token": 640.0}))
     (run / "bench" / f"{commits[1][:7]}.json").write_text(json.dumps({"decode_tok_s_b1": float("nan")}))
+    (run / "flywheel_report.json").write_text(json.dumps({"ratios": [
+        {"ratio": 0.3, "real_val_loss": 4.2395, "mixed_val_loss": 4.273, "relative": 0.0079, "verdict": "neutral"},
+        {"ratio": "x", "verdict": "<b>gain</b>"}, "junk"]}))
     page = create_app(runs_dir=tmp_path).test_client().get("/", follow_redirects=True).get_data(as_text=True)
     assert ">serve</th>" in page and "123 · 640" in page
     assert page.count("—</td>") >= 1  # the second commit's broken figures are not shown
     scatter = page.split('id="serving-panel"', 1)[1].split("</section>", 1)[0]
+    flywheel = page.split('id="flywheel-panel"', 1)[1].split("</section>", 1)[0]
+    assert "4.2730" in flywheel and "neutral" in flywheel and "&lt;b&gt;gain" in flywheel and "<b>" not in flywheel
     assert scatter.count("<circle") == 1 and f"{short}: val_bpb 2.100000, 123 tok/s" in scatter
