@@ -9,7 +9,7 @@ answers per prompt, scores them, normalises the rewards within the group (the ad
 follows the policy gradient of the answer tokens, minus beta x KL to the start model (the k3
 estimator per token). One update per batch, so the policy ratio is 1 and needs no clipping.
 Accuracy is measured greedily on held-out sums (pairs never trained on), before and after.
-Writes <run>/lab/grpo-<short>.json (and the tuned model beside it).
+Writes <run>/out/grpo/grpo-<short>.json (and the tuned model beside it).
 """
 from __future__ import annotations
 
@@ -164,8 +164,8 @@ def main(argv=None) -> int:
         print(f"step {step:3d} | reward {s['reward']:.3f} | kl {s['kl']:.5f} | loss {s['loss']:+.4f}", flush=True)
     after = accuracy(policy, mod, tok, held, device)
     print(f"held-out accuracy before {before:.2f} -> after {after:.2f} | {time.time() - t0:.0f}s")
-    out = Path(a.run) / "lab" / f"grpo-{kept.short}.json"
-    out.parent.mkdir(exist_ok=True)
+    out = Path(a.run) / "out" / "grpo" / f"grpo-{kept.short}.json"  # out/: a run file the loop keeps
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"commit": kept.commit, "task": "one-digit addition, exact match", "steps": steps,
                                "group": GROUP, "beta": BETA, "lr": LR, "accuracy_before": before,
                                "accuracy_after": after, "held_out": held, "log": log,

@@ -197,3 +197,15 @@ def test_dashboard_shows_bench_figures_beside_val_bpb(tmp_path):
     flywheel = page.split('id="flywheel-panel"', 1)[1].split("</section>", 1)[0]
     assert "4.2730" in flywheel and "neutral" in flywheel and "&lt;b&gt;gain" in flywheel and "<b>" not in flywheel
     assert scatter.count("<circle") == 1 and f"{short}: val_bpb 2.100000, 123 tok/s" in scatter
+
+
+def test_bench_and_flywheel_files_survive_the_loops_clean_up(tmp_path):
+    from harness import gitops
+    run, _ = make_run(tmp_path)
+    (run / "bench").mkdir()
+    (run / "bench" / "abc1234.json").write_text("{}")
+    (run / "flywheel_report.json").write_text("{}")
+    (run / "stray.py").write_text("x = 1\n")
+    removed = gitops.clean_worktree(run)
+    assert "stray.py" in removed and not (run / "stray.py").exists()
+    assert (run / "bench" / "abc1234.json").exists() and (run / "flywheel_report.json").exists()

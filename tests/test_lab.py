@@ -29,10 +29,10 @@ def test_grpo_held_out_pairs_are_never_trained_on():
 def test_grpo_runs_and_reports(tmp_path, capsys):
     run, commits = make_run(tmp_path)
     assert grpo.main(["--run", str(run), "--commit", commits[1][:7], "--steps", "2", "--eval", "3"]) == 0
-    report = json.loads((run / "lab" / f"grpo-{commits[1][:7]}.json").read_text())
+    report = json.loads((run / "out" / "grpo" / f"grpo-{commits[1][:7]}.json").read_text())
     assert [s["step"] for s in report["log"]] == [1, 2]
     assert all(s["kl"] >= 0 for s in report["log"]) and 0 <= report["accuracy_after"] <= 1
-    assert (run / "lab" / f"grpo-{commits[1][:7]}.pt").exists()
+    assert (run / "out" / "grpo" / f"grpo-{commits[1][:7]}.pt").exists()
     assert "accuracy before" in capsys.readouterr().out
 
 
