@@ -8,12 +8,13 @@ validation set.
 The generator is a kept model of a loop run (--run), or else train.py itself trained for
 GEN_STEPS steps (AUTORESEARCH_STEPS, saved through AUTORESEARCH_ARTIFACT, as the harness runs it).
 Gates: degenerate repetition (repeated token 4-grams), low diversity (distinct tokens), and
-near-duplicates (character-shingle Jaccard against earlier survivors or the seed itself). The
+near-duplicates (character-shingle Jaccard against earlier survivors or the seed itself), and with
+ANTHROPIC_API_KEY a majority vote of a small Claude judge ensemble (lab/claude_gate.py). The
 comparison models are train.py's build_model at the prepared profile, trained with plain AdamW
 on random windows of the token streams (a fixed-seed sampler: both arms see the same real rows
 wherever the mixed arm does not draw a synthetic one). Verdict per ratio from the relative change
 of validation loss: gain below -VERDICT_MARGIN, collapse above +VERDICT_MARGIN, else neutral.
-Writes <out>/flywheel_report.json. (A Claude judge ensemble as a further gate is not built yet.)
+Writes <out>/flywheel_report.json.
 """
 from __future__ import annotations
 
@@ -193,6 +194,12 @@ def run(a) -> dict:
     half = len(docs) // 2  # seeds from one half, the compared models' real data from the other
     samples = generate_samples(model, mod, tok, docs[:half], SEEDS[quick], torch.Generator().manual_seed(a.seed))
     survivors, rejected = gate(samples)
+    claude = None
+    if os.environ.get("ANTHROPIC_API_KEY") and survivors:  # the ensemble of Claude judges, last
+        from lab.claude_gate import ClaudeGate
+        cg = ClaudeGate()
+        survivors, rejected["claude"] = cg.filter(survivors)
+        claude = {"model": cg.model, "calls": cg.calls, "errors": cg.errors, "cost_usd": cg.cost_usd}
     print(f"generated {len(samples)}, survivors {len(survivors)}, rejected {rejected}", flush=True)
     real = stream(tok, docs[half:])
     synth = stream(tok, [s["seed"] + s["text"] for s in survivors])
@@ -212,7 +219,7 @@ def run(a) -> dict:
         print(f"ratio {r:.2f} | real-only {base:.4f} | mixed {mixed:.4f} | {100 * rel:+.2f}% | {v}", flush=True)
     report = {"generator": gen_desc, "profile": prepare.PROFILE, "steps": steps, "seeds": len(samples),
               "survivors": len(survivors), "rejected": rejected, "synthetic_tokens": len(synth),
-              "real_tokens": len(real), "margin": VERDICT_MARGIN, "ratios": results,
+              "real_tokens": len(real), "margin": VERDICT_MARGIN, "ratios": results, "claude_gate": claude,
               "examples": [s["text"][:200] for s in survivors[:3]], "seconds": time.time() - t0}
     (out / "flywheel_report.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"report: {out / 'flywheel_report.json'} ({report['seconds']:.0f}s)")

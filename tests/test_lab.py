@@ -4,6 +4,7 @@ import json
 import pytest
 
 from lab import grpo
+from tests.fake_anthropic import fake_anthropic  # noqa: F401  (fixture)
 from tests.infer_fixture import make_run, one_thread
 
 _one_thread = pytest.fixture(autouse=True)(one_thread)
@@ -63,3 +64,19 @@ def test_flywheel_verdict_at_two_percent():
     assert fw.verdict(4.0, 4.07)[0] == "neutral"      # +1.75%
     v, rel = fw.verdict(4.0, 4.2)
     assert v == "collapse" and rel == pytest.approx(0.05)
+
+
+def test_claude_gate_keeps_on_a_majority_and_an_abstention_keeps(fake_anthropic):
+    from lab.claude_gate import ClaudeGate
+    from tests.fake_anthropic import FakeAnthropic
+    samples = [{"seed": f"seed {i}", "text": f"text {i}"} for i in range(4)]
+    fake_anthropic.push(FakeAnthropic.tool_use("keep_samples", {"keep": [0, 1, 7]}),   # 7: out of range
+                        FakeAnthropic.tool_use("keep_samples", {"keep": [1, 2]}),
+                        FakeAnthropic.error(400, "bad request"))                      # abstains: keeps all
+    gate = ClaudeGate("claude-sonnet-5", base_url=fake_anthropic.base_url, api_key="test")
+    kept, rejected = gate.filter(samples)
+    assert [s["seed"] for s in kept] == ["seed 0", "seed 1", "seed 2"] and rejected == 1
+    assert gate.calls == 3 and gate.errors == 1
+    sent = fake_anthropic.requests[0].body
+    assert sent["tool_choice"]["name"] == "keep_samples" and "text 3" in sent["messages"][0]["content"]
+    assert len({r.body["system"] for r in fake_anthropic.requests}) == 3   # three different judges
