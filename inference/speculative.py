@@ -4,6 +4,8 @@ target's own greedy output, token for token; the gain is fewer sequential target
 
     uv run inference/speculative.py --run DIR --target C --draft D [--prompt TEXT]
         [--max-new-tokens N] [--ks 1,2,...,8]
+    uv run inference/speculative.py --target-artifact M --target-train T --draft-artifact M2
+        --draft-train T2 [--out F]     # models outside a run (scripts/pipeline.sh --full)
 
 Prints, per k: acceptance rate (accepted / proposed draft tokens), mean accepted length (draft
 tokens kept per round), tokens per target pass and the speedup over the target decoding alone;
@@ -26,7 +28,7 @@ import torch
 
 from inference.generate import autocast_for, generate, pick_device
 from inference.kvcache import KVCache, forward_cached
-from inference.runs import load_kept, run_tokenizer
+from inference.runs import REPO, Kept, import_source, load_artifact_model, load_kept, run_tokenizer
 
 KS = tuple(range(1, 9))  # draft lengths the issue asks for
 
@@ -93,27 +95,45 @@ def target_alone(target, tmod, prompt, max_new_tokens):
     return out, time.perf_counter() - t0
 
 
+def load_side(a, which: str, device):
+    """(model, Kept, train module) of the target or draft: an artifact file, else a run's commit."""
+    art = getattr(a, f"{which}_artifact")
+    if art is None:
+        if a.run is None or (which == "draft" and not a.draft):
+            raise SystemExit(f"--{which} needs --run (and a commit), or --{which}-artifact")
+        return load_kept(a.run, getattr(a, which), device, kept_only=which == "target")
+    mod = import_source(Path(getattr(a, f"{which}_train")).read_text(), f"train_{which}")
+    model, _ = load_artifact_model(art, mod, device)
+    label = art.resolve().parent.name  # e.g. exp-0001, draft
+    return model, Kept(0, str(art), label, None, str(art), art), mod
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--run", type=Path, help="the run folder (the tag's worktree)")
     p.add_argument("--target", help="kept commit of the target (default the best kept)")
-    p.add_argument("--draft", required=True, help="commit of the draft model (any experiment with a saved model)")
+    p.add_argument("--draft", help="commit of the draft model (any experiment with a saved model)")
+    for which in ("target", "draft"):  # models outside a run: the pipeline's winner, a sweep's draft
+        p.add_argument(f"--{which}-artifact", type=Path, help=f"model.pt of the {which} (instead of a commit)")
+        p.add_argument(f"--{which}-train", type=Path, default=REPO / "train.py", help=f"the train.py of --{which}-artifact")
+    p.add_argument("--out", type=Path, help="report path (default <run>/bench/speculative-<target>-<draft>.json)")
     p.add_argument("--prompt", default="\n")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--ks", default=",".join(map(str, KS)), help="draft lengths to try, comma-separated")
     p.add_argument("--device", default="auto")
     a = p.parse_args(argv)
     device = pick_device(a.device)
-    target, tk, tmod = load_kept(a.run, a.target, device)
-    draft, dk, dmod = load_kept(a.run, a.draft, device, kept_only=False)  # any experiment whose model survives
-    tok = run_tokenizer(a.run)
+    target, tk, tmod = load_side(a, "target", device)
+    draft, dk, dmod = load_side(a, "draft", device)  # any experiment whose model survives
+    tok = run_tokenizer(a.run) if a.run else __import__("prepare").Tokenizer.from_directory()
     prompt = torch.tensor([tok.encode(a.prompt, prepend=tok.get_bos_token_id())], device=device)
     n = min(a.max_new_tokens, target.cos.size(1) - prompt.size(1))
     with autocast_for(device):
         target_alone(target, tmod, prompt, 4)  # warm-up
         ref, base_s = target_alone(target, tmod, prompt, n)
         rows = []
-        print(f"target {tk.short} (exp {tk.n}) draft {dk.short} (exp {dk.n}): {n} tokens, "
+        exp = [f" (exp {k.n})" if k.n else "" for k in (tk, dk)]
+        print(f"target {tk.short}{exp[0]} draft {dk.short}{exp[1]}: {n} tokens, "
               f"target alone {n / base_s:.1f} tok/s")
         for k in (int(x) for x in a.ks.split(",")):
             out, st = speculative_generate(target, tmod, draft, dmod, prompt, n, k)
@@ -127,8 +147,8 @@ def main(argv=None) -> int:
                   f"identical {same}", flush=True)
     report = {"target": tk.commit, "draft": dk.commit, "tokens": n, "target_alone_tok_s": n / base_s,
               "text": tok.decode(ref[0].tolist()), "by_k": rows}
-    path = Path(a.run) / "bench" / f"speculative-{tk.short}-{dk.short}.json"
-    path.parent.mkdir(exist_ok=True)
+    path = a.out or Path(a.run or REPO / "out") / "bench" / f"speculative-{tk.short}-{dk.short}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if all(r["identical_to_target"] for r in rows) else 1
 

@@ -4,6 +4,8 @@
 #
 #   scripts/pipeline.sh                       # defaults below
 #   SWEEP_MAX_STEPS=243 SWEEP_MIN_STEPS=9 scripts/pipeline.sh
+#   scripts/pipeline.sh --full                # also: speculative decoding, the winner drafted by
+#                                             # the sweep's smallest survivor
 #
 # The sweep searches train.py's knobs (harness/space.py) with Hyperband + the cheap prior, through
 # the throughput harness; the winner's train.py is then trained for the full wall-clock budget
@@ -11,6 +13,8 @@
 # as a run folder the dashboard shows. Everything lands in $OUT (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FULL=0
+[ "${1:-}" = "--full" ] && FULL=1
 
 OUT=${OUT:-out/pipeline}
 SWEEP_MAX_STEPS=${SWEEP_MAX_STEPS:-81}     # steps of a full evaluation in the sweep
@@ -54,6 +58,14 @@ echo "== serving benchmark of the winner (prefill/decode tok/s, KV bytes/token)"
 if [ -f "$RUN/artifacts/exp-0001/model.pt" ]; then
     uv run inference/bench.py --artifact "$RUN/artifacts/exp-0001/model.pt" --train "$RUN/train.py" \
         --out "$RUN/bench/winner.json" || echo "benchmark failed"
+    if [ "$FULL" = 1 ]; then
+        echo "== speculative decoding: the winner drafted by the sweep's smallest survivor"
+        uv run inference/sweep_draft.py --sweep "$OUT/sweep" --out "$OUT/draft" \
+            && uv run inference/speculative.py --target-artifact "$RUN/artifacts/exp-0001/model.pt" \
+                --target-train "$RUN/train.py" --draft-artifact "$OUT/draft/model.pt" \
+                --draft-train "$OUT/draft/train.py" --out "$RUN/bench/speculative.json" \
+            || echo "speculative decoding failed"
+    fi
 fi
 
 echo "== dashboard on http://127.0.0.1:$PORT (Ctrl-C to stop)"

@@ -209,3 +209,32 @@ def test_bench_and_flywheel_files_survive_the_loops_clean_up(tmp_path):
     removed = gitops.clean_worktree(run)
     assert "stray.py" in removed and not (run / "stray.py").exists()
     assert (run / "bench" / "abc1234.json").exists() and (run / "flywheel_report.json").exists()
+
+
+def test_speculative_from_artifact_files(tmp_path, capsys):
+    import json
+
+    from inference import speculative
+    run, _ = make_run(tmp_path)
+    out = tmp_path / "spec.json"
+    art = run / "artifacts"
+    assert speculative.main(["--run", str(run), "--target-artifact", str(art / "exp-0001" / "model.pt"),
+                             "--draft-artifact", str(art / "exp-0002" / "model.pt"), "--max-new-tokens", "10",
+                             "--ks", "2", "--out", str(out)]) == 0
+    assert "target exp-0001 draft exp-0002" in capsys.readouterr().out
+    assert json.loads(out.read_text())["by_k"][0]["identical_to_target"] is True
+
+
+def test_sweep_draft_survivors_are_the_top_rungs_finishers(tmp_path):
+    import json
+
+    from harness.space import config_id
+    from inference.sweep_draft import candidate_file, survivors
+    recs = [{"kind": "sweep_task", "cand": "a", "steps": 3, "val_bpb": 2.0, "config": {"DEPTH": 2}},
+            {"kind": "sweep_task", "cand": "b", "steps": 9, "val_bpb": 1.9, "config": {"DEPTH": 4}},
+            {"kind": "sweep_task", "cand": "c", "steps": 9, "val_bpb": None, "config": {"DEPTH": 6}},
+            {"kind": "sweep_task", "cand": "d", "steps": 9, "val_bpb": 1.8, "config": {"DEPTH": 3}}]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + "{torn")
+    assert sorted(r["cand"] for r in survivors(tmp_path)) == ["b", "d"]   # top rung, not crashed
+    path = candidate_file(tmp_path, {"DEPTH": 3})
+    assert path.parent.name == "candidates" and config_id({"DEPTH": 3}) in path.name
