@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agent import metajudge
 from agent.guard import diff_lines, guard as run_guard
-from agent.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion
+from agent.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.queue_apply import apply_decided
 from agent.reviewer import Decision, GuardVerdict
 from agent.tracing import scrub
@@ -136,7 +136,9 @@ class JudgeHierarchy:
         lines = diff_lines(ctx.diff)
         similar = near_duplicates(ctx.diff, ctx.history)
         best = ctx.best.get("val_bpb")
-        rule = rule_opinion(trusted_bpb=mean, best_bpb=best, band=eff, lines=lines, similar_to=similar)
+        serving = serving_savings(*self._serving_costs(ctx))
+        rule = rule_opinion(trusted_bpb=mean, best_bpb=best, band=eff, lines=lines, similar_to=similar,
+                            serving=serving)
         jd = {"best_before": best, "threshold": eff.threshold, "spread": band.spread, "runs": list(runs),
               "improvement": (best - mean) if best is not None else None, "net_lines": lines["net"],
               "rule": rule.as_dict(), "llm": None, "cost_usd": 0.0}
@@ -171,7 +173,7 @@ class JudgeHierarchy:
 
     def _combine(self, rule: Opinion, llm: dict | None):
         """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
-        basis = "simplicity" if rule.reason.startswith("simplicity") else "metric"
+        basis = next((b for b in ("simplicity", "efficiency") if rule.reason.startswith(b)), "metric")
         if rule.status == "contested":
             return "discard", basis, f"contested: {rule.reason}", "contested"
         st, conf = (llm or {}).get("status"), (llm or {}).get("confidence") or 0.0
@@ -193,6 +195,18 @@ class JudgeHierarchy:
         return Decision("discard", reason, None, verdicts)
 
     # ---- pieces ------------------------------------------------------------------------------
+    def _serving_costs(self, ctx) -> tuple[dict | None, dict | None]:
+        """Serving figures (inference/cost.py) of this experiment's artifact and of the best's."""
+        from inference.cost import artifact_cost
+        best = (ctx.best or {}).get("commit")
+        n_best = next((r.get("n") for r in reversed(ctx.history)
+                       if r.get("status") == "keep" and r.get("commit") == best), None)
+        if n_best is None:
+            return None, None
+        art = Path(ctx.run_dir) / "artifacts"
+        return (artifact_cost(art / f"exp-{ctx.n:04d}" / "model.pt"),
+                artifact_cost(art / f"exp-{int(n_best):04d}" / "model.pt"))
+
     def _band(self, ctx) -> NoiseBand:
         if self.band is None:
             for rec in ctx.history:   # after --resume: the baseline record has the values

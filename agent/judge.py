@@ -8,6 +8,11 @@ mean of the runs still does not clear the band it discards and escalates to the 
 
 Simplicity (program.md): a gain that is tiny next to the band but adds many lines is discarded;
 a change that deletes code and stays within the band of the best is kept.
+
+Efficiency (program.md): a change within the band of the best is kept when it is clearly cheaper
+to serve: its KV-cache bytes or decode FLOPs per token (inference/cost.py, from the artifacts'
+configs and shapes, never from timings) are at least EFFICIENCY_MARGIN below the best's, and
+neither figure grows. Its decision basis is "efficiency".
 """
 from __future__ import annotations
 
@@ -33,6 +38,12 @@ DELETION_LINES = 3
 # again". Token-level, so a one-line knob diff with another value is a different experiment, while
 # a long diff with one number changed is the same idea.
 NEAR_DUPLICATE_RATIO = 0.92
+# A change inside the band counts as cheaper to serve when a serving figure (KV bytes or decode
+# FLOPs per token) falls by at least this fraction: beyond what a knob nudge of a few percent
+# gives, and roughly where a serving difference is measurable at all.
+EFFICIENCY_MARGIN = 0.10
+# ...and no serving figure grows by more than this fraction (trading KV for FLOPs is no clear win).
+EFFICIENCY_MAX_GROWTH = 0.01
 TOKEN_RE = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\w+|\S")
 
 
@@ -74,9 +85,36 @@ class Opinion:
                 "confidence": round(self.confidence, 3), **self.details}
 
 
+def serving_savings(cost: dict | None, best_cost: dict | None) -> dict | None:
+    """Relative saving per serving figure (0.2 = 20% cheaper than the best; negative = dearer), or
+    None when either side lacks the figures."""
+    if not cost or not best_cost:
+        return None
+    out = {}
+    for key in ("kv_bytes_per_token", "decode_flops_per_token"):
+        mine, theirs = cost.get(key), best_cost.get(key)
+        if mine is None or not theirs:
+            return None
+        out[key] = 1.0 - mine / theirs
+    return out
+
+
+def clearly_cheaper(savings: dict | None) -> str | None:
+    """A reason when the savings clear EFFICIENCY_MARGIN with no figure growing, else None."""
+    if not savings or min(savings.values()) < -EFFICIENCY_MAX_GROWTH:
+        return None
+    won = {k: v for k, v in savings.items() if v >= EFFICIENCY_MARGIN}
+    if not won:
+        return None
+    names = {"kv_bytes_per_token": "KV bytes/token", "decode_flops_per_token": "decode FLOPs/token"}
+    return ", ".join(f"{names[k]} -{100 * v:.0f}%" for k, v in won.items())
+
+
 def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: NoiseBand, lines: dict,
-                 crash: str | None = None, similar_to: list | None = None) -> Opinion:
-    """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff."""
+                 crash: str | None = None, similar_to: list | None = None,
+                 serving: dict | None = None) -> Opinion:
+    """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff;
+    `serving` the relative savings of serving_savings() against the best, when known."""
     facts = {"trusted_bpb": trusted_bpb, "best_bpb": best_bpb, "threshold": band.threshold,
              "spread": band.spread, "net_lines": lines.get("net", 0), "similar_to": similar_to or []}
     if crash:
@@ -99,6 +137,12 @@ def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: Noi
                        f"{gain:.6f}, beyond the noise band {th:.6f} ({band.k:g}x spread {band.spread:.6f}){seen}",
                        conf, facts)
     if abs(gain) <= th:
+        cheaper = clearly_cheaper(serving)
+        if serving is not None:
+            facts["serving_savings"] = serving
+        if cheaper:
+            return Opinion("rule", "keep", f"efficiency: {cheaper} at an equal result ({trusted_bpb:.6f} vs "
+                           f"best {best_bpb:.6f}, within the band {th:.6f}){seen}", 0.65, facts)
         if net <= -DELETION_LINES:
             return Opinion("rule", "keep", f"simplicity: {-net} fewer lines of code with an equal result "
                            f"({trusted_bpb:.6f} vs best {best_bpb:.6f}, within the band {th:.6f})", 0.7, facts)

@@ -29,7 +29,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
-from dashboard import chart, data, human_queue, live, runview
+from dashboard import chart, data, human_queue, live, runview, serving
 from dashboard.runs import RunIndex, git_toplevel
 from dashboard.scrub import Scrubber
 
@@ -65,6 +65,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
                       STREAM_MAX_S=live.STREAM_MAX_S)
     app.jinja_env.filters.update(bpb=_fmt_bpb, when=_fmt_when, dur=_fmt_dur, pretty=_pretty, pct=_fmt_pct,
                                  yesno=_fmt_yesno)
+    app.jinja_env.globals.update(bench_for=runview.bench_figures)  # serving figures beside val_bpb
 
     # ---------------------------------------------------------------- helpers
 
@@ -170,6 +171,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
             run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
             chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
+            serving_chart=Markup(serving.scatter_svg(serving.points(run, res.rows))),
+            flywheel=serving.flywheel_rows(run),
             queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
 
     @app.get("/t/<key>/e/<int:n>")

@@ -7,6 +7,7 @@ the journal adds detail per experiment, state.json the live status, traces.jsonl
 from __future__ import annotations
 
 import math
+import re
 import os
 import time
 from collections import defaultdict
@@ -312,3 +313,19 @@ def experiment(run: Run, n: int) -> dict | None:
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,
             "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.rows) else None}
+
+
+BENCH_COMMIT_RE = re.compile(r"[0-9a-f]{7}")  # bench files are named by a kept commit's short hash
+
+
+def bench_figures(run: Run, commit) -> dict | None:
+    """The serving benchmark of a commit (inference/bench.py: <run>/bench/<short>.json), if any:
+    decode tok/s at batch 1 and KV-cache bytes per token, checked to be finite numbers."""
+    short = str(commit or "")[:7]
+    if not BENCH_COMMIT_RE.fullmatch(short):
+        return None
+    obj, _ = data.read_json(run.file(f"bench/{short}.json"))
+    if not isinstance(obj, dict):
+        return None
+    out = {k: obj.get(k) for k in ("decode_tok_s_b1", "kv_bytes_per_token")}
+    return out if all(_finite(v) for v in out.values()) else None

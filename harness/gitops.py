@@ -168,7 +168,8 @@ def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
              "queue.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock", "*.torn-*",
-             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*"]
+             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
+             "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
 
 
 def clean_worktree(worktree: Path) -> list[str]:

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# One command: install -> prepare data -> tune -> Hyperband sweep -> benchmark the winner -> dashboard.
+# One command: install -> prepare data -> tune -> Hyperband sweep -> train the winner -> its serving
+# benchmark (inference/bench.py) -> dashboard.
 #
 #   scripts/pipeline.sh                       # defaults below
 #   SWEEP_MAX_STEPS=243 SWEEP_MIN_STEPS=9 scripts/pipeline.sh
+#   scripts/pipeline.sh --full                # also: speculative decoding, the winner drafted by
+#                                             # the sweep's smallest survivor
 #
 # The sweep searches train.py's knobs (harness/space.py) with Hyperband + the cheap prior, through
 # the throughput harness; the winner's train.py is then trained for the full wall-clock budget
@@ -38,6 +41,8 @@ for arg in "$@"; do
     esac
 done
 cd "$(dirname "$0")/.."
+FULL=0
+[ "${1:-}" = "--full" ] && FULL=1
 
 OUT=${OUT:-out/pipeline}
 SWEEP_MAX_STEPS=${SWEEP_MAX_STEPS:-81}     # steps of a full evaluation in the sweep
@@ -62,7 +67,8 @@ RUN="$OUT/run"
 mkdir -p "$RUN/logs"
 cp "$OUT/sweep/winner_train.py" "$RUN/train.py"
 # train.py imports prepare: run the winner's copy with the repo root on the path
-PYTHONPATH=".:${PYTHONPATH:-}" uv run python "$RUN/train.py" > "$RUN/logs/exp-0001.log" 2>&1 \
+PYTHONPATH=".:${PYTHONPATH:-}" AUTORESEARCH_ARTIFACT="$RUN/artifacts/exp-0001/model.pt" \
+    uv run python "$RUN/train.py" > "$RUN/logs/exp-0001.log" 2>&1 \
     || echo "winner run failed: see $RUN/logs/exp-0001.log"
 uv run python - "$RUN" <<'PY'
 import sys
@@ -75,6 +81,20 @@ row = ("sweep", f"{s['val_bpb']:.6f}", f"{s['peak_vram_mb'] / 1024:.1f}", "keep"
 (run / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n" + "\t".join(row) + "\n")
 print("winner:", "\t".join(row))
 PY
+
+echo "== serving benchmark of the winner (prefill/decode tok/s, KV bytes/token)"
+if [ -f "$RUN/artifacts/exp-0001/model.pt" ]; then
+    uv run inference/bench.py --artifact "$RUN/artifacts/exp-0001/model.pt" --train "$RUN/train.py" \
+        --out "$RUN/bench/winner.json" || echo "benchmark failed"
+    if [ "$FULL" = 1 ]; then
+        echo "== speculative decoding: the winner drafted by the sweep's smallest survivor"
+        uv run inference/sweep_draft.py --sweep "$OUT/sweep" --out "$OUT/draft" \
+            && uv run inference/speculative.py --target-artifact "$RUN/artifacts/exp-0001/model.pt" \
+                --target-train "$RUN/train.py" --draft-artifact "$OUT/draft/model.pt" \
+                --draft-train "$OUT/draft/train.py" --out "$RUN/bench/speculative.json" \
+            || echo "speculative decoding failed"
+    fi
+fi
 
 echo "== dashboard on http://127.0.0.1:$PORT (Ctrl-C to stop)"
 exec uv run dashboard/app.py --runs "$OUT" --port "$PORT"

@@ -154,3 +154,64 @@ def test_a_run_far_past_its_budget_is_an_integrity_failure(tmp_path, monkeypatch
                                                                                              "sealed": True}))
     monkeypatch.setenv("AUTORESEARCH_STEPS", "5")   # a step budget has no wall-clock limit
     assert h._over_budget(ctx, SimpleNamespace(wall_seconds=500)) is None
+
+
+SAVES = {"kv_bytes_per_token": 0.5, "decode_flops_per_token": 0.02}   # half the KV cache, same FLOPs
+
+
+def test_efficiency_keeps_a_cheaper_model_inside_the_band():
+    th = BAND.threshold
+    for bpb in (BEST - 0.5 * th, BEST + 0.5 * th):   # a bit better or a bit worse: a tie either way
+        op = rule_opinion(trusted_bpb=bpb, best_bpb=BEST, band=BAND, lines=LINES, serving=SAVES)
+        assert op.status == "keep" and op.reason.startswith("efficiency") and "KV bytes/token -50%" in op.reason
+        assert op.details["serving_savings"] == SAVES
+    worse = rule_opinion(trusted_bpb=BEST + 2 * th, best_bpb=BEST, band=BAND, lines=LINES, serving=SAVES)
+    assert worse.status == "discard"   # beyond the band, cheaper does not buy quality back
+    small = {"kv_bytes_per_token": 0.05, "decode_flops_per_token": 0.05}   # under the margin
+    assert rule_opinion(trusted_bpb=BEST + 0.5 * th, best_bpb=BEST, band=BAND, lines=LINES,
+                        serving=small).status == "discard"
+    traded = {"kv_bytes_per_token": 0.5, "decode_flops_per_token": -0.2}   # KV for FLOPs: no clear win
+    assert rule_opinion(trusted_bpb=BEST + 0.5 * th, best_bpb=BEST, band=BAND, lines=LINES,
+                        serving=traded).status == "discard"
+
+
+def test_serving_figures_from_configs_and_the_efficiency_basis(tmp_path):
+    import torch
+
+    from agent.hierarchy import JudgeHierarchy
+    from agent.judge import serving_savings
+    from inference.cost import artifact_cost
+    from tests.infer_fixture import random_model, tiny_config
+    paths = {}
+    for name, cfg in {"best": tiny_config(n_kv_head=4, pattern="L"), "gqa": tiny_config(n_kv_head=2, pattern="L"),
+                      "window": tiny_config(n_kv_head=4, pattern="SL", frac=0.25)}.items():
+        paths[name] = tmp_path / f"{name}.pt"
+        torch.save({"config": cfg, "state_dict": random_model(cfg).state_dict()}, paths[name])
+    best, gqa, window = (artifact_cost(paths[k]) for k in ("best", "gqa", "window"))
+    assert best["kv_bytes_per_token"] == 4 * 2 * 4 * 16 * 2   # 4 layers, K+V, 4 heads x 16, bf16
+    s = serving_savings(gqa, best)
+    assert s["kv_bytes_per_token"] == 0.5 and s["decode_flops_per_token"] > 0   # smaller c_k, c_v too
+    w = serving_savings(window, best)
+    assert w["kv_bytes_per_token"] == pytest.approx(1 - (64 + 16 + 64 + 16) / 256)
+    assert artifact_cost(tmp_path / "missing.pt") is None and serving_savings(None, best) is None
+    rule = rule_opinion(trusted_bpb=BEST, best_bpb=BEST, band=BAND, lines=LINES, serving=s)
+    status, basis, _, escalate = JudgeHierarchy()._combine(rule, None)
+    assert (status, basis, escalate) == ("keep", "efficiency", None)
+
+
+def test_serving_figures_of_unreadable_artifacts_are_none(tmp_path):
+    import torch
+
+    from inference.cost import artifact_cost
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    torch.save({"config": {"n_layer": 2}, "state_dict": {"w": [1, 2]}}, tmp_path / "odd.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pickled code ran",))
+    torch.save({"config": {}, "state_dict": {}, "x": Evil()}, tmp_path / "evil.pt")
+    for name in ("junk.pt", "odd.pt", "evil.pt", "missing.pt"):
+        assert artifact_cost(tmp_path / name) is None
+    torch.save({"config": {"n_layer": 2}, "state_dict": {"w": torch.zeros(2, 3)}}, tmp_path / "old.pt")
+    assert artifact_cost(tmp_path / "old.pt") == {"kv_bytes_per_token": None, "decode_flops_per_token": None,
+                                                  "params": 6}   # a config without the keys: no claim
