@@ -28,7 +28,7 @@ PREPARE_TIMEOUT = 3600
 # The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
 # bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
 RUN_FILE_PATTERNS = ("/results.tsv", "/journal.jsonl", "/traces.jsonl", "/state.json", "/run.json",
-                     "/queue.sqlite*", "/logs/", "/artifacts/", "/loop.lock", "/pending.json",
+                     "/queue.sqlite*", "/optuna.sqlite*", "/logs/", "/artifacts/", "/loop.lock", "/pending.json",
                      "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*", "/run.log")
 RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 

@@ -167,7 +167,7 @@ def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
 # The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
-             "queue.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock", "*.torn-*",
+             "queue.sqlite*", "optuna.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock", "*.torn-*",
              "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*"]
 
 
