@@ -37,6 +37,10 @@ DIFF_LINES = 80
 IDEA_WORDS = 3
 
 
+class ReportError(Exception):
+    """Nothing to report on (no journal, no experiments); the message says which run."""
+
+
 def _num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -384,7 +388,7 @@ def progress_figure(data: dict) -> str | None:
 def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:
     data = load(run)
     if not data["records"]:
-        raise SystemExit(f"{run}: no experiments in journal.jsonl")
+        raise ReportError(f"{run}: no experiments in journal.jsonl")
     s = summarize(data)
     out = Path(run) / REPORT_DIR
     out.mkdir(exist_ok=True)
@@ -412,7 +416,11 @@ def main(argv=None) -> int:
     p.add_argument("--ablate", action="store_true", help="re-run the final best without each kept change")
     p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base")
     args = p.parse_args(argv)
-    got = report(args.run.resolve(), args.ablate, args.branches)
+    try:
+        got = report(args.run.resolve(), args.ablate, args.branches)
+    except ReportError as exc:
+        print(f"report: {exc}")
+        return 1
     print(f"report: {got['dir'] / 'report.md'} and report.html ({len(got['summary']['changes'])} kept changes)")
     for b in got["branches"] or []:
         print(f"  change {b['k']} (experiment {b['n']}): {b['branch'] or b['note']}")

@@ -67,3 +67,10 @@ def test_report_with_ablation_and_branches(tmp_path, monkeypatch):
     assert again["ablations"] == abl and sorted(p.name for p in (run / "logs").iterdir()) == logs
     assert "worth +0.020000" in (run / "report" / "report.md").read_text()
     assert git(run, "status", "--porcelain") == "", "the report folder is a run file"
+
+
+def test_an_empty_run_folder_is_an_error_not_an_exit(tmp_path):
+    import pytest
+    with pytest.raises(report_mod.ReportError, match="no experiments"):
+        report_mod.report(tmp_path)
+    assert report_mod.main(["--run", str(tmp_path)]) == 1
