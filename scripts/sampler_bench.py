@@ -4,7 +4,7 @@
 
 Drives agent/proposers/offline.py exactly as the loop does (each draw measured and put in the
 history the next request reads), with a pure-Python objective in place of training (optimum 0.0
-at A_LR 0.03, B_RATIO 0.75, C_BETA 0.95, N_LAYERS 5, USE_X True), for TPE and for random sampling
+at A_LR 0.03, B_RATIO 0.75, C_BETA 0.95, N_LAYERS 5, USE_X True), for TPE, CMA-ES and random sampling
 over the same space, and prints the best value each found.
 """
 import argparse
@@ -20,15 +20,16 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=25)
     p.add_argument("--seeds", type=int, default=5)
     args = p.parse_args()
-    got = {"tpe": [], "random": []}
+    got = {"tpe": [], "cmaes": [], "random": []}
     with tempfile.TemporaryDirectory() as d:
         for seed in range(args.seeds):
             for sampler in got:
                 got[sampler].append(search(Path(d) / f"{sampler}{seed}", sampler, seed, args.trials))
-            print(f"seed {seed}: tpe {got['tpe'][-1]:.4f}  random {got['random'][-1]:.4f}", flush=True)
+            print(f"seed {seed}: " + "  ".join(f"{k} {v[-1]:.4f}" for k, v in got.items()), flush=True)
     wins = sum(t < r for t, r in zip(got["tpe"], got["random"]))
-    print(f"{args.trials} trials x {args.seeds} seeds: mean best tpe {statistics.fmean(got['tpe']):.4f}, "
-          f"random {statistics.fmean(got['random']):.4f}; tpe better on {wins}/{args.seeds} seeds")
+    means = ", ".join(f"{k} {statistics.fmean(v):.4f}" for k, v in got.items())
+    print(f"{args.trials} trials x {args.seeds} seeds: mean best {means}; tpe better than random on "
+          f"{wins}/{args.seeds} seeds")
 
 
 if __name__ == "__main__":

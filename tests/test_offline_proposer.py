@@ -48,11 +48,13 @@ def test_protocol_and_an_honest_knob_only_diff(tmp_path):
     moved = [k for k in before if before[k] != after[k]]
     assert moved and len(changed_lines(REAL, prop.source)) == 2 * len(moved), "only knob lines change"
     assert len(prop.description) <= 200, "results.tsv keeps 200 characters"
+    shown = prop.hypothesis if "more knobs)" in prop.description else prop.description
     for name in moved:
         assert not FROZEN_RE.search(name)
-        assert f"{name} {knobs.format_literal(before[name])} -> {knobs.format_literal(after[name])}" \
-            in prop.hypothesis
+        assert f"{name} {knobs.format_literal(before[name])} -> {knobs.format_literal(after[name])}" in shown
     assert prop.description.startswith("optuna tpe: ") and "random draw" in prop.hypothesis
+    small = OfflineProposer().propose(request(tmp_path / "small", FAKE_TRAIN))
+    assert "more knobs" not in small.description and "All changes" not in small.hypothesis
     assert (tmp_path / STUDY_FILE).exists() and "trial 0" in prop.notes
     compile(prop.source, "train.py", "exec")
     # the study file is a run file: the worktree cleaner and the seal leave it alone
@@ -228,3 +230,11 @@ def test_space_grows_with_a_new_knob(tmp_path):
     edited = FAKE_TRAIN.replace("USE_BIAS = False", "USE_BIAS = False\nDROPOUT = 0.1  # dropout")
     assert "DROPOUT" in KnobStudy(tmp_path).space(edited)
     assert KnobStudy(tmp_path).study.user_attrs["space"]["LR"] == ["log", 0.01, 0.16], "the range is fixed"
+
+
+def test_cmaes_sampler_is_offered(tmp_path):
+    p = OfflineProposer("cmaes")
+    prop = p.propose(request(tmp_path / "one", SYNTHETIC, [record(1, SYNTHETIC, "keep", 2.42)]))
+    assert prop.description.startswith("optuna cmaes: ")
+    start = synthetic(knobs.values(SYNTHETIC))
+    assert search(tmp_path / "cma", "cmaes", 0, 12) < start, "it finds something better than the start"

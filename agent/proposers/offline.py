@@ -36,12 +36,14 @@ FROZEN_RE = re.compile(r"SEED|EVAL|TIME_BUDGET|STARTUP_STEPS|EXPLODE|FA3_|KERNEL
 # The study's file, at the top of the run folder (git-ignored: harness/gitops.py RUN_FILES).
 STUDY_FILE = "optuna.sqlite"
 STUDY_NAME = "knobs"
-# Samplers the proposer can be built with ("random" is the baseline the tests compare against).
-SAMPLERS = ("tpe", "random")
+# Samplers the proposer can be built with: TPE (the default; learns from every trial, the journal's
+# included), CMA-ES over the numeric knobs (TPE for the categorical ones; it models only the draws
+# it made itself), and random (the baseline the tests compare against).
+SAMPLERS = ("tpe", "cmaes", "random")
 # TPE's random start: fewer than Optuna's 10, because the journal usually seeds the study.
 TPE_STARTUP = 8
 # Samples drawn before giving up when every one repeats an experiment already tried.
-MAX_ASKS = 40
+MAX_ASKS = 30
 # Ranges derived from a baseline value (for knobs harness/space.py does not list): a float scale
 # is searched over [v / FLOAT_SPAN, v * FLOAT_SPAN] on a log scale; a decay rate near 1 over
 # 1 - (1 - v) x [1/3, 3]; a fraction over [v / 3, min(1, 3 v)]; a float at 0 over [0, ZERO_SPAN].
@@ -194,9 +196,13 @@ class KnobStudy:
                                          load_if_exists=True, sampler=self._sampler(seed))
 
     def _sampler(self, seed: int):
+        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
         if self.kind == "random":
             return optuna.samplers.RandomSampler(seed=seed)
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
+        if self.kind == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=TPE_STARTUP, independent_sampler=tpe,
+                                                warn_independent_sampling=False)
+        return tpe
 
     def reseed(self, seed: int) -> None:
         self.study.sampler = self._sampler(seed)
@@ -325,14 +331,16 @@ class OfflineProposer:
         done = [t for t in ks.study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         best = min(done, key=lambda t: t.value) if done else None
         if self.sampler == "random" or len(done) < TPE_STARTUP:
-            why = (f"exploration: a random draw over the {len(ks.study.user_attrs['space'])}-knob space "
-                   f"({len(done)} measured configurations so far, TPE starts modelling at {TPE_STARTUP})")
+            why = f"random draw over {len(ks.study.user_attrs['space'])} knobs ({len(done)} measured so far)"
+        elif self.sampler == "cmaes":
+            why = f"CMA-ES step over the numeric knobs ({len(done)} measured, best {best.value:.6f})"
         else:
-            why = (f"TPE, fitted on {len(done)} measured configurations (best {best.value:.6f}"
-                   f"{', exp ' + str(best.user_attrs['n']) if 'n' in best.user_attrs else ''}), draws where "
-                   f"good configurations are denser than poor ones")
-        hypothesis = (f"{why}; these knob values have not been tried with this code, and if val_bpb drops "
-                      f"the next draws centre on them. All changes: {'; '.join(parts)}.")
+            why = (f"TPE on {len(done)} measured configurations (best {best.value:.6f}"
+                   f"{', exp ' + str(best.user_attrs['n']) if 'n' in best.user_attrs else ''}): "
+                   f"denser in good configurations than in poor ones")
+        hypothesis = f"{why}; untried with this code, and later draws centre here if val_bpb drops."
+        if "more knobs)" in description:
+            hypothesis += f" All changes: {'; '.join(parts)}."
         return Proposal(description=description, hypothesis=hypothesis, source=source,
                         proposer="offline", model=None,
                         notes=f"optuna trial {number} ({self.sampler}) in {STUDY_FILE}; "
