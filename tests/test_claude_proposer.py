@@ -82,8 +82,8 @@ def test_scripted_session_edits_train_py_and_sums_usage(fake_anthropic, worktree
     assert first["model"] == "claude-sonnet-4-6"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert "PROGRAM-MARKER" in first["system"][0]["text"]
-    assert [t["name"] for t in first["tools"]] == ["read_file", "read_history", "search_archive", "str_replace",
-                                                 "write_file", "submit"]
+    assert [t["name"] for t in first["tools"]] == ["read_file", "read_history", "search_archive", "suggest_knobs",
+                                                 "str_replace", "write_file", "submit"]
     opening = first["messages"][0]["content"][0]["text"]
     assert "Experiment 2." in opening and "depth 2" in opening and "worse than best" in opening
     assert TRAIN in opening
@@ -295,3 +295,16 @@ def test_search_archive_tool_finds_discards_and_says_when_a_keep_changed_the_pre
     assert "+DEPTH = 2" in second
     assert "No discarded" in none["content"] and empty["is_error"] is True
     assert "#2 crash" in mlp["content"] and "+MLP_MULT = 8" in mlp["content"]
+
+
+def test_suggest_knobs_hands_the_knob_question_to_the_sampler(fake_anthropic, worktree):
+    from harness import knobs
+    fake_anthropic.push(F.tool_use("str_replace", {"path": "train.py", "old_str": "def main():",
+                                                   "new_str": "def main():  # tuned"}),
+                        F.tool_use("suggest_knobs", {}), F.tool_use("submit", SUBMIT))
+    prop = proposer(fake_anthropic).propose(request(worktree))
+    (result,) = fake_anthropic.message_requests()[2].tool_results()
+    assert not result.get("is_error") and "set by the sampler" in result["content"]
+    assert "def main():  # tuned" in prop.source, "the model's code edit stays"
+    assert knobs.values(prop.source) != knobs.values(TRAIN)
+    assert (worktree / "optuna.sqlite").exists(), "the run's study made the draw (one study: the hybrid)"

@@ -56,6 +56,12 @@ TOOLS: list[dict] = [
      "input_schema": {"type": "object",
                       "properties": {"query": {"type": "string", "description": "Words to look for."}},
                       "required": ["query"], "additionalProperties": False}},
+    {"name": "suggest_knobs",
+     "description": "Ask the knob sampler (Optuna TPE, fitted on every experiment so far) for its next "
+                    "values of train.py's CAPS hyperparameters; they are written into your working "
+                    "copy (your code edits stay). Use it for a hyperparameter question, and keep your "
+                    "own turns for code ideas.",
+     "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}},
     {"name": "str_replace",
      "description": "Edit train.py: replace the one exact occurrence of old_str with new_str. "
                     "old_str must match the file exactly (whitespace included) and occur once.",
@@ -199,7 +205,7 @@ class Workspace:
     """The sandbox one proposal works in: an in-memory train.py plus read access to the repo."""
 
     def __init__(self, worktree: Path, program: str, base_source: str, start_source: str,
-                 history: list[dict], best: dict | None):
+                 history: list[dict], best: dict | None, n: int = 0, seed: int = 0):
         self.worktree = Path(worktree)
         self.program = program
         self.base_source = base_source          # the parent commit's train.py
@@ -209,6 +215,7 @@ class Workspace:
         self.best = best
         self.edits = 0
         self.submitted: Submission | None = None
+        self.n, self.seed = n, seed          # the experiment this proposal is for (the sampler's trial)
 
     def run(self, name: str, args) -> str:
         args = validate(name, args)
@@ -243,6 +250,20 @@ class Workspace:
 
     def _tool_search_archive(self, query: str) -> str:
         return search_archive(self.history, query)
+
+    def _tool_suggest_knobs(self) -> str:
+        from agent.proposers.base import ProposalError, ProposalRequest
+        from agent.proposers.offline import OfflineProposer
+        try:
+            got = OfflineProposer().propose(ProposalRequest(
+                n=self.n, worktree=self.worktree, train_source=self.source, program=self.program,
+                history=self.history, best=self.best, seed=self.seed))
+        except ProposalError as exc:
+            raise ToolError(f"suggest_knobs: {exc}")
+        self.source = got.source
+        self.edits += 1
+        return (f"train.py's knobs set by the sampler: {got.description.split(': ', 1)[-1]}. "
+                f"Why: {got.hypothesis}")
 
     def _tool_str_replace(self, path: str, old_str: str, new_str: str) -> str:
         self._editable(path)
