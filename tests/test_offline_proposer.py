@@ -238,3 +238,26 @@ def test_cmaes_sampler_is_offered(tmp_path):
     assert prop.description.startswith("optuna cmaes: ")
     start = synthetic(knobs.values(SYNTHETIC))
     assert search(tmp_path / "cma", "cmaes", 0, 12) < start, "it finds something better than the start"
+
+
+def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
+    """A real full filesystem (a small tmpfs, as in test_nothing_lost.py): SQLite's "database or disk
+    is full" reaches the loop as an out-of-space error, so it stops cleanly (exit 75) for --resume."""
+    from harness.appendlog import is_out_of_space
+    from tests.test_nothing_lost import small_tmpfs
+    with small_tmpfs(tmp_path / "fs", "1m") as fs:
+        if fs is None:
+            pytest.skip("cannot mount a tmpfs here (not root)")
+        p = OfflineProposer()
+        p.propose(request(fs, FAKE_TRAIN))
+        with open(fs / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"0" * 4096)
+            except OSError:
+                pass
+        history = [dict(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5, "LR": 0.01 + n / 10000}),
+                               "discard", 1 + n / 1000), description="x" * 2000) for n in range(3, 300)]
+        with pytest.raises(OSError) as got:
+            p.propose(request(fs, FAKE_TRAIN, history, n=300))
+        assert is_out_of_space(got.value) and STUDY_FILE in str(got.value)

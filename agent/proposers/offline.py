@@ -12,6 +12,7 @@ deterministic for a given --seed, experiment number and study.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import math
@@ -21,6 +22,7 @@ from pathlib import Path
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
+import sqlalchemy.exc
 from sqlalchemy import event
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
@@ -182,6 +184,16 @@ def _sqlite_pragmas(conn, _record) -> None:
     cur.close()
 
 
+def _disk_full(exc: BaseException | None) -> bool:
+    """SQLite's "database or disk is full" anywhere in the chain (Optuna wraps the driver's error)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if "disk is full" in str(exc) or "No space left" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 class KnobStudy:
     """The persisted Optuna study of one run folder, kept in step with the journal."""
 
@@ -286,6 +298,16 @@ class OfflineProposer:
         return self._studies[folder]
 
     def propose(self, req: ProposalRequest) -> Proposal:
+        try:
+            return self._propose(req)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            if not _disk_full(exc):
+                raise
+            # the loop stops cleanly for space (agent/loop.py is_out_of_space) instead of retrying
+            path = Path(req.worktree).resolve() / STUDY_FILE
+            raise OSError(errno.ENOSPC, f"No space left on device for the sampler's study {path}", str(path)) from exc
+
+    def _propose(self, req: ProposalRequest) -> Proposal:
         if req.fix_of is not None:
             raise ProposalError("the offline proposer does not repair crashed code; "
                                 "recording the crash and moving on")
