@@ -13,8 +13,9 @@ import subprocess
 from pathlib import Path
 
 from agent.guard_rules import new_violations, scan, seed_constants
+from agent.judge import near_duplicates
 from agent.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
-from harness.knobs import read_knobs
+from harness.knobs import code_fingerprint, read_knobs, values
 
 # The one file the loop may change.
 EDITABLE = "train.py"
@@ -31,6 +32,8 @@ HARNESS_HOOKS = ("AUTORESEARCH_ARTIFACT", "AUTORESEARCH_SEED", "AUTORESEARCH_STE
 UNTIMED_KNOBS = ("STARTUP_STEPS", "GPU_STARTUP_STEPS")
 # Most violations listed in a rejection (the proposer reads this; keep it short).
 MAX_LISTED = 6
+# Journal statuses of an experiment that was decided (a "pending" one is still training).
+FINISHED = ("keep", "discard", "crash")
 GIT_TIMEOUT_S = 30
 
 
@@ -126,8 +129,41 @@ def guard(ctx) -> GuardVerdict:
         return GuardVerdict(False, f"guard: only train.py may change; the worktree also has "
                                    f"{', '.join(stray[:5])}", {"rules": ["files"], "stray": stray})
     verdict = check_source(ctx.old_source, ctx.new_source)
+    if verdict.ok:
+        verdict = repeat_of(ctx) or verdict
     verdict.details["lines"] = diff_lines(ctx.diff)
     return verdict
+
+
+def repeat_of(ctx) -> GuardVerdict | None:
+    """A proposal already tried, refused before it costs a run: the same code with the same knob
+    values as an earlier experiment (whatever edits led there), or a diff that normalises to one
+    already run from the same parent (agent/judge.py near_duplicates). The same idea from another
+    parent is allowed: a keep since then changed its premise, so it may be revisited."""
+    history = getattr(ctx, "history", None) or []
+    code, config = code_fingerprint(ctx.new_source), values(ctx.new_source)
+    for rec in reversed(history):
+        if rec.get("code") == code and rec.get("config") == config and rec.get("status") in FINISHED:
+            return GuardVerdict(False, f"guard: a repeat of experiment {rec.get('n')} ({_said(rec)}): the same "
+                                       f"code and knob values were already tried; propose something else",
+                                {"rule": "repeat", "repeat_of": rec.get("n")})
+    parent = getattr(ctx, "parent", None)
+    same_start = [r for r in history if parent and r.get("parent") == parent and r.get("status") in FINISHED]
+    dups = near_duplicates(ctx.diff, same_start)
+    if dups:
+        rec = next(r for r in same_start if r.get("n") == dups[0])
+        return GuardVerdict(False, f"guard: near-identical to experiment {dups[0]} ({_said(rec)}), tried from "
+                                   f"this same parent; a different idea, or the same one after a new keep, may "
+                                   f"be tried", {"rule": "near_duplicate", "repeat_of": dups[0], "similar_to": dups})
+    return None
+
+
+def _said(rec: dict) -> str:
+    bpb = rec.get("trusted_bpb")
+    if bpb is None:
+        bpb = (rec.get("summary") or {}).get("val_bpb")
+    figure = f" at {bpb:.6f}" if isinstance(bpb, (int, float)) else ""
+    return f"{rec.get('status')}{figure}: {str(rec.get('description', ''))[:80]}"
 
 
 def diff_lines(diff: str) -> dict:

@@ -28,9 +28,9 @@ PREPARE_TIMEOUT = 3600
 # The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
 # bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
 RUN_FILE_PATTERNS = ("/results.tsv", "/journal.jsonl", "/traces.jsonl", "/state.json", "/run.json",
-                     "/queue.sqlite*", "/logs/", "/artifacts/", "/loop.lock", "/pending.json",
-                     "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*", "/run.log",
-                     "/bench/", "/flywheel_report.json")  # written by inference/ and lab/ tools
+                     "/queue.sqlite*", "/optuna.sqlite*", "/logs/", "/artifacts/", "/loop.lock",
+                     "/pending.json", "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*",
+                     "/run.log", "/bench/", "/flywheel_report.json")  # bench/flywheel: inference/, lab/
 RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 
 

@@ -167,8 +167,8 @@ def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
 # The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
-             "queue.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock", "*.torn-*",
-             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
+             "queue.sqlite*", "optuna.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock",
+             "*.torn-*", "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
              "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
 
 

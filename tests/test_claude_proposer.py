@@ -82,7 +82,8 @@ def test_scripted_session_edits_train_py_and_sums_usage(fake_anthropic, worktree
     assert first["model"] == "claude-sonnet-4-6"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert "PROGRAM-MARKER" in first["system"][0]["text"]
-    assert [t["name"] for t in first["tools"]] == ["read_file", "read_history", "str_replace", "write_file", "submit"]
+    assert [t["name"] for t in first["tools"]] == ["read_file", "read_history", "search_archive", "suggest_knobs",
+                                                 "str_replace", "write_file", "submit"]
     opening = first["messages"][0]["content"][0]["text"]
     assert "Experiment 2." in opening and "depth 2" in opening and "worse than best" in opening
     assert TRAIN in opening
@@ -270,3 +271,40 @@ def test_pricing_prefixes_and_cache_ttls():
     tokens = pricing.usage_dict(usage)
     # Haiku 4.5: 5-minute write 1.25 $/MTok (2000 tokens), 1-hour write 2 $/MTok (1000 tokens).
     assert pricing.cost_usd("claude-haiku-4-5", tokens) == pytest.approx((2000 * 1.25 + 1000 * 2.0) / 1e6)
+
+
+def test_search_archive_tool_finds_discards_and_says_when_a_keep_changed_the_premise(fake_anthropic, worktree):
+    history = HISTORY + [
+        {"n": 2, "status": "crash", "description": "wider mlp", "crash_class": "oom",
+         "diff": "-MLP_MULT = 4\n+MLP_MULT = 8"},
+        {"n": 3, "status": "keep", "description": "lr 0.03", "summary": {"val_bpb": 1.2},
+         "diff": "-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03"},
+        {"n": 4, "status": "discard", "description": "depth 3", "summary": {"val_bpb": 1.25},
+         "diff": "-DEPTH = 4\n+DEPTH = 3"}]
+    fake_anthropic.push(
+        F.tool_uses([("search_archive", {"query": "DEPTH"}), ("search_archive", {"query": "warmup"}),
+                     ("search_archive", {"query": "  "}), ("search_archive", {"query": "mlp oom"})]),
+        F.tool_use("str_replace", EDIT), F.tool_use("submit", SUBMIT))
+    proposer(fake_anthropic).propose(request(worktree, history=history))
+    depth, none, empty, mlp = fake_anthropic.message_requests()[1].tool_results()
+    text = depth["content"]
+    assert "2 discarded/crashed experiment(s)" in text and "#3" not in text, "keeps are not in the archive"
+    assert text.index("#4 discard") < text.index("#1 discard"), "equal matches: the newest first"
+    first, second = text.split("#1 discard")
+    assert "no keep since" in first and "premise changed: experiment(s) [3]" in second
+    assert "+DEPTH = 2" in second
+    assert "No discarded" in none["content"] and empty["is_error"] is True
+    assert "#2 crash" in mlp["content"] and "+MLP_MULT = 8" in mlp["content"]
+
+
+def test_suggest_knobs_hands_the_knob_question_to_the_sampler(fake_anthropic, worktree):
+    from harness import knobs
+    fake_anthropic.push(F.tool_use("str_replace", {"path": "train.py", "old_str": "def main():",
+                                                   "new_str": "def main():  # tuned"}),
+                        F.tool_use("suggest_knobs", {}), F.tool_use("submit", SUBMIT))
+    prop = proposer(fake_anthropic).propose(request(worktree))
+    (result,) = fake_anthropic.message_requests()[2].tool_results()
+    assert not result.get("is_error") and "set by the sampler" in result["content"]
+    assert "def main():  # tuned" in prop.source, "the model's code edit stays"
+    assert knobs.values(prop.source) != knobs.values(TRAIN)
+    assert (worktree / "optuna.sqlite").exists(), "the run's study made the draw (one study: the hybrid)"

@@ -1,4 +1,5 @@
 """The guard on edits of the real train.py: honest edits pass, each kind of forbidden edit is refused."""
+import difflib
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,3 +152,36 @@ def test_only_train_py_may_change(tmp_path):
 def test_diff_lines_counts_code_only():
     diff = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n+# a comment\n+\n+y = 3\n"
     assert diff_lines(diff) == {"added": 2, "removed": 1, "net": 1}
+
+
+def _ctx(new, history, parent="p1", old=SRC):
+    diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py"))
+    return SimpleNamespace(worktree=None, old_source=old, new_source=new, diff=diff, history=history, parent=parent)
+
+
+def _rec(n, source, status="discard", parent="p1", bpb=1.1, diff=""):
+    from harness import knobs
+    return {"n": n, "status": status, "parent": parent, "description": f"exp {n}", "diff": diff,
+            "summary": {"val_bpb": bpb}, "config": knobs.values(source), "code": knobs.code_fingerprint(source)}
+
+
+def test_a_repeat_is_refused_with_the_earlier_experiment_named():
+    from agent.guard import repeat_of
+    deeper = HONEST["depth"]
+    v = repeat_of(_ctx(deeper, [_rec(3, deeper, parent="elsewhere")]))
+    assert v is not None and not v.ok and "experiment 3" in v.reason and v.details["repeat_of"] == 3
+    assert "1.100000" in v.reason, "the earlier result is shown"
+    assert repeat_of(_ctx(deeper, [_rec(3, HONEST["learning rate"])])) is None, "other knob values: not a repeat"
+    assert repeat_of(_ctx(deeper, [dict(_rec(3, deeper), status="pending")])) is None, "still training"
+
+
+def test_a_near_duplicate_diff_is_refused_only_from_the_same_parent():
+    from agent.guard import repeat_of
+    block = "\n".join(f"    extra_{i} = torch.zeros({i} + 1)" for i in range(12)) + "\n"
+    a = edit("def build_model(", "def _extra():\n" + block + "\n\ndef build_model(")
+    b = edit("def build_model(", "def _extra():\n" + block.replace("zeros(3 + 1)", "zeros(3 + 2)") + "\n\ndef build_model(")
+    earlier = _rec(4, a, diff=_ctx(a, []).diff)
+    v = repeat_of(_ctx(b, [earlier]))
+    assert v is not None and v.details["rule"] == "near_duplicate" and "experiment 4" in v.reason
+    assert repeat_of(_ctx(b, [dict(earlier, parent="p0")])) is None, "a keep since then: may be revisited"
+    assert repeat_of(_ctx(HONEST["depth"], [earlier])) is None, "a different idea"

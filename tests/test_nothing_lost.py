@@ -190,6 +190,9 @@ FILLING_TRAIN = FAKE_TRAIN.replace('''if __name__ == "__main__":
                     if len(block) == 1:
                         break
                     block = block[:len(block) // 2]
+        leave = int(os.environ.get("FAKE_FILL_LEAVE", "0"))   # bytes handed back: nearly full
+        if leave:
+            os.truncate(fill, max(0, os.path.getsize(fill) - leave))
 ''')
 
 
@@ -206,8 +209,11 @@ def test_full_disk_stops_cleanly_and_resume_loses_nothing(tmp_path, when):
         repo = make_repo(tmp_path / "repo", {"prepare.py": FAKE_PREPARE, "train.py": FILLING_TRAIN,
                                              "program.md": program})
         filler = fs / "filler"
+        # before_next: the disk is left nearly full (256 KB free), so experiment 3's records and the
+        # offline sampler's study writes fit whatever their size, and the free-space check
+        # (several MB) refuses experiment 4
         env = fake_env(tmp_path, FAKE_FILL_FILE=filler, FAKE_FILL_AT="exp-0003",
-                       **({"FAKE_BIG_SUMMARY": "1"} if when == "in_record" else {}))
+                       **({"FAKE_BIG_SUMMARY": "1"} if when == "in_record" else {"FAKE_FILL_LEAVE": "262144"}))
         args = ("--tag", "full", "--budget", "1", "--worktree-root", str(fs), "--max-experiments", "4")
         p = run_loop(repo, env, *args)
         out = p.stdout + p.stderr

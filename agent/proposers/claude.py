@@ -136,7 +136,8 @@ class ClaudeProposer:
     # ---- one proposal ----
     def propose(self, req: ProposalRequest) -> Proposal:
         start = req.fix_of.source if req.fix_of is not None else req.train_source
-        ws = Workspace(req.worktree, req.program, req.train_source, start, req.history, req.best)
+        ws = Workspace(req.worktree, req.program, req.train_source, start, req.history, req.best,
+                       n=req.n, seed=req.seed)
         system = [{"type": "text", "text": f"{SYSTEM_PROMPT}\n\n<program.md>\n{req.program}\n</program.md>",
                    "cache_control": {"type": "ephemeral"}}]
         messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": first_message(req)}]}]

@@ -1,41 +1,62 @@
-"""The offline proposer: a local search over train.py's knob block, informed by the history.
+"""The offline proposer: an Optuna sampler (TPE) over train.py's knob block, seeded by the history.
 
-No LLM: it reads the CAPS knobs (harness/knobs.py), builds one-knob moves from the parent (the
-best kept commit), scores them with what the history says (a direction that helped gets pushed
-further, one that hurt is avoided and its opposite tried), never proposes a configuration that
-was already tried, and writes an honest one-line description and hypothesis. The choice is
-deterministic for a given --seed and history.
+No LLM. The CAPS knobs (harness/knobs.py) form a search space, fixed when the study is created
+(harness/space.py's ranges where they apply, otherwise a range around the baseline value) and
+stored with the study in the run folder (`optuna.sqlite`), so `--resume` or a new process goes on
+with the same study. Before every proposal the study is brought up to date with the journal: every
+finished experiment's knob values become a trial (trusted val_bpb as its value, a crash as a failed
+trial), whoever proposed it, so the sampler learns from the Claude proposer's runs too. A sampled
+configuration that was already tried (same code, same knob values) is refused and sampled again;
+what is proposed is the parent train.py with the sampled knob values written in. The choice is
+deterministic for a given --seed, experiment number and study.
 """
 from __future__ import annotations
 
-import itertools
+import errno
+import hashlib
+import logging
 import math
-import random
 import re
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+import sqlalchemy.exc
+from sqlalchemy import event
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from harness import knobs
+from harness.results import MAX_DESCRIPTION
+from harness.space import DEFAULT_SPECS
 
 # Knob names we never touch: the seed (fishing in noise), what counts as training time or as a
 # divergence (moving those games the metric), and runtime plumbing (kernels, threads, compile,
-# the gpu profile's scaling, which only repeats what the size knobs already explore).
+# precision on CPU, micro-batch size, the gpu profile's scaling) that does not change what is learnt.
 FROZEN_RE = re.compile(r"SEED|EVAL|TIME_BUDGET|STARTUP_STEPS|EXPLODE|FA3_|KERNEL|THREADS|COMPILE|"
-                       r"^GPU_|LOG_EVERY|PRINT")
-# Multiplicative step for floats (learning rates, weight decay...): half an octave.
-FLOAT_STEP = math.sqrt(2.0)
-# Relative step for ints that are not powers of two (widths, aspect ratios).
-INT_STEP = 0.25
-# A float knob at 0 (no warmup, no weight decay) is moved to this value.
-ZERO_START = 0.05
-# Scores: a direction that improved is pushed further; untried knobs are worth exploring.
-GAIN_WEIGHT = 50.0          # per unit of val_bpb improvement
-UNTRIED_BONUS = 0.3
-WORSE_PENALTY = 0.5         # per discarded move in this direction
-CRASH_PENALTY = 1.0         # per crashed move in this direction
-OPPOSITE_BONUS = 0.25       # per failed move in the other direction
-NOISE = 0.2                 # seeded tie-breaking jitter
-# Random multi-knob draws tried when every one- and two-knob move has been tried.
-RANDOM_DRAWS = 500
+                       r"^GPU_|^CPU_|DEVICE_BATCH|HEAD_DIM|KV_HEAD|VE_GATE|LOG_EVERY|PRINT")
+# The study's file, at the top of the run folder (git-ignored: harness/gitops.py RUN_FILES).
+STUDY_FILE = "optuna.sqlite"
+STUDY_NAME = "knobs"
+# Samplers the proposer can be built with: TPE (the default; learns from every trial, the journal's
+# included), CMA-ES over the numeric knobs (TPE for the categorical ones; it models only the draws
+# it made itself), and random (the baseline the tests compare against).
+SAMPLERS = ("tpe", "cmaes", "random")
+# TPE's random start: fewer than Optuna's 10, because the journal usually seeds the study.
+TPE_STARTUP = 8
+# Samples drawn before giving up when every one repeats an experiment already tried.
+MAX_ASKS = 30
+# Ranges derived from a baseline value (for knobs harness/space.py does not list): a float scale
+# is searched over [v / FLOAT_SPAN, v * FLOAT_SPAN] on a log scale; a decay rate near 1 over
+# 1 - (1 - v) x [1/3, 3]; a fraction over [v / 3, min(1, 3 v)]; a float at 0 over [0, ZERO_SPAN].
+FLOAT_SPAN = 4.0
+ZERO_SPAN = 0.2
+FRACTION_SPAN = 3.0
+# Ints: powers of two >= 16 move by octaves (v/2, v, 2v); other ints >= 16 over [v/2, 2v] on a grid
+# of 8 when v is a multiple of 8; small ints over v +/- SMALL_INT_SPAN (never below 1).
+SMALL_INT_SPAN = 2
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _is_pow2(v: int) -> bool:
@@ -43,7 +64,7 @@ def _is_pow2(v: int) -> bool:
 
 
 def neighbors(name: str, value, comment: str = "") -> list:
-    """The values one step away from `value` for this knob ([] for knobs we don't move)."""
+    """Values one step away from `value` (used for the choices of string knobs; [] = not moved)."""
     if FROZEN_RE.search(name):
         return []
     if isinstance(value, bool):
@@ -53,22 +74,13 @@ def neighbors(name: str, value, comment: str = "") -> list:
             return []
         if value >= 16 and _is_pow2(value):
             return [value // 2, value * 2]
-        if value >= 16:
-            q = 8 if value % 8 == 0 else 1
-            lo = max(q, round(value * (1 - INT_STEP) / q) * q)
-            hi = round(value * (1 + INT_STEP) / q) * q
-            return sorted({lo, hi} - {value})
         return [v for v in (value - 1, value + 1) if v >= 1]
     if isinstance(value, float):
         if re.search(r"BETA|MOMENTUM", name) and 0 < value < 1:
-            # decay rates live near 1: step the distance to 1, not the value
             return [knobs.normalize(1 - (1 - value) * 2), knobs.normalize(1 - (1 - value) / 2)]
         if value == 0.0:
-            return [ZERO_START]
-        out = [value / FLOAT_STEP, value * FLOAT_STEP]
-        if re.search(r"RATIO|FRAC|DROPOUT|PROB", name) and 0 < value <= 1:
-            out = [min(v, 1.0) for v in out]
-        return [knobs.normalize(v) for v in out if knobs.normalize(v) != value]
+            return [ZERO_SPAN / 4]
+        return [knobs.normalize(value / math.sqrt(2)), knobs.normalize(value * math.sqrt(2))]
     if isinstance(value, str):
         options = re.search(r"([\w\-]+(?:\s*\|\s*[\w\-]+)+)", comment or "")
         if options:
@@ -83,126 +95,275 @@ def neighbors(name: str, value, comment: str = "") -> list:
     return []
 
 
-def _direction(old, new) -> str:
-    if isinstance(old, (int, float)) and not isinstance(old, bool):
-        return "up" if new > old else "down"
-    return f"={new}"
+def knob_spec(name: str, value, comment: str = "") -> list | None:
+    """The search range of one knob, as JSON: ["log"|"lin", lo, hi], ["int", lo, hi, step],
+    ["choice", [values]]; None for a knob the sampler leaves alone."""
+    if FROZEN_RE.search(name):
+        return None
+    if isinstance(value, bool):
+        return ["choice", [False, True]]
+    if isinstance(value, str):
+        others = neighbors(name, value, comment)
+        return ["choice", [value, *others]] if others else None
+    known = DEFAULT_SPECS.get(name)
+    if known and (known[0] == "int") == (type(value) is int) and known[1] <= value <= known[2]:
+        return [known[0], known[1], known[2]] + ([1] if known[0] == "int" else [])
+    if isinstance(value, int):
+        if value <= 0:
+            return None
+        if value >= 16 and _is_pow2(value):
+            return ["choice", [value // 2, value, value * 2]]
+        if value >= 16:
+            q = 8 if value % 8 == 0 else 1
+            return ["int", max(q, value // 2 // q * q), 2 * value, q]
+        return ["int", max(1, value - SMALL_INT_SPAN), value + SMALL_INT_SPAN, 1]
+    if isinstance(value, float):
+        if value < 0 or not math.isfinite(value):
+            return None
+        if value == 0.0:
+            return ["lin", 0.0, ZERO_SPAN]
+        if re.search(r"BETA|MOMENTUM", name) and value < 1:
+            gap = 1 - value
+            return ["lin", max(0.0, 1 - gap * FRACTION_SPAN), 1 - gap / FRACTION_SPAN]
+        if re.search(r"RATIO|FRAC|DROPOUT|PROB", name) and value <= 1:
+            return ["lin", value / FRACTION_SPAN, min(1.0, value * FRACTION_SPAN)]
+        return ["log", value / FLOAT_SPAN, value * FLOAT_SPAN]
+    return None
+
+
+def distribution(spec: list):
+    kind = spec[0]
+    if kind == "choice":
+        return CategoricalDistribution(spec[1])
+    if kind == "int":
+        return IntDistribution(int(spec[1]), int(spec[2]), step=int(spec[3]))
+    return FloatDistribution(float(spec[1]), float(spec[2]), log=kind == "log")
+
+
+def fit(dist, value):
+    """`value` as a parameter of `dist` (clipped into a numeric range); None if it can't be one."""
+    if isinstance(dist, CategoricalDistribution):
+        return value if value in dist.choices else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    if isinstance(dist, IntDistribution):
+        v = min(dist.high, max(dist.low, int(round(value))))
+        return dist.low + (v - dist.low) // dist.step * dist.step
+    return min(dist.high, max(dist.low, float(value)))
+
+
+def measured_bpb(rec: dict) -> float | None:
+    """The trusted val_bpb of a journal record (the summary's figure when no trusted one is stored)."""
+    for v in (rec.get("trusted_bpb"), (rec.get("summary") or {}).get("val_bpb")):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
 
 
 def _key(code: str, config: dict) -> tuple:
     return (code, tuple(sorted((k, repr(v)) for k, v in config.items())))
 
 
-def learn(history: list[dict]) -> dict:
-    """Per (knob, direction): improvements (positive = better), discards and crashes seen."""
-    by_commit = {r.get("commit"): r for r in history if r.get("commit")}
-    stats: dict[tuple, dict] = {}
-    for rec in history:
-        parent = by_commit.get(rec.get("parent"))
-        if not parent or "config" not in rec or "config" not in parent or rec is parent:
-            continue
-        pbpb = (parent.get("summary") or {}).get("val_bpb")
-        bpb = (rec.get("summary") or {}).get("val_bpb")
-        for name, new in rec["config"].items():
-            old = parent["config"].get(name)
-            if old is None or old == new:
+def _matches(params: dict, config: dict) -> bool:
+    return all(knobs.normalize(v) == config.get(k) for k, v in params.items())
+
+
+def _storage(path: Path) -> optuna.storages.RDBStorage:
+    """SQLite storage in WAL mode with synchronous=NORMAL: every commit survives a kill -9 of the
+    loop (only a power cut can drop the last ones), without an fsync per suggested parameter."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    event.listen(storage.engine, "connect", _sqlite_pragmas)
+    storage.engine.dispose()   # connections opened before the listener reconnect with the pragmas
+    return storage
+
+
+def _sqlite_pragmas(conn, _record) -> None:
+    cur = conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """SQLite's "database or disk is full" anywhere in the chain (Optuna wraps the driver's error)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if "disk is full" in str(exc) or "No space left" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class KnobStudy:
+    """The persisted Optuna study of one run folder, kept in step with the journal."""
+
+    def __init__(self, folder: Path, sampler: str = "tpe", seed: int = 0):
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        self.path = Path(folder).resolve() / STUDY_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.kind = sampler
+        self.storage = _storage(self.path)
+        self.study = optuna.create_study(study_name=STUDY_NAME, storage=self.storage, direction="minimize",
+                                         load_if_exists=True, sampler=self._sampler(seed))
+
+    def _sampler(self, seed: int):
+        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP)
+        if self.kind == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if self.kind == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=TPE_STARTUP, independent_sampler=tpe,
+                                                warn_independent_sampling=False)
+        return tpe
+
+    def reseed(self, seed: int) -> None:
+        self.study.sampler = self._sampler(seed)
+
+    def space(self, source: str) -> dict[str, list]:
+        """The study's space, extended by any knob of `source` it does not have yet (a code edit
+        may add one); only the knobs `source` has are returned."""
+        stored = dict(self.study.user_attrs.get("space", {}))
+        current = knobs.read_knobs(source)
+        added = False
+        for name, k in current.items():
+            if name not in stored:
+                spec = knob_spec(name, k.value, k.comment)
+                if spec is not None:
+                    stored[name], added = spec, True
+        if added:
+            self.study.set_user_attr("space", stored)
+        return {n: s for n, s in stored.items() if n in current and s is not None}
+
+    def sync(self, history: list[dict]) -> int:
+        """Add every finished journal experiment not yet in the study; settle sampled trials whose
+        experiment has finished (or was replaced). Returns how many trials were added or told."""
+        space = self.study.user_attrs.get("space", {})
+        dists = {n: distribution(s) for n, s in space.items()}
+        finished = {r["n"]: r for r in history if isinstance(r.get("config"), dict) and r.get("n") is not None
+                    and r.get("status") in ("keep", "discard", "crash") and r.get("kind", "experiment") == "experiment"}
+        pending = [r for r in history if r.get("status") == "pending" and isinstance(r.get("config"), dict)]
+        changed = 0
+        covered = set()
+        for t in self.study.get_trials(deepcopy=False):
+            n = t.user_attrs.get("n", t.user_attrs.get("asked_for"))
+            rec = finished.get(n)
+            if t.state == TrialState.RUNNING:
+                if rec is not None and _matches(t.params, rec["config"]):
+                    bpb = measured_bpb(rec)
+                    if rec["status"] == "crash" or bpb is not None:
+                        self.study.tell(t.number, bpb if rec["status"] != "crash" else None,
+                                        state=TrialState.FAIL if rec["status"] == "crash" else TrialState.COMPLETE)
+                        covered.add(n)
+                    else:   # refused before it ran: nothing was measured
+                        self.study.tell(t.number, state=TrialState.FAIL)
+                    changed += 1
+                elif not any(p.get("n") == n and _matches(t.params, p["config"]) for p in pending):
+                    self.study.tell(t.number, state=TrialState.FAIL)   # superseded by another proposal
+                    changed += 1
+            elif "n" in t.user_attrs or (rec is not None and _matches(t.params, rec["config"])
+                                          and t.state in (TrialState.COMPLETE, TrialState.FAIL)):
+                covered.add(n)
+        for n, rec in sorted(finished.items()):
+            if n in covered:
                 continue
-            s = stats.setdefault((name, _direction(old, new)),
-                                 {"gains": [], "worse": 0, "crash": 0, "n": []})
-            s["n"].append(rec.get("n"))
-            status = rec.get("status")
-            if status == "crash":
-                s["crash"] += 1
-            elif isinstance(bpb, (int, float)) and isinstance(pbpb, (int, float)):
-                s["gains"].append(pbpb - bpb)
-                if status != "keep":
-                    s["worse"] += 1
-    return stats
+            bpb = measured_bpb(rec)
+            crashed = rec["status"] == "crash"
+            if bpb is None and not crashed:
+                continue   # refused by the guard or measured nowhere: nothing to learn
+            params = {k: fit(dists[k], v) for k, v in rec["config"].items() if k in dists}
+            params = {k: v for k, v in params.items() if v is not None}
+            trial = optuna.trial.create_trial(
+                params=params, distributions={k: dists[k] for k in params},
+                value=None if crashed else bpb, state=TrialState.FAIL if crashed else TrialState.COMPLETE,
+                user_attrs={"n": n, "proposer": rec.get("proposer"), "status": rec["status"]})
+            self.study.add_trial(trial)
+            changed += 1
+        return changed
 
 
 class OfflineProposer:
     name = "offline"
     cheap_redo = True   # re-proposing costs milliseconds, so a stale prefetch is redone, not rebased
 
+    def __init__(self, sampler: str = "tpe"):
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        self.sampler = sampler
+        self._studies: dict[Path, KnobStudy] = {}   # per run folder: one engine, not one per proposal
+
+    def study(self, folder: Path) -> KnobStudy:
+        folder = Path(folder).resolve()
+        if folder not in self._studies:
+            self._studies[folder] = KnobStudy(folder, self.sampler)
+        return self._studies[folder]
+
     def propose(self, req: ProposalRequest) -> Proposal:
+        try:
+            return self._propose(req)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            if not _disk_full(exc):
+                raise
+            # the loop stops cleanly for space (agent/loop.py is_out_of_space) instead of retrying
+            path = Path(req.worktree).resolve() / STUDY_FILE
+            raise OSError(errno.ENOSPC, f"No space left on device for the sampler's study {path}", str(path)) from exc
+
+    def _propose(self, req: ProposalRequest) -> Proposal:
         if req.fix_of is not None:
             raise ProposalError("the offline proposer does not repair crashed code; "
                                 "recording the crash and moving on")
         current = knobs.read_knobs(req.train_source)
         if not current:
             raise ProposalError("train.py has no CAPS knob lines (NAME = literal  # comment) to search")
+        ks = self.study(req.worktree)
+        space = ks.space(req.train_source)
+        if not space:
+            raise ProposalError("train.py has no knob the sampler may move")
+        ks.sync(req.history)
         base = {k.name: k.value for k in current.values()}
         code = knobs.code_fingerprint(req.train_source)
-        tried = {_key(r["code"], r["config"]) for r in req.history
+        tried = {_key(r["code"], r["config"]): r.get("n") for r in req.history
                  if isinstance(r.get("config"), dict) and r.get("code")}
-        tried.add(_key(code, base))
-        stats = learn(req.history)
-        rng = random.Random(f"offline:{req.seed}:{req.n}")
+        tried.setdefault(_key(code, base), "the parent")
+        n_trials = len(ks.study.get_trials(deepcopy=False))
+        digest = hashlib.sha256(f"{req.seed}:{req.n}:{n_trials}".encode()).digest()
+        ks.reseed(int.from_bytes(digest[:4], "little"))
+        dists = {n: distribution(s) for n, s in space.items()}
+        for _ in range(MAX_ASKS):
+            trial = ks.study.ask(dists)
+            change = {n: knobs.normalize(v) for n, v in trial.params.items() if knobs.normalize(v) != base[n]}
+            source = knobs.set_knobs(req.train_source, change) if change else req.train_source
+            earlier = tried.get(_key(code, knobs.values(source)))
+            if earlier is None:
+                trial.set_user_attr("asked_for", req.n)
+                return self._make(req, ks, trial.number, change, base, source)
+            trial.set_user_attr("duplicate_of", earlier)
+            ks.study.tell(trial, state=TrialState.FAIL)
+        raise ProposalError(f"the {self.sampler} sampler drew {MAX_ASKS} configurations that were all tried already")
 
-        moves = []   # (score, name, new, why)
-        for name, k in current.items():
-            for new in neighbors(name, k.value, k.comment):
-                score, why = self._score(name, _direction(k.value, new), stats)
-                moves.append((score + NOISE * rng.random(), name, new, why))
-        moves.sort(key=lambda m: -m[0])
-
-        for score, name, new, why in moves:
-            cfg = dict(base, **{name: new})
-            if _key(code, cfg) not in tried:
-                return self._make(req, {name: new}, base, why)
-        for (s1, n1, v1, w1), (s2, n2, v2, w2) in itertools.combinations(moves, 2):
-            if n1 == n2:
-                continue
-            cfg = dict(base, **{n1: v1, n2: v2})
-            if _key(code, cfg) not in tried:
-                return self._make(req, {n1: v1, n2: v2}, base,
-                                  f"every one-knob move from here was tried; combining ({w1}; {w2})")
-        for _ in range(RANDOM_DRAWS):
-            names = rng.sample(sorted({m[1] for m in moves}), k=min(3, len({m[1] for m in moves})))
-            change = {}
-            for name in names:
-                opts = neighbors(name, base[name], current[name].comment)
-                change[name] = opts[rng.randrange(len(opts))]
-            cfg = dict(base, **change)
-            if _key(code, cfg) not in tried:
-                return self._make(req, change, base, "all one- and two-knob moves tried; random "
-                                                     "three-knob jump to escape the neighbourhood")
-        raise ProposalError("the offline search found no untried configuration near the best")
-
-    @staticmethod
-    def _score(name: str, direction: str, stats: dict) -> tuple[float, str]:
-        same = stats.get((name, direction))
-        opposite_dir = {"up": "down", "down": "up"}.get(direction)
-        opp = stats.get((name, opposite_dir)) if opposite_dir else None
-        if same is None and opp is None:
-            return UNTRIED_BONUS, f"{name} not yet explored"
-        score, why = 0.0, []
-        if same:
-            best_gain = max(same["gains"], default=0.0)
-            score += GAIN_WEIGHT * max(best_gain, 0.0)
-            score -= WORSE_PENALTY * same["worse"] + CRASH_PENALTY * same["crash"]
-            if best_gain > 0:
-                why.append(f"moving {name} {direction} lowered val_bpb by {best_gain:.4f} before "
-                           f"(exp {same['n'][-1]}), so push further")
-            elif same["crash"]:
-                why.append(f"moving {name} {direction} crashed before")
-            else:
-                why.append(f"moving {name} {direction} did not help before")
-        if opp:
-            failed = opp["worse"] + opp["crash"]
-            score += OPPOSITE_BONUS * failed
-            if failed:
-                why.append(f"the other direction was worse (exp {opp['n'][-1]}), so try this one")
-        return score, "; ".join(why) or f"{name} {direction}"
-
-    @staticmethod
-    def _make(req: ProposalRequest, change: dict, base: dict, why: str) -> Proposal:
-        source = knobs.set_knobs(req.train_source, change)
+    def _make(self, req: ProposalRequest, ks: KnobStudy, number: int, change: dict, base: dict,
+              source: str) -> Proposal:
         parts = [f"{name} {knobs.format_literal(base[name])} -> {knobs.format_literal(new)}"
                  for name, new in change.items()]
-        description = "offline search: " + ", ".join(parts)
-        hypothesis = (f"{why}. A local step in the knob block from the best commit; if val_bpb "
-                      f"drops the search continues from there.")
+        description = f"optuna {self.sampler}: " + ", ".join(parts)
+        for keep in range(len(parts) - 1, 0, -1):   # results.tsv holds MAX_DESCRIPTION characters
+            if len(description) <= MAX_DESCRIPTION:
+                break
+            description = (f"optuna {self.sampler}: " + ", ".join(parts[:keep])
+                           + f" (+{len(parts) - keep} more knobs)")
+        done = [t for t in ks.study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        best = min(done, key=lambda t: t.value) if done else None
+        if self.sampler == "random" or len(done) < TPE_STARTUP:
+            why = f"random draw over {len(ks.study.user_attrs['space'])} knobs ({len(done)} measured so far)"
+        elif self.sampler == "cmaes":
+            why = f"CMA-ES step over the numeric knobs ({len(done)} measured, best {best.value:.6f})"
+        else:
+            why = (f"TPE on {len(done)} measured configurations (best {best.value:.6f}"
+                   f"{', exp ' + str(best.user_attrs['n']) if 'n' in best.user_attrs else ''}): "
+                   f"denser in good configurations than in poor ones")
+        hypothesis = f"{why}; untried with this code, and later draws centre here if val_bpb drops."
+        if "more knobs)" in description:
+            hypothesis += f" All changes: {'; '.join(parts)}."
         return Proposal(description=description, hypothesis=hypothesis, source=source,
                         proposer="offline", model=None,
-                        notes=f"changed: {', '.join(change)}; seed {req.seed}")
+                        notes=f"optuna trial {number} ({self.sampler}) in {STUDY_FILE}; "
+                              f"changed: {', '.join(change)}; seed {req.seed}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,9 @@ READ_CHAR_LIMIT = 100_000
 HISTORY_CHAR_BUDGET = 16_000
 # Longest diff shown for one experiment by read_history(experiment=N).
 DIFF_CHAR_LIMIT = 8_000
+# Hits search_archive returns, best first, and the changed lines shown for each.
+ARCHIVE_HITS = 8
+ARCHIVE_DIFF_LINES = 12
 # results.tsv cannot hold long or multi-line descriptions.
 DESCRIPTION_MAX_CHARS = 160
 
@@ -43,6 +47,21 @@ TOOLS: list[dict] = [
      "input_schema": {"type": "object",
                       "properties": {"experiment": {"type": "integer", "description": "Experiment number n."}},
                       "additionalProperties": False}},
+    {"name": "search_archive",
+     "description": "Search every discarded or crashed experiment (description, hypothesis, why it "
+                    "was discarded, and its diff) for all the given words, e.g. \"warmup\" or "
+                    "\"MATRIX_LR\". Each hit shows its result, its changed lines, and whether a keep "
+                    "since then changed its premise (then it may be worth revisiting). An exact repeat "
+                    "of a tried configuration is refused before it runs.",
+     "input_schema": {"type": "object",
+                      "properties": {"query": {"type": "string", "description": "Words to look for."}},
+                      "required": ["query"], "additionalProperties": False}},
+    {"name": "suggest_knobs",
+     "description": "Ask the knob sampler (Optuna TPE, fitted on every experiment so far) for its next "
+                    "values of train.py's CAPS hyperparameters; they are written into your working "
+                    "copy (your code edits stay). Use it for a hyperparameter question, and keep your "
+                    "own turns for code ideas.",
+     "input_schema": {"type": "object", "properties": {}, "additionalProperties": False}},
     {"name": "str_replace",
      "description": "Edit train.py: replace the one exact occurrence of old_str with new_str. "
                     "old_str must match the file exactly (whitespace included) and occur once.",
@@ -153,11 +172,40 @@ def experiment_detail(history: list[dict], n: int) -> str:
     raise ToolError(f"read_history: no experiment {n}; known: {[r.get('n') for r in history][-50:]}.")
 
 
+def search_archive(history: list[dict], query: str, limit: int = ARCHIVE_HITS) -> str:
+    """Discarded and crashed experiments matching every word of `query`, most matches first."""
+    words = [w.lower() for w in re.findall(r"\w+", query)]
+    if not words:
+        raise ToolError("search_archive: give one or more words to look for (a knob name, an idea).")
+    records = [r for r in history if r.get("kind", "experiment") == "experiment"]
+    scored = []
+    for r in records:
+        if r.get("status") not in ("discard", "crash"):
+            continue
+        changed = [l for l in (r.get("diff") or "").splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+        text = " ".join([str(r.get(k) or "") for k in ("description", "hypothesis", "decision_reason",
+                                                       "crash_class")] + changed).lower()
+        if all(w in text for w in words):
+            scored.append((sum(text.count(w) for w in words), r.get("n") or 0, r, changed))
+    if not scored:
+        return f"No discarded or crashed experiment mentions all of {words}."
+    scored.sort(key=lambda x: (-x[0], -x[1]))
+    out = [f"{len(scored)} discarded/crashed experiment(s) match {words}; best {min(limit, len(scored))}:"]
+    for _, n, r, changed in scored[:limit]:
+        later = [k.get("n") for k in records if k.get("status") == "keep" and (k.get("n") or 0) > n]
+        premise = (f"premise changed: experiment(s) {later[:5]} kept since, so the parent differs now; "
+                   f"it may be worth revisiting" if later else "no keep since: the same parent")
+        shown = changed[:ARCHIVE_DIFF_LINES] + ([f"...({len(changed) - ARCHIVE_DIFF_LINES} more lines)"]
+                                                if len(changed) > ARCHIVE_DIFF_LINES else [])
+        out.append(f"{_status_line(r)}\n  {premise}\n  " + "\n  ".join(shown or ["(no diff recorded)"]))
+    return "\n".join(out)
+
+
 class Workspace:
     """The sandbox one proposal works in: an in-memory train.py plus read access to the repo."""
 
     def __init__(self, worktree: Path, program: str, base_source: str, start_source: str,
-                 history: list[dict], best: dict | None):
+                 history: list[dict], best: dict | None, n: int = 0, seed: int = 0):
         self.worktree = Path(worktree)
         self.program = program
         self.base_source = base_source          # the parent commit's train.py
@@ -167,6 +215,7 @@ class Workspace:
         self.best = best
         self.edits = 0
         self.submitted: Submission | None = None
+        self.n, self.seed = n, seed          # the experiment this proposal is for (the sampler's trial)
 
     def run(self, name: str, args) -> str:
         args = validate(name, args)
@@ -198,6 +247,23 @@ class Workspace:
         if experiment is not None:
             return experiment_detail(self.history, experiment)
         return condense_history(self.history, self.best)
+
+    def _tool_search_archive(self, query: str) -> str:
+        return search_archive(self.history, query)
+
+    def _tool_suggest_knobs(self) -> str:
+        from agent.proposers.base import ProposalError, ProposalRequest
+        from agent.proposers.offline import OfflineProposer
+        try:
+            got = OfflineProposer().propose(ProposalRequest(
+                n=self.n, worktree=self.worktree, train_source=self.source, program=self.program,
+                history=self.history, best=self.best, seed=self.seed))
+        except ProposalError as exc:
+            raise ToolError(f"suggest_knobs: {exc}")
+        self.source = got.source
+        self.edits += 1
+        return (f"train.py's knobs set by the sampler: {got.description.split(': ', 1)[-1]}. "
+                f"Why: {got.hypothesis}")
 
     def _tool_str_replace(self, path: str, old_str: str, new_str: str) -> str:
         self._editable(path)

@@ -1,0 +1,431 @@
+"""The morning report: what a run kept, why, what each kept change is worth, and what it cost.
+
+    uv run agent/report.py --run DIR [--ablate] [--branches]
+
+Reads a run folder (journal.jsonl, results.tsv, run.json, the worktree's git history) and writes
+<run>/report/report.md and a self-contained <run>/report/report.html (inline SVG progress figure):
+each kept change in order with its diff, hypothesis and measured gain against the judge's noise
+band; the discards grouped by idea with their best result; crashes by class; tokens, dollars and
+GPU-seconds. `--ablate` re-runs the final best once without each kept change (leave-one-out),
+measured the way the run measured (sealed training + trusted evaluation for the judge hierarchy,
+the printed val_bpb for the simple reviewer); results are cached in <run>/report/ablations.json,
+so a second report is free. `--branches` makes one branch per kept change,
+autoresearch/<tag>-change-<k>: the base commit plus that change alone, or says it does not apply
+alone. Run it on a stopped run (it trains in a scratch worktree, never in the run's own).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import tempfile
+from collections import Counter, defaultdict
+from html import escape
+from pathlib import Path
+
+from harness import gitops
+from harness.results import read_journal, write_json_atomic
+
+REPORT_DIR = "report"
+ABLATIONS = "ablations.json"
+# Experiment numbers of ablation runs (logs/ablate-*.log, artifacts/exp-9NNNN/): far from the loop's.
+ABLATE_N0 = 90000
+# Diff lines shown per kept change in the report (the whole diff stays in the journal).
+DIFF_LINES = 80
+# Words of a description that name an idea when its diff is not a knob change ("lr 0.03" -> "lr").
+IDEA_WORDS = 3
+
+
+class ReportError(Exception):
+    """Nothing to report on (no journal, no experiments); the message says which run."""
+
+
+def _num(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def bpb_of(rec: dict):
+    """The figure a decision rested on: trusted when verified, else the printed val_bpb."""
+    return _num(rec.get("trusted_bpb")) if rec.get("trusted_bpb") is not None \
+        else _num((rec.get("summary") or {}).get("val_bpb"))
+
+
+def _find(d, key):
+    """First value of `key` anywhere in nested dicts (judge verdicts nest their rule opinion)."""
+    if isinstance(d, dict):
+        if key in d and d[key] is not None:
+            return d[key]
+        for v in d.values():
+            got = _find(v, key)
+            if got is not None:
+                return got
+    return None
+
+
+def load(run: Path) -> dict:
+    run = Path(run)
+    records, problems = read_journal(run / "journal.jsonl")
+    try:
+        info = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError):
+        info = {}
+    base = info.get("base_commit") or (records[0]["commit"] if records else None)
+    return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
+            "tag": info.get("tag") or run.name}
+
+
+def kept_changes(data: dict) -> list[dict]:
+    return [r for r in data["records"] if r.get("status") == "keep" and r.get("parent")
+            and r.get("commit") != data["base"]]
+
+
+def _parent_config(rec: dict, by_commit: dict) -> dict | None:
+    parent = by_commit.get(rec.get("parent"))
+    return parent.get("config") if parent else None
+
+
+def idea_of(rec: dict, by_commit: dict) -> str:
+    """Knob names a change moved (same code), else the first words of its description."""
+    parent = by_commit.get(rec.get("parent"))
+    if parent and parent.get("code") and parent.get("code") == rec.get("code"):
+        old, new = parent.get("config") or {}, rec.get("config") or {}
+        moved = sorted(k for k in new if old.get(k) != new.get(k))
+        if moved:
+            return "knobs: " + ", ".join(moved)
+    words = re.findall(r"[a-z_]+", (rec.get("description") or "").lower())
+    return "idea: " + (" ".join(words[:IDEA_WORDS]) or "(no description)")
+
+
+def summarize(data: dict) -> dict:
+    recs = data["records"]
+    by_commit = {r.get("commit"): r for r in recs if r.get("commit")}
+    baseline = next((r for r in recs if r.get("commit") == data["base"]), recs[0] if recs else None)
+    changes, best = [], bpb_of(baseline) if baseline else None
+    for k, rec in enumerate(kept_changes(data), start=1):
+        bpb = bpb_of(rec)
+        judge = (rec.get("verdicts") or {}).get("judge") or {}
+        changes.append({"k": k, "n": rec.get("n"), "commit": rec.get("commit"), "parent": rec.get("parent"),
+                        "description": rec.get("description", ""), "hypothesis": rec.get("hypothesis", ""),
+                        "diff": rec.get("diff") or "", "bpb": bpb, "before": best,
+                        "gain": (best - bpb) if best is not None and bpb is not None else None,
+                        "threshold": _num(_find(judge, "threshold")), "spread": _num(_find(judge, "spread")),
+                        "reason": rec.get("decision_reason", "")})
+        if bpb is not None:
+            best = bpb
+    groups = defaultdict(list)
+    for rec in recs:
+        if rec.get("status") == "discard" and rec is not baseline:
+            groups[idea_of(rec, by_commit)].append(rec)
+    discards = []
+    for idea, rs in groups.items():
+        measured = [r for r in rs if bpb_of(r) is not None]
+        top = min(measured, key=bpb_of) if measured else None
+        discards.append({"idea": idea, "count": len(rs), "experiments": [r.get("n") for r in rs],
+                         "best": bpb_of(top) if top else None, "best_n": top.get("n") if top else None,
+                         "best_description": top.get("description") if top else rs[-1].get("description")})
+    discards.sort(key=lambda d: (-d["count"], d["best"] if d["best"] is not None else 1e9))
+    crashes = Counter(r.get("crash_class") or "unknown" for r in recs if r.get("status") == "crash")
+    tokens = {"input": 0, "output": 0}
+    cost = gpu = wall = 0.0
+    for r in recs:
+        for key in tokens:
+            tokens[key] += int((r.get("tokens") or {}).get(key) or 0)
+        cost += _num(r.get("cost_usd")) or 0.0
+        t = r.get("timings") or {}
+        gpu += (_num(t.get("run")) or 0.0) + (_num(t.get("eval")) or 0.0)
+        wall += sum(_num(v) or 0.0 for v in t.values())
+    final = changes[-1] if changes else None
+    return {"tag": data["tag"], "base": data["base"], "experiments": len(recs), "baseline": baseline,
+            "baseline_bpb": bpb_of(baseline) if baseline else None, "changes": changes, "discards": discards,
+            "crashes": dict(crashes.most_common()), "tokens": tokens, "cost_usd": cost, "gpu_seconds": gpu,
+            "wall_seconds": wall, "final": final["commit"] if final else data["base"],
+            "final_bpb": final["bpb"] if final else (bpb_of(baseline) if baseline else None)}
+
+
+# ---- ablation ------------------------------------------------------------------------------------
+
+def without(repo: Path, final: str, change: dict) -> str | None:
+    """train.py of the final commit with one kept change reverted (3-way); None if it conflicts."""
+    final_src = gitops.show_file(repo, final, "train.py")
+    mine = gitops.show_file(repo, change["commit"], "train.py")
+    before = gitops.show_file(repo, change["parent"], "train.py")
+    return gitops.merge_file(final_src, mine, before)
+
+
+def measured_by_judge(data: dict) -> bool:
+    """Was the run judged on the trusted (sealed) evaluation? Then ablations are measured so too."""
+    return any(r.get("trusted_bpb") is not None for r in data["records"])
+
+
+class Scratch:
+    """A detached git worktree of the run's repository (outside the run folder), for ablation runs."""
+
+    def __init__(self, repo: Path, commit: str):
+        self.repo = Path(repo)
+        self.path = Path(tempfile.mkdtemp(prefix="autoresearch-ablate-")) / "wt"
+        gitops.git(self.repo, "worktree", "add", "--detach", str(self.path), commit)
+
+    def commit(self, source: str, message: str) -> str:
+        (self.path / "train.py").write_text(source)
+        return gitops.commit_file(self.path, "train.py", message)
+
+    def close(self) -> None:
+        gitops.git(self.repo, "worktree", "remove", "--force", str(self.path), check=False)
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
+    """Simple-reviewer semantics: train unsealed, the printed val_bpb is the figure."""
+    from harness.runner import run_train
+    budget = float(data["info"].get("budget") or 300)
+    gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
+    run = run_train(scratch.path, data["run"], n, budget, log_name=f"ablate-{commit[:7]}.log")
+    if run.crash_class is not None:
+        return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": str(run.log_path)}
+    bpb = _num((run.summary or {}).get("val_bpb"))
+    return {"ok": bpb is not None, "bpb": bpb, "reason": "printed val_bpb", "log": str(run.log_path)}
+
+
+def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
+    """The loop's own path for a re-measurement: sealed run + trusted evaluation (agent/hierarchy.py)."""
+    import os
+
+    from agent import workspace
+    from agent.hierarchy import JudgeHierarchy
+    from agent.sealing import make_seal
+    gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
+    budget = float(data["info"].get("budget") or 300)
+    env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{budget:g}")
+    info = workspace.describe_data(scratch.path, env, data["run"] / REPORT_DIR / "prepare.log")
+    judge = JudgeHierarchy(budget=budget)
+    judge.seal = make_seal(data["run"], info, dict(data["info"]), "auto", print)
+    shim = _Loop(scratch.path, data["run"], budget, n)
+    out = judge.measure(shim, commit)
+    return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
+            "log": out.get("log")}
+
+
+class _Loop:
+    """What JudgeHierarchy.measure reads of the loop."""
+
+    def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int):
+        self.worktree, self.run_dir, self.budget, self._n, self.timeout = worktree, run_dir, budget, n, None
+
+    def next_n(self) -> int:
+        return self._n
+
+    def set_phase(self, *a) -> None:
+        pass
+
+
+def ablate(data: dict, summary: dict, measure=None) -> dict:
+    """Leave-one-out on the final best: {"final": m, "<commit>": m, ...}, cached per final commit."""
+    run, final = data["run"], summary["final"]
+    path = run / REPORT_DIR / ABLATIONS
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    mine = cache.setdefault(final, {})
+    todo = [c for c in summary["changes"] if c["commit"] not in mine]
+    if "final" in mine and not todo:
+        return mine
+    measure = measure or (measure_sealed if measured_by_judge(data) else measure_printed)
+    scratch = Scratch(run, final)
+    try:
+        if "final" not in mine:
+            mine["final"] = measure(data, scratch, final, ABLATE_N0)
+            write_json_atomic(path, cache)
+        for c in todo:
+            source = without(run, final, c)
+            if source is None:
+                mine[c["commit"]] = {"ok": False, "reason": "does not revert cleanly from the final best"}
+            else:
+                commit = scratch.commit(source, f"ablation: final best without experiment {c['n']}")
+                mine[c["commit"]] = measure(data, scratch, commit, ABLATE_N0 + c["k"])
+            write_json_atomic(path, cache)   # each result is kept even if a later one is interrupted
+    finally:
+        scratch.close()
+    return mine
+
+
+# ---- branches ------------------------------------------------------------------------------------
+
+def make_branches(data: dict, summary: dict) -> list[dict]:
+    """One branch per kept change: the tag's base plus that change's commit, cherry-picked alone."""
+    run, out = data["run"], []
+    scratch = Scratch(run, data["base"])
+    try:
+        for c in summary["changes"]:
+            name = f"{gitops.branch_name(data['tag'])}-change-{c['k']}"
+            gitops.git(scratch.path, "checkout", "-q", "--detach", data["base"])
+            picked = gitops.git(scratch.path, *gitops._identity_args(scratch.path), "cherry-pick", c["commit"],
+                                check=False)
+            head = gitops.head(scratch.path)
+            if head == data["base"]:
+                gitops.git(scratch.path, "cherry-pick", "--abort", check=False)
+                out.append({"k": c["k"], "n": c["n"], "branch": None,
+                            "note": "does not apply alone on the base (it builds on an earlier kept change)"})
+                continue
+            gitops.git(run, "branch", "-f", name, head)
+            out.append({"k": c["k"], "n": c["n"], "branch": name, "commit": head, "note": picked.strip()[:200]})
+    finally:
+        scratch.close()
+    return out
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+
+def _f(v, digits=6) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else "-"
+
+
+def _ablation_line(c: dict, abl: dict | None) -> str:
+    if not abl:
+        return "not measured (run with --ablate)"
+    m, final = abl.get(c["commit"]), abl.get("final")
+    if not m or not m.get("ok") or not final or not final.get("ok"):
+        return f"no figure: {(m or {}).get('reason') or (final or {}).get('reason') or 'not measured'}"
+    worth = m["bpb"] - final["bpb"]
+    verdict = "it still helps" if worth > (c["threshold"] or 0) else "within noise of the final: may be redundant now"
+    return f"final without it {_f(m['bpb'])} vs final {_f(final['bpb'])}: worth {worth:+.6f} ({verdict})"
+
+
+def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str | None) -> str:
+    lines = [f"# Morning report: {s['tag']}", "",
+             f"{s['experiments']} experiments; baseline {_f(s['baseline_bpb'])} -> final best {_f(s['final_bpb'])} "
+             f"(commit {str(s['final'])[:7]}); {len(s['changes'])} kept change(s).", ""]
+    if figure:
+        lines += [f"![progress]({figure})", ""]
+    lines += ["## Kept changes, in order", ""]
+    for c in s["changes"]:
+        band = f"noise band {_f(c['threshold'])} (spread {_f(c['spread'])})" if c["threshold"] else "noise band unknown"
+        diff = c["diff"].splitlines()
+        shown = diff[:DIFF_LINES] + ([f"... ({len(diff) - DIFF_LINES} more lines)"] if len(diff) > DIFF_LINES else [])
+        lines += [f"### {c['k']}. experiment {c['n']}: {c['description']}", "",
+                  f"- hypothesis: {c['hypothesis'] or '-'}",
+                  f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}",
+                  f"- judge: {c['reason'] or '-'}",
+                  f"- leave-one-out: {_ablation_line(c, abl)}"]
+        for b in branches or []:
+            if b["k"] == c["k"]:
+                lines.append(f"- branch: `{b['branch']}`" if b["branch"] else f"- branch: none, {b['note']}")
+        lines += ["", "```diff", *shown, "```", ""]
+    if not s["changes"]:
+        lines += ["Nothing was kept beyond the baseline.", ""]
+    lines += ["## Discards, grouped by idea", "", "| idea | tries | best val_bpb | best try |", "| --- | --- | --- | --- |"]
+    for d in s["discards"]:
+        lines.append(f"| {d['idea']} | {d['count']} | {_f(d['best'])} | "
+                     f"{'#' + str(d['best_n']) + ' ' if d['best_n'] else ''}{(d['best_description'] or '')[:80]} |")
+    lines += ["", "## Crashes by class", ""]
+    lines += [f"- {k}: {v}" for k, v in s["crashes"].items()] or ["- none"]
+    lines += ["", "## Cost", "", f"- tokens: {s['tokens']['input']:,} in, {s['tokens']['output']:,} out",
+              f"- dollars: ${s['cost_usd']:.2f}",
+              f"- GPU-seconds (training + trusted evaluation): {s['gpu_seconds']:.0f}",
+              f"- wall seconds over all experiments: {s['wall_seconds']:.0f}", ""]
+    return "\n".join(lines)
+
+
+HTML_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#111827}"
+              "pre{background:#f6f8fa;padding:.6em;overflow:auto;font-size:12px}.add{color:#1a7f37}.del{color:#cf222e}"
+              "table{border-collapse:collapse}td,th{border:1px solid #d1d5db;padding:.2em .5em;text-align:left}")
+
+
+def html_page(md_text: str, svg: str | None) -> str:
+    """A self-contained page from the markdown (headings, lists, tables, diff blocks) + inline SVG."""
+    out, in_code, table = [], False, False
+    for line in md_text.splitlines():
+        if line.startswith("```"):
+            out.append("<pre>" if not in_code else "</pre>")
+            in_code = not in_code
+            continue
+        if in_code:
+            cls = "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+            out.append(f'<span class="{cls}">{escape(line)}</span>' if cls else escape(line))
+            continue
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("- "):
+                continue
+            if not table:
+                out.append("<table>")
+                table = True
+            out.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+            continue
+        if table:
+            out.append("</table>")
+            table = False
+        if line.startswith("!["):
+            out.append(svg or "")
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("- "):
+            out.append(f"<li>{escape(line[2:])}</li>")
+        elif line.strip():
+            out.append(f"<p>{escape(line)}</p>")
+    if table:
+        out.append("</table>")
+    body = "\n".join(out)
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>morning report</title>'
+            f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def progress_figure(data: dict) -> str | None:
+    try:
+        from dashboard.chart import progress_svg
+        from dashboard.data import read_results
+        from dashboard.runview import noise_band
+    except ImportError:
+        return None
+    rows = read_results(data["run"] / "results.tsv").rows
+    if not rows:
+        return None
+    return progress_svg(rows, noise_band(rows, data["records"]))
+
+
+def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:
+    data = load(run)
+    if not data["records"]:
+        raise ReportError(f"{run}: no experiments in journal.jsonl")
+    s = summarize(data)
+    out = Path(run) / REPORT_DIR
+    out.mkdir(exist_ok=True)
+    abl = ablate(data, s, measure) if ablate_runs else _cached(out, s["final"])
+    made = make_branches(data, s) if branches else None
+    svg = progress_figure(data)
+    if svg:
+        (out / "progress.svg").write_text(svg)
+    md = markdown(s, abl, made, "progress.svg" if svg else None)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(html_page(md, svg))
+    return {"summary": s, "ablations": abl, "branches": made, "dir": out}
+
+
+def _cached(out: Path, final: str) -> dict | None:
+    try:
+        return json.loads((out / ABLATIONS).read_text()).get(final)
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, type=Path, help="the run folder (the tag's worktree)")
+    p.add_argument("--ablate", action="store_true", help="re-run the final best without each kept change")
+    p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base")
+    args = p.parse_args(argv)
+    try:
+        got = report(args.run.resolve(), args.ablate, args.branches)
+    except ReportError as exc:
+        print(f"report: {exc}")
+        return 1
+    print(f"report: {got['dir'] / 'report.md'} and report.html ({len(got['summary']['changes'])} kept changes)")
+    for b in got["branches"] or []:
+        print(f"  change {b['k']} (experiment {b['n']}): {b['branch'] or b['note']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
