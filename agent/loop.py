@@ -357,6 +357,13 @@ class Loop:
             self.set_phase("stopped")
         with contextlib.suppress(Exception):
             self.tracer.flush()
+        if self.history:   # the morning report (no ablations: `agent/report.py --ablate` runs those)
+            try:
+                from agent import report
+                report.report(self.run_dir)
+                self.console.event(f"report: {self.run_dir / 'report' / 'report.html'}")
+            except Exception as exc:   # a report must never turn a clean stop into a crash
+                self.console.event(f"report not written: {type(exc).__name__}: {exc}")
         self.console.close()
 
 
