@@ -42,11 +42,11 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0]["val_bpb"], abs=1e-6)
     assert "interrupted during repeat run 2" in rec["decision_reason"]
     assert rec["verdicts"]["judge"]["baseline_values"] == [rec["trusted_bpb"]]
-    # --resume goes on from it: no second baseline, the next experiment is measured against it
-    p = run_loop(repo, env, *args, "--max-experiments", "2", "--resume", timeout=400)
+    # --resume goes on from it: the baseline is not measured again (nothing left to run at -max 1)
+    p = run_loop(repo, env, *args, "--max-experiments", "1", "--resume", timeout=400)
     assert p.returncode == 0, p.stdout + p.stderr
     records = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()]
     records = [r for r in records if r.get("kind", "experiment") == "experiment"]
-    assert [r["proposer"] for r in records] == ["baseline", "offline"]
-    assert len(read_results(wt / "results.tsv").rows) == 2
-    assert git(repo, "rev-parse", "autoresearch/b")
+    assert [r["proposer"] for r in records] == ["baseline"]
+    assert not list((wt / "logs").glob("exp-0002*")) and len(read_results(wt / "results.tsv").rows) == 1
+    assert git(repo, "rev-parse", "autoresearch/b") == git(repo, "rev-parse", "master")

@@ -77,6 +77,7 @@ def test_loop_real_train(tiny_cache, tmp_path):
     env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
     env.pop("ANTHROPIC_API_KEY", None)
     p = run_loop(repo, env, "--tag", "t", "--budget", "2", "--max-experiments", "3", "--reviewer", "hierarchy",
+                 "--baseline-repeats", "1",
                  timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     wt = repo / ".autoresearch" / "t"
