@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +83,8 @@ class Sandbox:
              "--die-with-parent", "--new-session"]
         for hidden in self._hidden_roots(data, run_dir):
             a += ["--tmpfs", str(hidden)]
+        for p in _interpreter_paths():   # the venv and its Python may live under /tmp (a CI clone)
+            a += ["--ro-bind", str(p), str(p)]
         cwd = Path(cwd).resolve()
         a += ["--ro-bind", str(cwd), str(cwd)]     # /tmp or a hidden root may hold it
         if run_dir is not None:
@@ -118,6 +121,16 @@ class Sandbox:
             if tags.name == ".autoresearch" and tags not in roots:
                 roots.append(tags)
         return roots
+
+
+def _interpreter_paths() -> list[Path]:
+    """Folders the sandboxed `sys.executable` needs: its venv and the base Python installation."""
+    out = []
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        p = Path(p).resolve()
+        if p.is_dir() and p != Path("/") and not any(p == q or q in p.parents for q in out):
+            out.append(p)
+    return out
 
 
 def _screen_shard(data: DataView) -> Path | None:
