@@ -118,7 +118,7 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
     reruns, last_ok, last_decision = [], None, None
     while True:
         try:
-            return _run_and_judge_once(loop, a, ctx, reruns, last_ok, last_decision)
+            return _run_and_judge_once(loop, a, ctx, reruns, last_ok)
         except _Rerun as again:
             last_ok, last_decision = again.run, again.decision
         except KeyboardInterrupt:
@@ -137,7 +137,7 @@ class _Rerun(Exception):
         self.run, self.decision = run, decision
 
 
-def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok, last_decision):
+def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok):
     """One run and its judgement; raises _Rerun when the judge asks for the same commit again."""
     loop.set_phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from harness import gitops, pinned
+from harness import pinned
 from harness.pinned import PinnedError, Seal
 from harness.results import write_json_atomic
 from harness.sandbox import DataView, detect, warning
@@ -20,14 +20,8 @@ class SealError(RuntimeError):
     """The tag's evaluation inputs cannot be trusted any more; the message says what to do."""
 
 
-# The seal's own folders in the run folder (= the worktree): ignored by git, so neither
-# `git status` nor the clean-up after each run (harness.gitops.clean_worktree) touches them.
-SEAL_EXCLUDES = [f"/{name}" for name in gitops.RUN_FILES]
-
-
 def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal:
     """Detect the sandbox, pin (or check) the inputs, update run.json; `say` prints a line."""
-    gitops.ensure_excluded(Path(run_dir), SEAL_EXCLUDES)
     try:
         box = detect(mode)
     except RuntimeError as exc:

@@ -27,10 +27,7 @@ PREPARE_TIMEOUT = 3600
 
 # The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
 # bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
-RUN_FILE_PATTERNS = ("/results.tsv", "/journal.jsonl", "/traces.jsonl", "/state.json", "/run.json",
-                     "/queue.sqlite*", "/optuna.sqlite*", "/logs/", "/artifacts/", "/loop.lock",
-                     "/pending.json", "/child.pid", "/*.json.*.tmp", "/results.tsv.*.tmp", "/*.torn-*",
-                     "/run.log", "/bench/", "/flywheel_report.json")  # bench/flywheel: inference/, lab/
+RUN_FILE_PATTERNS = tuple(f"/{name}" for name in gitops.RUN_FILES)   # one list: harness/gitops.py
 RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 
 
@@ -102,10 +99,12 @@ def ignore_run_files(worktree: Path) -> str | None:
     path = Path(rel) if Path(rel).is_absolute() else Path(worktree) / rel
     try:
         text = path.read_text() if path.exists() else ""
-        if RUN_FILES_MARK in text:
+        have = set(text.splitlines())
+        missing = [pat for pat in RUN_FILE_PATTERNS if pat not in have]   # new names reach old repos too
+        if not missing:
             return str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        block = "\n".join([RUN_FILES_MARK, *RUN_FILE_PATTERNS]) + "\n"
+        block = "\n".join(([] if RUN_FILES_MARK in have else [RUN_FILES_MARK]) + missing) + "\n"
         with open(path, "a") as f:
             f.write(("" if not text or text.endswith("\n") else "\n") + block)
     except OSError:

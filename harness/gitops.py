@@ -150,25 +150,12 @@ def read_note(repo: Path, commit: str) -> str | None:
     return out or None
 
 
-def ensure_excluded(worktree: Path, patterns: list[str]) -> None:
-    """Add patterns to the repository's info/exclude (shared by its worktrees): files the harness
-    keeps in a worktree stay out of `git status` and survive clean_worktree."""
-    path = Path(git(worktree, "rev-parse", "--git-path", "info/exclude"))
-    if not path.is_absolute():
-        path = Path(worktree) / path
-    have = path.read_text().splitlines() if path.exists() else []
-    missing = [p for p in patterns if p not in have]
-    if missing:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(("" if not have or have[-1] == "" else "\n") + "\n".join(missing) + "\n")
-
-
 # The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
              "queue.sqlite*", "optuna.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock",
-             "*.torn-*", "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
+             "*.torn-*", "*.json.*.tmp", "results.tsv.*.tmp", "run.log",
+             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
              "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
 
 

@@ -102,7 +102,7 @@ def classify(returncode: int | None, timed_out: bool, text: str, summary: dict |
     return None
 
 
-def _kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
+def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
     """SIGTERM the group, then SIGKILL whatever is left after a grace period."""
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, 1.0)):
         try:
@@ -204,13 +204,13 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
         except BaseException:
-            _kill_group(proc.pid, proc)
+            kill_group(proc.pid, proc)
             proc.wait()
             pid_file.unlink(missing_ok=True)
             raise
         ended = time.monotonic()
         # The leader may be done while its children live on (or it timed out): end the group.
-        _kill_group(proc.pid, proc)
+        kill_group(proc.pid, proc)
         proc.wait()
         pid_file.unlink(missing_ok=True)
     wall = time.monotonic() - t0
@@ -312,7 +312,7 @@ def _kill_recorded(pid_file: Path) -> str | None:
             continue
     note = None
     if ours:
-        _kill_group(pgid)
+        kill_group(pgid)
         note = f"killed leftover process group {pgid} ({len(members)} processes) of experiment {info.get('n')}"
     pid_file.unlink(missing_ok=True)
     return note

@@ -187,14 +187,3 @@ def warning(box: Sandbox) -> str | None:
     return ("WARNING: NO SANDBOX: " + box.reason + ". train.py runs unsealed: it can read the "
             "validation data and write outside its run folder. The trusted evaluation, the content "
             "check of the evaluation inputs and the worktree clean-up still apply.")
-
-
-def cache_env_for(view: DataView | None) -> dict:
-    """Environment that points prepare.py at `view`'s cache (used for the pinned eval copy)."""
-    return {"AUTORESEARCH_CACHE": str(view.cache)} if view else {}
-
-
-def in_sandbox_env(env: dict | None, base: dict | None = None) -> dict:
-    full = dict(base if base is not None else os.environ)
-    full.update(env or {})
-    return scrub_env(full)

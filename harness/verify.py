@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.knobs import read_knobs
-from harness.runner import _kill_group as kill_group
+from harness.runner import kill_group
 from harness.sandbox import DataView, Sandbox, scrub_env
 
 WORKER = Path(__file__).with_name("verify_worker.py")
