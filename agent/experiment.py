@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposing import call_proposer
-from agent.reviewer import Decision, ExperimentContext, GuardVerdict
+from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from agent.tracing import scrub
 from harness import gitops, knobs
 from harness.results import append_journal, append_result, write_json_atomic

@@ -28,7 +28,7 @@ from agent.proposers.offline import OfflineProposer
 from agent.proposing import Prefetch, call_proposer
 from agent.recovery import reconcile
 from agent import screening
-from agent.reviewer import build_reviewer
+from agent.judges.reviewer import build_reviewer
 from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
 from agent.sealing import SealError, clear_leftovers, make_seal

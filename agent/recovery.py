@@ -73,7 +73,7 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
     """The commit the branch should point at, and its val_bpb: the last event that moved it.
 
     Kept experiments move the branch, and so do human-queue decisions applied at a boundary
-    (journal kind "queue_applied", action restore or revert, agent/queue_apply.py). The journal
+    (journal kind "queue_applied", action restore or revert, agent/judges/queue_apply.py). The journal
     is chronological, so the last such record wins.
     """
     head, bpb = base, None

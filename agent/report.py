@@ -188,11 +188,11 @@ def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
 
 
 def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
-    """The loop's own path for a re-measurement: sealed run + trusted evaluation (agent/hierarchy.py)."""
+    """The loop's own path for a re-measurement: sealed run + trusted evaluation (agent/judges/hierarchy.py)."""
     import os
 
     from agent import workspace
-    from agent.hierarchy import JudgeHierarchy
+    from agent.judges.hierarchy import JudgeHierarchy
     from agent.sealing import make_seal
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
     budget = float(data["info"].get("budget") or 300)

@@ -1,7 +1,7 @@
 """`--screen K`: the proposer makes K candidate edits, a short successive-halving screen picks one.
 
 Only the winner gets the loop's full wall-clock run (and the judges). The screen trains each
-candidate for a few hundred steps at most through harness/screen.py (step budgets, checkpoint
+candidate for a few hundred steps at most through harness/search/halving.py (step budgets, checkpoint
 promotion, a short cool-down branch before each rung's evaluation), so it costs a fraction of one
 full run. Every screened candidate is journaled (kind "screen", with its experiment number), so
 the losers are never lost: their sources sit under the run folder's screen/NNNN/candidates/.
@@ -42,7 +42,7 @@ def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> l
 def guarded(loop, n: int, source: str, candidates: list[tuple[Proposal, dict]]) -> list[tuple[Proposal, dict]]:
     """The candidates the guard passes; each rejection is journaled (kind "screen"), none trains."""
     from agent.experiment import _unified
-    from agent.reviewer import ExperimentContext
+    from agent.judges.reviewer import ExperimentContext
     kept = []
     for i, (p, info) in enumerate(candidates):
         diff = _unified(source, p.source)
@@ -61,7 +61,7 @@ def guarded(loop, n: int, source: str, candidates: list[tuple[Proposal, dict]]) 
 
 def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
     """Screen K candidates and return the winner (with the screen's summary in its info)."""
-    from harness.screen import screen   # imported lazily: only --screen runs need the pool
+    from harness.search.halving import screen   # imported lazily: only --screen runs need the pool
 
     k = int(loop.args.screen)
     loop.set_phase("proposing", n)

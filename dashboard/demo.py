@@ -55,7 +55,7 @@ def _summary(bpb: float, n: int) -> str:
 
 
 def _verdicts(n: int, status: str, bpb: float, best: float | None, rng: random.Random) -> dict:
-    """The verdicts the judge hierarchy (agent/hierarchy.py) writes, with demo figures."""
+    """The verdicts the judge hierarchy (agent/judges/hierarchy.py) writes, with demo figures."""
     guard = {"ok": True, "reason": "baseline: unmodified train.py" if n == 1 else "ok", "details": {}}
     if status == "crash":
         rule = {"judge": "rule", "status": "crash", "reason": "crashed: oom", "confidence": 1.0}

@@ -1,6 +1,6 @@
 """The human queue: a small SQLite store of escalations waiting for a person.
 
-The judge hierarchy escalates contested calls and detected bias here; `agent/review.py` and the
+The judge hierarchy escalates contested calls and detected bias here; `agent/review_queue.py` and the
 dashboard list and decide them; the loop applies decided items at the next experiment boundary and
 marks them applied. The loop never waits on this store.
 

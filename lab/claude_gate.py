@@ -14,7 +14,7 @@ import anthropic
 
 from agent.pricing import cost_usd, usage_dict
 
-DEFAULT_MODEL = "claude-sonnet-5"  # as agent/llm_judge.py; AUTORESEARCH_JUDGE_MODEL overrides
+DEFAULT_MODEL = "claude-sonnet-5"  # as agent/judges/llm_judge.py; AUTORESEARCH_JUDGE_MODEL overrides
 BATCH = 12  # samples per call: a few thousand tokens of context, few calls
 SAMPLE_CHARS = 600  # characters of a sample shown (seed tail + continuation)
 MAX_TOKENS = 512

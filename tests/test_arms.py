@@ -7,14 +7,14 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from harness.arms import (ClaudePolicy, best_at, console_summary, headline, parse_seeds, quality_table,
+from harness.search.arms import (ClaudePolicy, best_at, console_summary, headline, parse_seeds, quality_table,
                           run_arms, summarize, trajectory, write_reports)
-from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
-from harness.arms_stats import (chance_level, compare, completed_brackets, describe_pairs, fair_budget,
+from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
+from harness.search.arms_stats import (chance_level, compare, completed_brackets, describe_pairs, fair_budget,
                                 fairness, format_headline, headline_stats, hyperband_cycle, pairwise,
                                 planned_brackets)
-from harness.hyperband import bracket_cost
-from harness.space import SMALL_BASE, Space
+from harness.search.hyperband import bracket_cost
+from harness.search.space import SMALL_BASE, Space
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -237,14 +237,14 @@ class InstantExecutor:
         self.pending.append(task)
 
     def next_result(self):
-        from harness.hyperband import TaskResult
+        from harness.search.hyperband import TaskResult
         t = self.pending.pop(0)
         return TaskResult(t, 3.0 + (hash(t.cand) % 100) / 1000, None, 0.0)
 
 
 @pytest.mark.parametrize("budget", [50, 100, 113, 150, 226, 300])
 def test_planned_brackets_match_what_the_scheduler_starts(tmp_path, budget):
-    from harness.hyperband import Candidate, hyperband_brackets, run_schedule
+    from harness.search.hyperband import Candidate, hyperband_brackets, run_schedule
     plan = hyperband_brackets(9, 1, 3)
 
     def make(i, bracket):
@@ -295,7 +295,7 @@ def test_completed_brackets_sees_crashes_and_seeds_parse():
 
 
 def test_html_report_shows_unreached_seeds_spread_and_fairness():
-    from harness.arms_html import render_html
+    from harness.search.arms_html import render_html
     runs = {s: {"random": recs([(100, 3.0), (110, 2.9)]), "hyperband": recs([(40, 2.8 if s else 3.1)])}
             for s in (0, 1)}
     rep = summarize(runs, 113)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.hierarchy import JudgeHierarchy
+from agent.judges.hierarchy import JudgeHierarchy
 from harness.queue_store import QueueStore
 from harness.runner import RunResult, run_train
 from tests.test_verify import NON_CAUSAL, make_artifact

@@ -189,9 +189,9 @@ def test_train_help_trains_nothing(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "model.pt").exists()
 
 
-@pytest.mark.parametrize("module,expect", [("harness.sweep", "usage: python -m harness.sweep"),
-                                           ("harness.throughput", "usage: python -m harness.throughput"),
-                                           ("harness.arms", "usage: python -m harness.arms")])
+@pytest.mark.parametrize("module,expect", [("harness.search.sweep", "usage: python -m harness.search.sweep"),
+                                           ("harness.search.throughput", "usage: python -m harness.search.throughput"),
+                                           ("harness.search.arms", "usage: python -m harness.search.arms")])
 def test_harness_clis_help(module, expect, capsys):
     import importlib
     mod = importlib.import_module(module)
@@ -202,14 +202,14 @@ def test_harness_clis_help(module, expect, capsys):
 
 
 def test_hyperband_help_names_the_real_command():
-    p = subprocess.run([sys.executable, "-m", "harness.hyperband", "--help"], cwd=REPO, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "harness.search.hyperband", "--help"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
-    assert p.returncode == 0 and "python -m harness.hyperband sweep [options]" in p.stdout
+    assert p.returncode == 0 and "python -m harness.search.hyperband sweep [options]" in p.stdout
     assert "see --help" not in p.stdout + p.stderr
-    sub = subprocess.run([sys.executable, "-m", "harness.hyperband", "sweep", "--help"], cwd=REPO,
+    sub = subprocess.run([sys.executable, "-m", "harness.search.hyperband", "sweep", "--help"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
-    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.hyperband sweep")
-    none = subprocess.run([sys.executable, "-m", "harness.hyperband"], cwd=REPO, capture_output=True, text=True,
+    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.search.hyperband sweep")
+    none = subprocess.run([sys.executable, "-m", "harness.search.hyperband"], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert none.returncode == 2 and "usage:" in none.stderr
 
@@ -224,9 +224,9 @@ def test_loop_timeout_help_matches_the_runner(capsys):
 
 
 def test_review_list_on_a_run_without_a_queue(tmp_path):
-    from agent import review
+    from agent import review_queue as review
     (tmp_path / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n")
-    p = subprocess.run([sys.executable, str(REPO / "agent" / "review.py"), "--run", str(tmp_path), "list"],
+    p = subprocess.run([sys.executable, str(REPO / "agent" / "review_queue.py"), "--run", str(tmp_path), "list"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("no pending items"), p.stderr
     assert not (tmp_path / review.QUEUE_FILE).exists(), "listing creates no queue"

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.guard import check_source, diff_lines, guard, stray_changes
+from agent.judges.guard import check_source, diff_lines, guard, stray_changes
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = (REPO / "train.py").read_text()
@@ -166,7 +166,7 @@ def _rec(n, source, status="discard", parent="p1", bpb=1.1, diff=""):
 
 
 def test_a_repeat_is_refused_with_the_earlier_experiment_named():
-    from agent.guard import repeat_of
+    from agent.judges.guard import repeat_of
     deeper = HONEST["depth"]
     v = repeat_of(_ctx(deeper, [_rec(3, deeper, parent="elsewhere")]))
     assert v is not None and not v.ok and "experiment 3" in v.reason and v.details["repeat_of"] == 3
@@ -176,7 +176,7 @@ def test_a_repeat_is_refused_with_the_earlier_experiment_named():
 
 
 def test_a_near_duplicate_diff_is_refused_only_from_the_same_parent():
-    from agent.guard import repeat_of
+    from agent.judges.guard import repeat_of
     block = "\n".join(f"    extra_{i} = torch.zeros({i} + 1)" for i in range(12)) + "\n"
     a = edit("def build_model(", "def _extra():\n" + block + "\n\ndef build_model(")
     b = edit("def build_model(", "def _extra():\n" + block.replace("zeros(3 + 1)", "zeros(3 + 2)") + "\n\ndef build_model(")

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from agent.judge import (SPREAD_FLOOR_ABS, NoiseBand, near_duplicates, rule_opinion)
+from agent.judges.judge import (SPREAD_FLOOR_ABS, NoiseBand, near_duplicates, rule_opinion)
 
 BEST = 1.0000
 BAND = NoiseBand([1.0000, 1.0040])          # stdev 0.002828..., threshold k=2 -> 0.005657
@@ -66,7 +66,7 @@ def test_near_duplicates_found_in_history():
 
 from types import SimpleNamespace  # noqa: E402
 
-from agent.hierarchy import JudgeHierarchy  # noqa: E402
+from agent.judges.hierarchy import JudgeHierarchy  # noqa: E402
 from harness.queue_store import QueueStore  # noqa: E402
 from harness.verify import VerifyResult  # noqa: E402
 
@@ -178,8 +178,8 @@ def test_efficiency_keeps_a_cheaper_model_inside_the_band():
 def test_serving_figures_from_configs_and_the_efficiency_basis(tmp_path):
     import torch
 
-    from agent.hierarchy import JudgeHierarchy
-    from agent.judge import serving_savings
+    from agent.judges.hierarchy import JudgeHierarchy
+    from agent.judges.judge import serving_savings
     from inference.cost import artifact_cost
     from tests.infer_fixture import random_model, tiny_config
     paths = {}

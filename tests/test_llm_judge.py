@@ -3,9 +3,9 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from agent.hierarchy import JudgeHierarchy
-from agent.judge import NoiseBand, rule_opinion
-from agent.llm_judge import VERDICT_TOOL, LLMJudge
+from agent.judges.hierarchy import JudgeHierarchy
+from agent.judges.judge import NoiseBand, rule_opinion
+from agent.judges.llm_judge import VERDICT_TOOL, LLMJudge
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
 DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03\n"

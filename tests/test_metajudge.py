@@ -1,5 +1,5 @@
 """The MetaJudge on synthetic histories: a judge that keeps everything, one that contradicts the metric."""
-from agent.metajudge import MIN_SAMPLES, audit, recently_flagged
+from agent.judges.metajudge import MIN_SAMPLES, audit, recently_flagged
 
 TH = 0.005
 

@@ -211,7 +211,7 @@ def test_refuses_to_fix_and_to_search_nothing(tmp_path):
 
 
 def test_knob_ranges():
-    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/space.py's range where it has one"
+    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/search/space.py's range where it has one"
     assert knob_spec("DEPTH", 4) == ["int", 2, 6, 1]
     assert knob_spec("TOTAL_BATCH_SIZE", 8192) == ["choice", [4096, 8192, 16384]]
     assert knob_spec("SEED", 42) is None and knob_spec("DEVICE_BATCH_SIZE", 8) is None

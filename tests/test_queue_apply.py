@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.hierarchy import JudgeHierarchy
-from agent.queue_apply import TRAILER, apply_decided
+from agent.judges.hierarchy import JudgeHierarchy
+from agent.judges.queue_apply import TRAILER, apply_decided
 from harness import gitops
 from harness.queue_store import QueueStore
 from harness.results import init_results, read_results

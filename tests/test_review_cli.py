@@ -1,4 +1,4 @@
-"""agent/review.py: list, show, approve, reject on a run's queue, as a user would type it."""
+"""agent/review_queue.py: list, show, approve, reject on a run's queue, as a user would type it."""
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, cwd=REPO):
-    p = subprocess.run([sys.executable, str(REPO / "agent" / "review.py"), *args], cwd=cwd,
+    p = subprocess.run([sys.executable, str(REPO / "agent" / "review_queue.py"), *args], cwd=cwd,
                        capture_output=True, text=True, timeout=60)
     return p.returncode, p.stdout, p.stderr
 

@@ -1,7 +1,7 @@
 """Sealed runs: cheats that the guard lets through are stopped by the sandbox, the harness clock,
 the pinned inputs or the worktree clean-up, never kept. Each cheat is an edit of the real train.py
 submitted through the Claude proposer's own tools (real `anthropic` client, local Messages API
-server), then guarded, committed, run sealed (harness.runner) and judged (agent.hierarchy)."""
+server), then guarded, committed, run sealed (harness.runner) and judged (agent.judges.hierarchy)."""
 import hashlib
 import json
 import os
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.hierarchy import JudgeHierarchy
+from agent.judges.hierarchy import JudgeHierarchy
 from agent.proposers.base import ProposalRequest
 from agent.proposers.claude import ClaudeProposer
 from agent.sealing import make_seal
@@ -261,8 +261,8 @@ def test_screening_tasks_are_sealed_from_each_other(tmp_path, tiny_cache):
     """A --screen candidate (LLM-written) runs in its own sandbox: it sees the stand-in shard where
     validation was, may write its own checkpoint folder only, not another candidate's."""
     import prepare
-    from harness.hyperband import Task
-    from harness.pool import Pool, run_tasks
+    from harness.search.hyperband import Task
+    from harness.search.pool import Pool, run_tasks
     from harness.sandbox import DataView
     view = DataView.from_describe({"paths": prepare.data_paths()})
     ckpt = tmp_path / "ckpt"

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from agent import sdk_logs
-from agent.judge import Opinion
-from agent.llm_judge import LLMJudge
+from agent.judges.judge import Opinion
+from agent.judges.llm_judge import LLMJudge
 from agent.proposers.base import ProposalRequest
 from agent.proposers.claude import ClaudeProposer
 from tests.fake_anthropic import FakeAnthropic as F, fake_anthropic  # noqa: F401  (fixture)

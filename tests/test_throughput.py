@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness import knobs
-from harness.hyperband import Task
-from harness.pool import Pool, run_tasks, task_env
-from harness.screen import screen, screen_bracket
-from harness.space import SMALL_BASE
+from harness.search.hyperband import Task
+from harness.search.pool import Pool, run_tasks, task_env
+from harness.search.halving import screen, screen_bracket
+from harness.search.space import SMALL_BASE
 
 REPO = Path(__file__).resolve().parent.parent
 

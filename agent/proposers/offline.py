@@ -1,7 +1,7 @@
 """The offline proposer: an Optuna sampler (TPE) over train.py's knob block, seeded by the history.
 
 No LLM. The CAPS knobs (harness/knobs.py) form a search space, fixed when the study is created
-(harness/space.py's ranges where they apply, otherwise a range around the baseline value) and
+(harness/search/space.py's ranges where they apply, otherwise a range around the baseline value) and
 stored with the study in the run folder (`optuna.sqlite`), so `--resume` or a new process goes on
 with the same study. Before every proposal the study is brought up to date with the journal: every
 finished experiment's knob values become a trial (trusted val_bpb as its value, a crash as a failed
@@ -28,7 +28,7 @@ from sqlalchemy import event
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from harness import knobs
 from harness.results import MAX_DESCRIPTION
-from harness.space import DEFAULT_SPECS
+from harness.search.space import DEFAULT_SPECS
 
 # Knob names we never touch: the seed (fishing in noise), what counts as training time or as a
 # divergence (moving those games the metric), and runtime plumbing (kernels, threads, compile,
@@ -46,7 +46,7 @@ SAMPLERS = ("tpe", "cmaes", "random")
 TPE_STARTUP = 8
 # Samples drawn before giving up when every one repeats an experiment already tried.
 MAX_ASKS = 30
-# Ranges derived from a baseline value (for knobs harness/space.py does not list): a float scale
+# Ranges derived from a baseline value (for knobs harness/search/space.py does not list): a float scale
 # is searched over [v / FLOAT_SPAN, v * FLOAT_SPAN] on a log scale; a decay rate near 1 over
 # 1 - (1 - v) x [1/3, 3]; a fraction over [v / 3, min(1, 3 v)]; a float at 0 over [0, ZERO_SPAN].
 FLOAT_SPAN = 4.0

@@ -1,11 +1,11 @@
-"""The judge hierarchy: a Reviewer (agent/reviewer.py) where every verdict acts.
+"""The judge hierarchy: a Reviewer (agent/judges/reviewer.py) where every verdict acts.
 
-    guard (before the run)  -> agent/guard.py: deterministic; a rejection costs no run
+    guard (before the run)  -> agent/judges/guard.py: deterministic; a rejection costs no run
     judge (after the run)   -> trusted metric (harness/verify.py, separate process)
-                               -> rule judge (agent/judge.py, noise band) + LLM judge with a key
-                               -> MetaJudge audit (agent/metajudge.py)
+                               -> rule judge (agent/judges/judge.py, noise band) + LLM judge with a key
+                               -> MetaJudge audit (agent/judges/metajudge.py)
                                -> escalation to the human queue (harness/queue_store.py)
-    boundary (between runs) -> audit records, and human decisions applied (agent/queue_apply.py)
+    boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
 Noise: the baseline's first judgement asks the loop for reruns (Decision.rerun) until
 `baseline_repeats` trusted values exist; their spread is the band. A later gain inside the band
@@ -21,11 +21,11 @@ import os
 import statistics
 from pathlib import Path
 
-from agent import metajudge
-from agent.guard import diff_lines, guard as run_guard
-from agent.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
-from agent.queue_apply import apply_decided
-from agent.reviewer import Decision, GuardVerdict
+from agent.judges import metajudge
+from agent.judges.guard import diff_lines, guard as run_guard
+from agent.judges.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
+from agent.judges.queue_apply import apply_decided
+from agent.judges.reviewer import Decision, GuardVerdict
 from agent.tracing import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
@@ -74,7 +74,7 @@ class JudgeHierarchy:
         """The hierarchy the loop builds: LLM judge only with ANTHROPIC_API_KEY."""
         llm = None
         if os.environ.get("ANTHROPIC_API_KEY"):
-            from agent.llm_judge import LLMJudge
+            from agent.judges.llm_judge import LLMJudge
             llm = LLMJudge()
         return cls(baseline_repeats=getattr(args, "baseline_repeats", DEFAULT_BASELINE_REPEATS),
                    llm_judge=llm, tracer=getattr(loop, "tracer", None), budget=getattr(loop, "budget", None))

@@ -44,7 +44,7 @@ class SnipFilter:
         import torch
         import torch.nn.functional as F
         import prepare
-        from harness.space import config_id
+        from harness.search.space import config_id
         key = config_id(config)
         if key in self.cache:
             return self.cache[key]

@@ -104,5 +104,5 @@ def build_reviewer(args, loop) -> Reviewer:
     args.baseline_repeats, args.seed, loop.run_dir...); --reviewer simple picks SimpleReviewer."""
     if getattr(args, "reviewer", "hierarchy") == "simple":
         return SimpleReviewer()
-    from agent.hierarchy import JudgeHierarchy   # lazy: hierarchy imports this module
+    from agent.judges.hierarchy import JudgeHierarchy   # lazy: hierarchy imports this module
     return JudgeHierarchy.for_loop(args, loop)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.hyperband import Bracket, Rung, bracket_cost, hyperband_brackets
+from harness.search.hyperband import Bracket, Rung, bracket_cost, hyperband_brackets
 
 # An arm leaving more than this share of the budget unspent (the next bracket or round did not
 # fit) is flagged: the arms are then not spending comparable budgets.
@@ -170,7 +170,7 @@ class ArmPlan:
 
 
 def arm_brackets(arm: str, max_steps: int, min_steps: int, eta: int) -> list[Bracket]:
-    from harness.arms_screen import round_bracket, screen_k
+    from harness.search.arms_screen import round_bracket, screen_k
     if arm == "random":
         return [Bracket(0, (Rung(1, max_steps),))]
     if screen_k(arm) is not None:

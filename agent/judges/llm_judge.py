@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import anthropic
 
 from agent import sdk_logs
-from agent.judge import Opinion
+from agent.judges.judge import Opinion
 from agent.pricing import cost_usd, usage_dict
 
 # Same default model as the Claude proposer; AUTORESEARCH_JUDGE_MODEL overrides.

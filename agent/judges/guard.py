@@ -2,7 +2,7 @@
 
 It rejects an edit that touches anything but train.py, does not parse, drops what the harness
 needs (build_model, the AUTORESEARCH_ hooks), or adds a violation of the static rules in
-agent/guard_rules.py: rebinding prepare's constants, monkeypatching prepare/time/torch, training
+agent/judges/guard_rules.py: rebinding prepare's constants, monkeypatching prepare/time/torch, training
 on the validation split, network, subprocesses, dynamic code, writes outside the run's directory,
 a changed seed, a stretched budget. The loop records a rejection (journal + results.tsv discard)
 and shows the reason to the proposer on its next turn; no training run is spent.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from agent.guard_rules import new_violations, scan, seed_constants
-from agent.judge import near_duplicates
-from agent.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
+from agent.judges.guard_rules import new_violations, scan, seed_constants
+from agent.judges.judge import near_duplicates
+from agent.judges.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
 from harness.knobs import code_fingerprint, read_knobs, values
 
 # The one file the loop may change.
@@ -138,7 +138,7 @@ def guard(ctx) -> GuardVerdict:
 def repeat_of(ctx) -> GuardVerdict | None:
     """A proposal already tried, refused before it costs a run: the same code with the same knob
     values as an earlier experiment (whatever edits led there), or a diff that normalises to one
-    already run from the same parent (agent/judge.py near_duplicates). The same idea from another
+    already run from the same parent (agent/judges/judge.py near_duplicates). The same idea from another
     parent is allowed: a keep since then changed its premise, so it may be revisited."""
     history = getattr(ctx, "history", None) or []
     code, config = code_fingerprint(ctx.new_source), values(ctx.new_source)

@@ -5,7 +5,7 @@ For `agent/loop.py --screen K`: the proposer makes K edits, `screen()` trains al
 eta x the steps, and so on until one is left; only the winner then gets the loop's full
 wall-clock run. Every candidate gets a journal record (kind "screen") with its rung history.
 
-    from harness.screen import screen
+    from harness.search.halving import screen
     res = screen([src_a, src_b, src_c, src_d], workdir=run_dir / "screen" / "0007",
                  prepare_dir=worktree, labels=["lr up", "depth 6", ...])
     res.winner        # index into the sources, or None if all crashed
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.hyperband import Bracket, Candidate, Rung, run_schedule
+from harness.search.hyperband import Bracket, Candidate, Rung, run_schedule
 
 # Steps of the first rung, and the downsampling rate between rungs.
 MIN_STEPS = 20
@@ -59,8 +59,8 @@ def screen(sources: list[str], *, workdir: Path, prepare_dir: Path, labels: list
     With a sandbox (harness/sandbox.py) every task runs sealed in its own process; the rungs are
     then measured on the last training shard standing in for validation (the real validation data
     is never shown to LLM-written code; only the winner's full run gets the trusted evaluation)."""
-    from harness.pool import Pool
-    from harness.throughput import load_profile
+    from harness.search.pool import Pool
+    from harness.search.throughput import load_profile
 
     workdir = Path(workdir)
     src_dir = workdir / "candidates"

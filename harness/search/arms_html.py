@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import html
 
-from harness.arms import best_at, seed_ratio   # arms imports this module lazily, so no cycle
-from harness.arms_stats import describe_pairs
+from harness.search.arms import best_at, seed_ratio   # arms imports this module lazily, so no cycle
+from harness.search.arms_stats import describe_pairs
 
 # Plot geometry (px) and the number of points sampled along the step axis.
 W, H, PAD, GRID = 720, 360, 56, 120

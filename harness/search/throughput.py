@@ -1,12 +1,12 @@
 """Throughput harness: `tune` the worker/thread split for this machine, `bench` it against the baseline.
 
-    uv run python -m harness.throughput tune    # probe splits, write harness_profile.json
-    uv run python -m harness.throughput bench   # baseline vs harness on the same bracket, side by side
+    uv run python -m harness.search.throughput tune    # probe splits, write harness_profile.json
+    uv run python -m harness.search.throughput bench   # baseline vs harness on the same bracket, side by side
 
 The baseline is what a plain sweep does: candidates one after another, each `python train.py`
 from scratch (all cores, a fresh process per evaluation, no promotion). The harness runs the same
-bracket with the same candidates through long-lived workers (harness/pool.py), parallel rungs,
-adaptive threads and checkpoint promotion (harness/hyperband.py). Both print wall-clock time and
+bracket with the same candidates through long-lived workers (harness/search/pool.py), parallel rungs,
+adaptive threads and checkpoint promotion (harness/search/hyperband.py). Both print wall-clock time and
 candidate-evaluations per hour; the ratio is the speedup. Figures depend on the machine's load:
 run it on an otherwise idle machine, and read docs/hyperband.md for what we measured.
 """
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.hyperband import (Candidate, Task, bracket_cost, hyperband_brackets, run_schedule)
-from harness.pool import Pool, run_tasks
-from harness.space import Space, config_id, write_candidate
+from harness.search.hyperband import (Candidate, Task, bracket_cost, hyperband_brackets, run_schedule)
+from harness.search.pool import Pool, run_tasks
+from harness.search.space import Space, config_id, write_candidate
 
 # Where the tuned profile lives (git-ignored); AUTORESEARCH_HARNESS_PROFILE overrides.
 PROFILE_FILE = "harness_profile.json"
@@ -64,7 +64,7 @@ def splits(cores: int) -> list[tuple[int, int]]:
 def tune(train: Path, prepare_dir: Path, steps: int = TUNE_STEPS, small: bool = False, log=print) -> dict:
     """Measure aggregate steps/s of each split with real training tasks; persist the best."""
     from harness import knobs
-    from harness.space import SMALL_BASE
+    from harness.search.space import SMALL_BASE
     cores = os.cpu_count() or 1
     source = train.read_text()
     work = Path(tempfile.mkdtemp(prefix="tune-"))
@@ -114,7 +114,7 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
           min_steps=BENCH_MIN_STEPS, eta=BENCH_ETA, decay_steps=1, seed=0, small=True, log=print) -> dict:
     """Same bracket, same candidates: baseline (sequential, from scratch) vs the harness."""
     from harness import knobs
-    from harness.space import SMALL_BASE
+    from harness.search.space import SMALL_BASE
     source = train.read_text()
     if small:
         source = knobs.set_knobs(source, SMALL_BASE)
@@ -161,7 +161,7 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.throughput", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m harness.search.throughput", description=__doc__.split("\n\n")[0],
                                  epilog="Details and measured figures: docs/hyperband.md")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tune", help="probe worker/thread splits, write harness_profile.json")
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--out", type=Path, default=Path("out/bench"))
     b.add_argument("--full-size", action="store_true", help="bench train.py's own model size "
-                   "(default: the small base model of harness/space.py, seconds per run)")
+                   "(default: the small base model of harness/search/space.py, seconds per run)")
     for p in (t, b):
         p.add_argument("--train", type=Path, default=Path("train.py"))
     args = ap.parse_args(argv)

@@ -11,7 +11,7 @@ and pays only the extra steps: r + r + 2r stable steps instead of r + 2r + 4r fr
 (plus one decay branch per evaluation, in both cases).
 
 This module knows nothing of processes: `run_schedule` drives any executor with
-`submit(task)`, `free_slots()` and `next_result()` (harness/pool.py provides real ones).
+`submit(task)`, `free_slots()` and `next_result()` (harness/search/pool.py provides real ones).
 Brackets overlap: when a bracket waits at a rung barrier, idle workers start the next bracket,
 so no worker idles while work exists, and each bracket's decisions stay exactly those of
 synchronous successive halving (they depend only on its own results, never on timing).
@@ -281,16 +281,16 @@ def run_schedule(executor, plan: list[Bracket],
     return [records[t] for t in order]
 
 
-if __name__ == "__main__":     # `python -m harness.hyperband sweep ...` runs harness/sweep.py's CLI
+if __name__ == "__main__":     # `python -m harness.search.hyperband sweep ...` runs harness/search/sweep.py's CLI
     import sys
-    USAGE = ("usage: python -m harness.hyperband sweep [options]\n\n"
-             "Hyperband over train.py's knobs: the same command as `python -m harness.sweep`.\n"
-             "`python -m harness.hyperband sweep --help` lists the options; docs/hyperband.md explains them.")
+    USAGE = ("usage: python -m harness.search.hyperband sweep [options]\n\n"
+             "Hyperband over train.py's knobs: the same command as `python -m harness.search.sweep`.\n"
+             "`python -m harness.search.hyperband sweep --help` lists the options; docs/hyperband.md explains them.")
     if sys.argv[1:2] in (["-h"], ["--help"]):
         print(USAGE)
         sys.exit(0)
     if sys.argv[1:2] != ["sweep"]:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
-    from harness.sweep import main
-    sys.exit(main(sys.argv[2:], prog="python -m harness.hyperband sweep"))
+    from harness.search.sweep import main
+    sys.exit(main(sys.argv[2:], prog="python -m harness.search.hyperband sweep"))

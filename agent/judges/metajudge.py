@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.judge import BIG_DIFF_LINES, TINY_GAIN_BANDS, near_duplicates
+from agent.judges.judge import BIG_DIFF_LINES, TINY_GAIN_BANDS, near_duplicates
 
 # Decided experiments the audit looks back over.
 WINDOW = 20

@@ -1,6 +1,6 @@
 """Arms: does the search learn? Random vs Hyperband vs + prior vs + SNIP vs screen-K (vs + Claude).
 
-    uv run python -m harness.arms run --quick [--warm-prior prior_store.json]
+    uv run python -m harness.search.arms run --quick [--warm-prior prior_store.json]
 
 Every arm gets the identical total step budget, runs through the same worker pool with the same
 train.py, profile, tokenizer, dtype and seeds, and is scored by the same deterministic
@@ -8,18 +8,18 @@ fixed-window evaluation (prepare.evaluate_bpb inside train.py, after the same de
 An arm's quality after s steps is the best val_bpb of any model it had evaluated by then
 (steps are charged in dispatch order, so concurrency does not change the curve's x axis).
 
-The screen-K arm (harness/arms_screen.py) is the loop's `--screen K`: K candidates screened by
+The screen-K arm (harness/search/arms_screen.py) is the loop's `--screen K`: K candidates screened by
 successive halving, only the winner trained to the full budget; its screen steps are charged
 but only full runs count as results, as in the loop.
 
 Headline, per seed: steps an arm needed to reach random search's final quality, divided by the
 steps random itself needed (< 1: the arm gets there faster; null: it never got there). Across
-seeds (harness/arms_stats.py): the median over ALL seeds, an unreached seed counting as +inf,
+seeds (harness/search/arms_stats.py): the median over ALL seeds, an unreached seed counting as +inf,
 with the min-max range and "k/n reached"; two arms are "told apart" only when their ranges do
 not overlap. Before running, the budget is checked for fairness (whole Hyperband cycles, random
 drawing enough configurations, no arm leaving much unspent) and any shortfall is printed.
 Outputs arms_report.json and a self-contained arms_report.html (SVG regret plot, no assets);
-`python -m harness.arms report out/arms/arms_report.json` recomputes both from the raw records.
+`python -m harness.search.arms report out/arms/arms_report.json` recomputes both from the raw records.
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
-from harness.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
+from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
+from harness.search.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
                                 format_headline, headline_stats, pairwise, plans_json, spread)
-from harness.sweep import SweepSettings, run_sweep
+from harness.search.sweep import SweepSettings, run_sweep
 
 # Quality is reported at these fractions of the budget.
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -246,10 +246,10 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
              workers: int, arms=ARMS, warm_prior: Path | None = None, log=print, pool_env=None,
              base_knobs: dict | None = None, screen_k_default: int = SCREEN_K) -> dict:
     import prepare
-    from harness.pool import Pool
-    from harness.prior import CheapPrior
-    from harness.snip import SnipFilter
-    from harness.space import Space
+    from harness.search.pool import Pool
+    from harness.search.prior import CheapPrior
+    from harness.search.snip import SnipFilter
+    from harness.search.space import Space
 
     from harness import knobs
     source = train.read_text()
@@ -360,7 +360,7 @@ def print_report(report: dict, jpath: Path, hpath: Path) -> None:
 
 
 def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
-    from harness.arms_html import render_html
+    from harness.search.arms_html import render_html
     out.mkdir(parents=True, exist_ok=True)
     jpath, hpath = out / "arms_report.json", out / "arms_report.html"
     jpath.write_text(json.dumps(report, indent=1, default=str))
@@ -376,8 +376,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.throughput import load_profile
-    ap = argparse.ArgumentParser(prog="python -m harness.arms", description=__doc__.split("\n\n")[0],
+    from harness.search.throughput import load_profile
+    ap = argparse.ArgumentParser(prog="python -m harness.search.arms", description=__doc__.split("\n\n")[0],
                                  epilog="Details and measured figures: docs/hyperband.md")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the arms and write arms_report.json/.html")
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--workers", type=int, default=None)
     r.add_argument("--out", type=Path, default=Path("out/arms"))
     r.add_argument("--full-size", action="store_true", help="search the train.py model as is "
-                   "(default in quick mode: the small base model of harness/space.py)")
+                   "(default in quick mode: the small base model of harness/search/space.py)")
     rp = sub.add_parser("report", help="recompute the summaries of a saved arms_report.json and "
                         "rewrite it and the HTML next to it")
     rp.add_argument("path", type=Path)
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or load_profile()["workers"]
     if args.out.exists():
         shutil.rmtree(args.out)
-    from harness.space import SMALL_BASE
+    from harness.search.space import SMALL_BASE
     base = None if (args.full_size or not args.quick) else SMALL_BASE
     report = run_arms(args.train.resolve(), args.out, workers=workers, base_knobs=base,
                       arms=[a for a in args.arms.split(",") if a], warm_prior=args.warm_prior,

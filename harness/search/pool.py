@@ -25,7 +25,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from harness.hyperband import Task, TaskResult
+from harness.search.hyperband import Task, TaskResult
 from harness.summary import parse_summary
 
 # A task running longer than this is killed and reported as a crash (the worker is replaced).
@@ -183,13 +183,13 @@ class Pool:
             self._start(i)
 
     def _start(self, i: int) -> None:
-        """A worker is `python -m harness.pool` talking over two pipes (no re-import of __main__)."""
+        """A worker is `python -m harness.search.pool` talking over two pipes (no re-import of __main__)."""
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         env = dict(os.environ, **self.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (self.prepare_dir, env.get("PYTHONPATH")) if p)
         err = open(self.log_dir / f"worker{i}.stderr", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "harness.pool", self.mode, self.prepare_dir,
+        p = subprocess.Popen([sys.executable, "-m", "harness.search.pool", self.mode, self.prepare_dir,
                               str(to_child_r), str(from_child_w)],
                              pass_fds=(to_child_r, from_child_w), env=env,
                              stdin=subprocess.DEVNULL, stdout=err, stderr=err)
@@ -322,6 +322,6 @@ def run_tasks(pool: Pool, tasks: list[Task]) -> list[TaskResult]:
     return [out[t.id] for t in tasks]
 
 
-if __name__ == "__main__":       # a worker: python -m harness.pool MODE PREPARE_DIR IN_FD OUT_FD
+if __name__ == "__main__":       # a worker: python -m harness.search.pool MODE PREPARE_DIR IN_FD OUT_FD
     _worker(Connection(int(sys.argv[3]), writable=False), Connection(int(sys.argv[4]), readable=False),
             sys.argv[1], sys.argv[2])

@@ -1,13 +1,13 @@
 """One search run over train.py's knobs: space + candidate policy + Hyperband + worker pool.
 
 The policy decides which candidates enter a bracket: uniform random, the cheap prior's LCB
-ranking of an oversampled pool (harness/prior.py), SNIP saliency on an oversampled pool
-(harness/snip.py), or a proposer callback (the arms' Claude policy). Whatever the policy, every
+ranking of an oversampled pool (harness/search/prior.py), SNIP saliency on an oversampled pool
+(harness/search/snip.py), or a proposer callback (the arms' Claude policy). Whatever the policy, every
 rung result is fed back to the prior (when there is one), and every task is written to
 `<out>/sweep.jsonl` as it finishes, so a killed sweep loses nothing already measured.
 
-CLI: `uv run python -m harness.sweep --max-steps 81 --min-steps 3 --out out/sweep`
-(also reachable as `python -m harness.hyperband sweep ...`).
+CLI: `uv run python -m harness.search.sweep --max-steps 81 --min-steps 3 --out out/sweep`
+(also reachable as `python -m harness.search.hyperband sweep ...`).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from harness.hyperband import Bracket, Candidate, Rung, hyperband_brackets, run_schedule
-from harness.space import Space, config_id, write_candidate
+from harness.search.hyperband import Bracket, Candidate, Rung, hyperband_brackets, run_schedule
+from harness.search.space import Space, config_id, write_candidate
 
 # Pool size per entrant when a policy (prior, SNIP) picks entrants from an oversampled pool.
 OVERSAMPLE = 8
@@ -165,10 +165,10 @@ def full_evaluation_winner(result: SweepResult, max_steps: int) -> dict | None:
     return {"config": r["config"], "val_bpb": r["val_bpb"], "steps": r["steps"], "cand": r["cand"]}
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m harness.sweep") -> int:
-    from harness.pool import Pool
-    from harness.prior import CheapPrior
-    from harness.throughput import load_profile
+def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sweep") -> int:
+    from harness.search.pool import Pool
+    from harness.search.prior import CheapPrior
+    from harness.search.throughput import load_profile
 
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                  epilog="Details and measured figures: docs/hyperband.md")
@@ -186,12 +186,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.sweep") -
     ap.add_argument("--seed", type=int, default=0, help="seed of the candidate draws")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output folder (replaced)")
     ap.add_argument("--small", action="store_true", help="search on the small base model of "
-                    "harness/space.py (a quick demo on CPU); the winner file keeps that size")
+                    "harness/search/space.py (a quick demo on CPU); the winner file keeps that size")
     args = ap.parse_args(argv)
 
     import prepare
     from harness import knobs
-    from harness.space import SMALL_BASE
+    from harness.search.space import SMALL_BASE
     source = Path(args.train).read_text()
     if args.small:
         source = knobs.set_knobs(source, SMALL_BASE)
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.sweep") -
             print(f"prior: {prior.warm_start(args.warm_prior)} observations from {args.warm_prior}")
     snip = None
     if "snip" in args.policy:
-        from harness.snip import SnipFilter
+        from harness.search.snip import SnipFilter
         snip = SnipFilter(source, space)
     print(f"sweep: {', '.join(space.names)} | R={args.max_steps} r={args.min_steps} eta={args.eta} "
           f"decay={settings.decay()} | policy {args.policy} | {workers} workers")

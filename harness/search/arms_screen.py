@@ -2,7 +2,7 @@
 
 This is `agent/loop.py --screen K` transplanted into the arms, where it can be measured: each
 round draws K candidates from the seed's stream (the random arm's stream, so round 1 sees random
-search's first K configurations), runs harness/screen.py's successive halving over them (K at r
+search's first K configurations), runs harness/search/halving.py's successive halving over them (K at r
 steps, floor(K/eta) at eta*r, ... down to one, each evaluation a pre-decay checkpoint plus the
 same short cool-down branch as every other arm), and then trains the screen's winner on, from
 its pre-decay checkpoint, to the full R steps. As in the loop, only the full run's result is
@@ -10,7 +10,7 @@ recorded as the arm's quality; the screen's evaluations cost steps but never cou
 Every step (screen + full run, cool-down branches included) is charged to the arm's budget.
 
 A round is one Hyperband-style bracket, rungs = screen_bracket(K, r, eta) + (1 x R), run through
-harness/hyperband.run_schedule like every other arm (same pool, overlap, promotion, budget rule:
+harness/search/hyperband.run_schedule like every other arm (same pool, overlap, promotion, budget rule:
 a round starts only if its whole cost fits).
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.hyperband import Bracket, Candidate, Rung, bracket_cost, run_schedule
-from harness.screen import ETA as SCREEN_ETA, screen_bracket
-from harness.space import Space, config_id, write_candidate
+from harness.search.hyperband import Bracket, Candidate, Rung, bracket_cost, run_schedule
+from harness.search.halving import ETA as SCREEN_ETA, screen_bracket
+from harness.search.space import Space, config_id, write_candidate
 
 # Candidates per screen round (the loop's --screen K); --screen-k overrides it.
 SCREEN_K = 3

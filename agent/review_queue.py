@@ -1,9 +1,9 @@
 """The human queue from the command line.
 
-    uv run agent/review.py [--run DIR] list [--status pending|approved|rejected|applied|all]
-    uv run agent/review.py [--run DIR] show ID
-    uv run agent/review.py [--run DIR] approve ID [--note TEXT] [--who NAME]
-    uv run agent/review.py [--run DIR] reject ID [--note TEXT] [--who NAME]
+    uv run agent/review_queue.py [--run DIR] list [--status pending|approved|rejected|applied|all]
+    uv run agent/review_queue.py [--run DIR] show ID
+    uv run agent/review_queue.py [--run DIR] approve ID [--note TEXT] [--who NAME]
+    uv run agent/review_queue.py [--run DIR] reject ID [--note TEXT] [--who NAME]
 
 DIR is a run's folder (the worktree, where queue.sqlite lives); by default the most recently
 active run under ./.autoresearch/. Deciding only records the decision: the running loop applies it

@@ -1,0 +1,1 @@
+"""The judge hierarchy: guard, trusted-metric judge, LLM judge, MetaJudge, human queue."""

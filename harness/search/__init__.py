@@ -1,0 +1,1 @@
+"""The search machinery: Hyperband sweeps, the step-budget pool, the throughput harness, arms."""
