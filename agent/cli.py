@@ -66,10 +66,18 @@ def validate(parser, args) -> None:
         if value is not None and not (value > 0 and value != float("inf")):
             parser.error(f"{flag} must be a positive number of seconds, got {value:g}")
     at_least = {"--max-experiments": (args.max_experiments, 1), "--baseline-repeats": (args.baseline_repeats, 1),
-                "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0)}
+                "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0),
+                "--workers": (getattr(args, "workers", 1), 1)}
     for flag, (value, low) in at_least.items():
         if value is not None and value < low:
             parser.error(f"{flag} must be at least {low}, got {value}")
+    if getattr(args, "workers", 1) > 1 and getattr(args, "screen", 1) > 1:
+        parser.error("--screen K runs one experiment at a time: use it with --workers 1")
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None and not all(g.strip() for g in gpus.split(",")):
+        parser.error(f"--gpus wants comma-separated GPU ids such as 0,1,2, got {gpus!r}")
+    if getattr(args, "ray_address", None) and getattr(args, "executor", "local") != "ray":
+        parser.error("--ray-address needs --executor ray")
 
 
 def budget_from_env(parser, raw: str | None, default: float) -> float:

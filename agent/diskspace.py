@@ -90,8 +90,10 @@ def out_of_space_message(path: str | Path | None, need: int | None, free: int | 
             f"space and run again with --resume to continue.")
 
 
-def prune_artifacts(run_dir: Path, history: list[dict], keep_last: int = KEEP_LAST_ARTIFACTS) -> list[str]:
-    """Delete artifacts of experiments that were neither kept nor among the last `keep_last`."""
+def prune_artifacts(run_dir: Path, history: list[dict], keep_last: int = KEEP_LAST_ARTIFACTS,
+                    busy=()) -> list[str]:
+    """Delete artifacts of experiments that were neither kept nor among the last `keep_last`,
+    nor `busy` (in flight on another worker)."""
     folder = Path(run_dir) / "artifacts"
     if not folder.is_dir():
         return []
@@ -100,7 +102,7 @@ def prune_artifacts(run_dir: Path, history: list[dict], keep_last: int = KEEP_LA
     recent = {n for n, _ in found[-keep_last:]} if keep_last > 0 else set()
     removed = []
     for n, p in found:
-        if n in kept or n in recent:
+        if n in kept or n in recent or n in busy:
             continue
         shutil.rmtree(p, ignore_errors=True)
         if not p.exists():

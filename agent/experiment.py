@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposing import call_proposer
@@ -17,12 +17,15 @@ from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from agent.tracing import scrub
 from harness import gitops, knobs
 from harness.results import append_journal, append_result, write_json_atomic
-from harness.runner import RunResult, run_train
+from harness.runner import PID_FILE, RunResult, run_train
 
 TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (noise); at most this many times.
 MAX_RERUNS = 2
 RERUN_SEED_BASE = 1000  # AUTORESEARCH_SEED of the k-th confirming rerun is this + k
+# A would-be keep whose parent is no longer the tip (another worker kept first) is rebased onto
+# the tip and confirmed by a run there; after this many rebases in a row it is discarded.
+MAX_REBASES = 3
 # The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 
@@ -98,11 +101,63 @@ def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
-        if decision.status != "crash" or len(a.attempts) >= loop.args.fix_tries:
+        if decision.status == "crash" and len(a.attempts) < loop.args.fix_tries:
+            if _ask_fix(loop, a, new_source, run) is not None:
+                continue
+        try:
             return record(loop, a, old_source, run, decision, guard)
-        fixed = _ask_fix(loop, a, new_source, run)
-        if fixed is None:
-            return record(loop, a, old_source, run, decision, guard)
+        except BranchMoved:   # another worker kept meanwhile: rebase onto the tip and confirm there
+            moved = rebase_onto_tip(loop, a, old_source, new_source, run, decision)
+            if isinstance(moved, Decision):
+                return record(loop, a, old_source, run, moved, guard)
+            old_source, guard = moved
+
+
+class BranchMoved(Exception):
+    """Raised under the decision lock: a keep whose parent is no longer the branch tip."""
+
+
+def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, decision: Decision):
+    """`a` would have been kept on its own parent, but the branch moved. Merge its edit onto the
+    tip (three-way, train.py) and commit it there for a confirming run: returns (the tip's source,
+    the guard's verdict on the merged edit), or a discard Decision when that cannot be done."""
+    tip = loop.last_kept
+    tip_source = gitops.show_file(loop.repo, tip, TRAIN)
+    rounds = a.info.setdefault("rebases", [])
+    rounds.append({"commit": a.commit, "parent": a.parent, "reason": decision.reason,
+                   "val_bpb": decision.trusted_bpb if decision.trusted_bpb is not None
+                   else (run.summary or {}).get("val_bpb") if run else None})
+    if len(rounds) > MAX_REBASES:
+        return Decision("discard", f"would have been kept, but the branch moved under each of its "
+                        f"{MAX_REBASES} confirming runs; discarded (last: {decision.reason})",
+                        decision.trusted_bpb, decision.verdicts)
+    merged = gitops.merge_file(tip_source, old_source, new_source)
+    if merged is None:
+        return Decision("discard", f"conflict: kept on its parent {str(a.parent)[:7]} ({decision.reason}), "
+                        f"but its edit conflicts with what was kept since (tip {tip[:7]}); discarded",
+                        decision.trusted_bpb, decision.verdicts)
+    if merged == tip_source:
+        return Decision("discard", f"already on the branch: the keeps since {str(a.parent)[:7]} contain "
+                        f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts)
+    _timed_git(a, gitops.update_ref, loop.repo, gitops.discarded_ref(loop.tag, a.n, attempt=f"r{len(rounds)}"),
+               a.commit)
+    _timed_git(a, gitops.reset_hard, loop.worktree, tip)
+    old_parent = a.parent
+    a.parent, a.info["rebased_from"] = tip, old_parent
+    a.proposal = replace(a.proposal, source=merged,
+                         notes=(a.proposal.notes + f" [rebased from {str(old_parent)[:7]} onto {tip[:7]} "
+                                "to be confirmed]").strip())
+    ctx = context(loop, a, tip_source, merged, _unified(tip_source, merged))
+    guard = loop.reviewer.guard(ctx)
+    if not guard.ok:
+        return Decision("discard", f"guard (after rebasing onto {tip[:7]}): {guard.reason}",
+                        decision.trusted_bpb, decision.verdicts)
+    if not _commit(loop, a):
+        return Decision("discard", "the rebased edit changes nothing", decision.trusted_bpb, decision.verdicts)
+    write_pending(loop, a)
+    loop.console.event(f"exp {a.n}: would be kept on {str(old_parent)[:7]}, but the branch moved to "
+                       f"{tip[:7]}; rebased as {a.commit[:7]}, confirming it there")
+    return tip_source, guard
 
 
 class InterruptedBaseline(Exception):
@@ -145,10 +200,13 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
         # A confirming rerun uses another seed, so the noise band measures seed noise, not
         # a bit-identical replay of the same run.
-        seed_env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else None
+        env = dict(getattr(loop, "worker_env", None) or {})   # a worker's CUDA_VISIBLE_DEVICES
+        if reruns:
+            env["AUTORESEARCH_SEED"] = str(RERUN_SEED_BASE + len(reruns))
         seal = loop.seal
         run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                        env=seed_env, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
+                        env=env or None, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
+                        pid_name=getattr(loop, "pid_name", PID_FILE),
                         sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
                         data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
                         startup_reference=loop.startup_reference(), clean=True)
@@ -173,6 +231,9 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
 
 def _tick(loop, a: Attempt, log_path) -> None:
     """Show 'evaluating' once train.py reports it trained the whole budget."""
+    stop = getattr(loop, "check_stop", None)
+    if stop is not None:
+        stop()   # a worker told to stop raises here: run_train ends the run's process group
     if loop.phase != "training":
         return
     try:
@@ -273,34 +334,39 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         "attempts": a.attempts, "notes": a.proposal.notes,
     }
     for key in ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                "resumed", "stale_parent", "screen", "screen_error"):
+                "resumed", "stale_parent", "screen", "screen_error", "rebases"):
         if key in a.info:
             rec[key] = a.info[key]
+    if getattr(loop, "wid", None) is not None:   # --workers N: which worker carried it
+        rec["worker"] = loop.wid
     rec["ended_at"] = time.time()
     total = time.monotonic() - a.t0
     rec["timings"].update(total=total, overhead=total - training)
     rec = scrub(rec)
     with loop.critical():
+        if status == "keep" and a.parent is not None and a.parent != loop.last_kept:
+            raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
         append_journal(loop.journal_path, rec)
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result.
         append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, a.proposal.description)
         t0 = time.monotonic()
         if status == "keep":
-            if a.commit and a.commit != gitops.head(loop.worktree):
-                gitops.reset_hard(loop.worktree, a.commit)
+            branch = getattr(loop, "branch_worktree", loop.worktree)   # a worker's own worktree is not the branch's
+            if a.commit and a.commit != gitops.head(branch):
+                gitops.reset_hard(branch, a.commit)
             loop.last_kept = commit
         elif discarded:
             gitops.update_ref(loop.repo, discarded, a.commit)
             gitops.reset_hard(loop.worktree, loop.last_kept)
         loop.pending_path.unlink(missing_ok=True)
-    try:
-        gitops.add_note(loop.repo, commit, f"autoresearch {loop.tag} exp {a.n}: {status} "
-                        f"val_bpb={bpb} ({decision.reason})")
-    except gitops.GitError as exc:
-        loop.console.event(f"warning: could not write git note: {exc}")
-    rec["timings"]["git"] += time.monotonic() - t0
-    loop.after_record(rec, bpb)
+        try:   # under the lock too: workers' notes share one ref
+            gitops.add_note(loop.repo, commit, f"autoresearch {loop.tag} exp {a.n}: {status} "
+                            f"val_bpb={bpb} ({decision.reason})")
+        except gitops.GitError as exc:
+            loop.console.event(f"warning: could not write git note: {exc}")
+        rec["timings"]["git"] += time.monotonic() - t0
+        loop.after_record(rec, bpb)
     return rec
 
 

@@ -3,11 +3,14 @@
     uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
         [--proposer claude|offline] [--model M] [--resume] [--fix-tries 2] [--api-patience 600]
         [--seed 0] [--worktree-root DIR] [--baseline-repeats 2] [--screen K]
+        [--workers N] [--executor local|ray] [--ray-address ADDR] [--gpus 0,1,...]
 
 Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
 (results.tsv, journal.jsonl, state.json, logs/...) sit at the top of that worktree. The first
 experiment is the unmodified baseline. Ctrl-C (or SIGTERM) ends the running child and leaves a
-consistent state; --resume continues after any stop (see agent/recovery.py).
+consistent state; --resume continues after any stop (see agent/recovery.py). With --workers N,
+N experiments are in flight at once, each in its own worktree and on its own GPU (agent/workers.py);
+the tag's state and its decisions stay with one coordinator (agent/coordinator.py).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 from agent import cli, summary
+from agent.coordinator import Coordinator
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
@@ -78,6 +82,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--screen", type=int, default=1, metavar="K",
                    help="propose K candidates per experiment, screen them with short successive-halving "
                         "runs, give only the winner the full run (default 1: no screen)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="experiments in flight at once, each in its own worktree and on its own GPU "
+                        "(default 1)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where --workers run: local subprocesses (default) or Ray tasks")
+    p.add_argument("--ray-address", default=None,
+                   help="join this Ray cluster (default: start a local Ray runtime)")
+    p.add_argument("--gpus", default=None,
+                   help="GPU ids for local workers, comma-separated (default: CUDA_VISIBLE_DEVICES, "
+                        "else every GPU nvidia-smi lists, else none: CPU)")
     args = p.parse_args(argv)
     if args.budget is None:
         args.budget = cli.budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
@@ -114,6 +128,7 @@ def deadline_of(until: str | None) -> float | None:
 
 class Loop:
     def __init__(self, args):
+        self.coord = Coordinator()   # the tag's decided state and the decision lock
         self.args, self.tag, self.budget = args, args.tag, float(args.budget)
         self.timeout = args.timeout or timeout_for(self.budget)
         self.repo = gitops.toplevel(Path(args.repo).resolve())
@@ -124,8 +139,7 @@ class Loop:
         self.state_path = self.run_dir / "state.json"
         self.pending_path = self.run_dir / "pending.json"
         self.baseline_repeats = args.baseline_repeats
-        self.history: list[dict] = []
-        self.best, self.last_kept, self.feedback = None, None, ""
+        self.feedback = ""
         self.phase, self.experiment, self.run_started_at = "setup", None, None
         self.started_at, self.last_decision = time.time(), None
         self.phase_started_at, self.stop_reason = self.started_at, None
@@ -135,6 +149,12 @@ class Loop:
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
+
+    # The tag's state lives in the coordinator; the loop (and recovery, the hierarchy's queue
+    # step) read and set it through these.
+    history = property(lambda self: self.coord.history, lambda self, v: setattr(self.coord, "history", v))
+    best = property(lambda self: self.coord.best, lambda self, v: setattr(self.coord, "best", v))
+    last_kept = property(lambda self: self.coord.last_kept, lambda self, v: setattr(self.coord, "last_kept", v))
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
@@ -181,9 +201,21 @@ class Loop:
         if rerun is not None:
             self.check_space()
             run_experiment(self, rerun, committed=True)
+        if self.args.workers == 1 and self.args.executor == "local":
+            from agent import workers   # a parallel run's experiments in flight, resumed by one loop
+            for a, origin in workers.pending_attempts(self):
+                self.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
+                gitops.reset_hard(self.worktree, a.commit)
+                workers.take_over(self, a, origin)
+                self.check_space()
+                run_experiment(self, a, committed=True)
         if self.best is None and self.args.reviewer == "hierarchy" and self.baseline_repeats > 1:
             self.console.event(summary.first_row_note(self.baseline_repeats, self.budget))
         self.ensure_baseline()
+        if self.args.workers > 1 or self.args.executor == "ray":
+            from agent import workers   # N experiments in flight; same guarantees per worker
+            self.stop_reason = workers.run_parallel(self, deadline)
+            return
         while True:
             n = self.next_n()
             if self.args.max_experiments is not None and n > self.args.max_experiments:
@@ -227,14 +259,14 @@ class Loop:
 
     def check_space(self) -> None:
         """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""
-        diskspace.prune_artifacts(self.run_dir, self.history)
+        diskspace.prune_artifacts(self.run_dir, self.history, busy=set(self.coord.in_flight))
         short = diskspace.shortfall(self.run_dir, diskspace.git_dir(self.repo))
         if short is not None:
             need, free, where = short
             raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
 
     def next_n(self) -> int:
-        return max((r.get("n", 0) for r in self.history), default=0) + 1
+        return self.coord.next_n()
 
     def baseline(self) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
@@ -270,6 +302,8 @@ class Loop:
     def prefetch_next(self, a: Attempt, new_source: str) -> None:
         """While `a` trains, propose n+1 on top of it (see agent/proposing.py)."""
         n = a.n + 1
+        if self.args.workers > 1 or self.args.executor != "local":
+            return   # workers overlap proposing with each other's runs; none is prefetched here
         if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
             return
         pending = {"n": a.n, "status": "pending", "commit": a.commit, "parent": a.parent,
@@ -278,6 +312,11 @@ class Loop:
         self.prefetch.start(self.request(n, new_source, extra_history=[pending]), a.commit)
 
     def after_record(self, rec: dict, bpb) -> None:
+        self.note_decision(rec, bpb)
+        self.set_phase("idle", rec["n"])
+
+    def note_decision(self, rec: dict, bpb) -> None:
+        """A recorded decision into the tag's state (under the coordinator's lock)."""
         self.history.append(rec)
         if rec["status"] == "keep":
             self.best = {"commit": rec["commit"], "val_bpb": bpb}
@@ -286,7 +325,6 @@ class Loop:
         self.cost_usd += float(rec.get("cost_usd") or 0.0)
         self.last_decision = f"exp {rec['n']} {rec['status']}: {rec['decision_reason']}"
         self.console.decision(rec)
-        self.set_phase("idle", rec["n"])
 
     # ---- status, signals -----------------------------------------------------------------------
     def announce(self, n: int, decision) -> None:
@@ -315,21 +353,24 @@ class Loop:
                      run_started_at=self.run_started_at, budget=self.budget, best=self.best,
                      last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
                      tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
-                     phase_started_at=self.phase_started_at)
+                     phase_started_at=self.phase_started_at,
+                     workers=[w.state() for w in getattr(self, "workers", [])])
         state["log"], state["progress"] = run_progress(self.run_dir, self.phase, self.run_started_at,
                                                        self.experiment)
-        with contextlib.suppress(OSError):
+        with self.coord.lock, contextlib.suppress(OSError):
             write_state(self.state_path, **state)
         self.console.update(state)
 
     @contextlib.contextmanager
     def critical(self):
-        """Signals wait while a record and its git step are written (they must go together)."""
-        self._critical = True
-        try:
-            yield
-        finally:
-            self._critical = False
+        """Signals wait while a record and its git step are written (they must go together);
+        the coordinator's lock makes it the only decision being written."""
+        with self.coord.lock:
+            self._critical = True
+            try:
+                yield
+            finally:
+                self._critical = False
         if self._stop_pending:
             raise KeyboardInterrupt
 

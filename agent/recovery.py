@@ -41,7 +41,7 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
     records, problems = read_journal(loop.journal_path)
     notes += [f"journal {p} (skipped)" for p in problems]
     seen, unique = set(), []
-    for rec in sorted(records, key=lambda r: r.get("n", 0)):
+    for rec in records:   # journal order: with --workers, decisions are not in number order
         if rec.get("n") in seen:
             notes.append(f"journal: duplicate record for experiment {rec.get('n')} ignored")
             continue
@@ -183,5 +183,4 @@ def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
         append_journal(loop.journal_path, rec)
         records.append(rec)
         notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")
-    records.sort(key=lambda r: r.get("n", 0))
     return notes

@@ -135,7 +135,7 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
               env: dict | None = None, log_name: str | None = None, on_tick=None,
               script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
               sealed: bool = False, data_mode: str = "train", startup_reference: float | None = None,
-              clean: bool = False) -> RunResult:
+              clean: bool = False, pid_name: str = PID_FILE) -> RunResult:
     """Run `sys.executable train.py` in `worktree`; return what happened (never raises on crash).
 
     sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode`; the only
@@ -144,6 +144,8 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     the harness clock (harness/clock.py) times the training and ends a run far past its budget.
     clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree);
     the loop asks for it (a tag's worktree is the harness's own), nothing else does by default.
+    pid_name: the file in run_dir that records the child's process group while it runs (one per
+    worker when several runs share a run folder: child.pid, child-w2.pid, ...).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
@@ -183,7 +185,7 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
-        pid_file = run_dir / PID_FILE
+        pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(worktree),
                                         "started_at": started}))
         try:
@@ -287,7 +289,11 @@ def _members(pgid: int) -> list[int]:
 def kill_leftover(run_dir: Path) -> str | None:
     """Kill the process groups left by a loop that died without cleaning up (kill -9, reboot):
     the training run's (child.pid) and the trusted evaluation's (verify.pid); returns what was done."""
-    notes = [n for n in (_kill_recorded(Path(run_dir) / name) for name in (PID_FILE, "verify.pid")) if n]
+    run_dir = Path(run_dir)
+    # child.pid / child-wN.pid (one per worker) and verify*.pid (the run folder or its .verify/)
+    files = sorted(run_dir.glob("child*.pid")) + sorted(run_dir.glob("verify*.pid")) + \
+        sorted((run_dir / ".verify").glob("verify*.pid"))
+    notes = [n for n in (_kill_recorded(path) for path in files) if n]
     return "; ".join(notes) or None
 
 

@@ -157,7 +157,8 @@ def _run_group(argv, cwd: Path, env: dict, timeout_s: float, pid_dir: Path | Non
     with open(log, "wb") as f:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        pid_file = Path(pid_dir) / VERIFY_PID_FILE if pid_dir is not None else None
+        # one file per evaluation: several workers may evaluate at once in one run folder
+        pid_file = Path(pid_dir) / f"verify-{proc.pid}.pid" if pid_dir is not None else None
         if pid_file is not None:
             pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(cwd), "started_at": time.time(),
                                             "n": "verify"}))

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import statistics
+import threading
 from pathlib import Path
 
 from agent.judges import metajudge
@@ -68,6 +69,9 @@ class JudgeHierarchy:
         self._audits: list[dict] = []
         self._prepare: str | None = None
         self.seal: Seal | None = None     # the loop's sandbox and pinned inputs (harness/pinned.py)
+        # With --workers N, judgements come from N threads: the trusted evaluations run side by
+        # side, the decisions (noise band, runs per commit, LLM judge, audits) one at a time.
+        self._decide = threading.RLock()
 
     @classmethod
     def for_loop(cls, args, loop) -> "JudgeHierarchy":
@@ -98,6 +102,10 @@ class JudgeHierarchy:
                                                                  "rule": op.as_dict()}})
         printed = (run.summary or {}).get("val_bpb")
         v = self._verify(ctx, run, printed)
+        with self._decide:
+            return self._decide_on(ctx, run, v)
+
+    def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
         over = self._over_budget(ctx, run)
         if over and v.ok:
             v.ok, v.reason = False, over

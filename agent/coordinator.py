@@ -1,0 +1,85 @@
+"""The coordinator: the one owner of a tag's state, and the one place decisions are serialised.
+
+What the tag has decided (history, best, last kept commit), what is in flight (one entry per
+experiment a worker carries: its number, parent, description, knob values) and the experiment
+numbers handed out live here, behind one lock. A worker proposes, trains and is judged on its
+own; only its record + git step (journal, results.tsv, then the branch) runs under the
+coordinator's lock, so keeps stay a linear history and two decisions never interleave.
+
+With one worker (the default) the loop is the only client and nothing changes; with
+`--workers N` (agent/workers.py) N threads share one Coordinator.
+"""
+from __future__ import annotations
+
+import threading
+
+
+class Coordinator:
+    def __init__(self, last_kept: str | None = None):
+        self.history: list[dict] = []      # decided experiment records, in decision order
+        self.best: dict | None = None      # {"commit", "val_bpb"} of the branch tip
+        self.last_kept: str | None = last_kept
+        self.in_flight: dict[int, dict] = {}   # n -> what the proposer is told about it
+        # One record + git step at a time. Re-entrant: a record may refresh state under it.
+        self.lock = threading.RLock()
+        # Proposers are never called concurrently (an LLM conversation, an Optuna study).
+        self.proposer_lock = threading.Lock()
+        self._claimed = 0
+
+    def next_n(self) -> int:
+        """The next experiment number, without claiming it (the single loop asks this often)."""
+        with self.lock:
+            done = max((r.get("n", 0) for r in self.history), default=0)
+            return max(done, self._claimed, max(self.in_flight, default=0)) + 1
+
+    def claim(self, worker: int, parent: str | None, limit: int | None = None) -> int | None:
+        """Hand out the next number to `worker` and mark it in flight; None once `limit` is reached."""
+        with self.lock:
+            n = self.next_n()
+            if limit is not None and n > limit:
+                return None
+            self._claimed = n
+            self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
+                                 "commit": None, "description": "(being proposed)"}
+            return n
+
+    def adopt(self, worker: int, n: int, parent: str | None, commit: str | None, description: str) -> None:
+        """An experiment resumed from a pending file: in flight under its old number."""
+        with self.lock:
+            self._claimed = max(self._claimed, n)
+            self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
+                                 "commit": commit, "description": description}
+
+    def update(self, n: int, **fields) -> None:
+        with self.lock:
+            if n in self.in_flight:
+                self.in_flight[n].update(fields)
+
+    def finish(self, n: int) -> None:
+        with self.lock:
+            self.in_flight.pop(n, None)
+
+    def pending_for_proposer(self, exclude: int | None = None) -> list[dict]:
+        """The experiments in flight, as history entries with status "pending": the proposer sees
+        them and does not propose the same idea twice."""
+        with self.lock:
+            return [dict(e) for n, e in sorted(self.in_flight.items()) if n != exclude]
+
+    def moved_since(self, parent: str | None) -> bool:
+        """Has the branch moved past `parent` (another worker kept something meanwhile)?"""
+        with self.lock:
+            return parent is not None and parent != self.last_kept
+
+
+class LockedProposer:
+    """A proposer whose calls wait for each other (workers share one proposer)."""
+
+    def __init__(self, inner, lock: threading.Lock):
+        self._inner, self._lock = inner, lock
+
+    def propose(self, req):
+        with self._lock:
+            return self._inner.propose(req)
+
+    def __getattr__(self, name):   # name, cheap_redo, close, ... of the proposer itself
+        return getattr(self._inner, name)

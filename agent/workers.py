@@ -1,0 +1,286 @@
+"""`--workers N`: N experiments in flight, each in its own worktree and on its own GPU.
+
+Every worker is a thread that carries one experiment at a time through the same pipeline as the
+single loop (agent/experiment.py: guard, commit, sealed run, trusted evaluation, judges, record):
+its own worktree (<worktree-root>/<tag>.workers/wK, detached at the experiment's parent), its own
+pending file (pending-wK.json) and child pid file, its own GPU (CUDA_VISIBLE_DEVICES). What is
+shared goes through the loop's coordinator (agent/coordinator.py): the experiment numbers, the
+proposer (one call at a time; it sees what is in flight), and the record + git step, which runs
+under the coordinator's lock so keeps stay a linear history. A would-be keep whose parent is no
+longer the tip is rebased onto the tip and confirmed there by another run (experiment.py).
+
+Ctrl-C: the main thread tells every worker to stop; a training run ends within a poll, and its
+experiment stays pending (its pending file and commit) for --resume to run again.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from agent.coordinator import LockedProposer
+from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
+from agent.proposers.base import Proposal
+from agent.proposing import call_proposer
+from harness import gitops
+from harness.results import append_journal, read_json
+
+# How often the main thread refreshes state.json and looks at the human queue while workers run.
+POLL_S = 0.5
+BOUNDARY_EVERY_S = 10.0
+PENDING_GLOB = "pending-w*.json"
+
+
+class WorkerStopped(KeyboardInterrupt):
+    """Raised inside a worker's run when the loop stops (Ctrl-C, another worker's fatal error)."""
+
+
+class _NoPrefetch:
+    """Workers overlap proposing with each other's training instead of prefetching."""
+    n = None
+
+    def wait(self):
+        pass
+
+    def take(self, *args):
+        return None
+
+
+class Worker:
+    """One worker's view of the loop: what experiment.py needs, nothing more. Its own worktree,
+    pending file, pid file, GPU and phase; the tag's state through the coordinator."""
+
+    def __init__(self, loop, wid: int, worktree: Path, gpu: str | None):
+        self.loop, self.wid, self.worktree = loop, wid, worktree
+        self.coord = loop.coord
+        self.branch_worktree = loop.worktree
+        self.pending_path = loop.run_dir / f"pending-w{wid}.json"
+        self.pid_name = f"child-w{wid}.pid"
+        self.worker_env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+        self.gpu = gpu
+        self.proposer = LockedProposer(loop.proposer, loop.coord.proposer_lock)
+        self.offline = LockedProposer(loop.offline, loop.coord.proposer_lock)
+        self.prefetch = _NoPrefetch()
+        self.feedback = ""
+        self.phase, self.experiment, self.run_started_at = "idle", None, None
+        self.phase_started_at = time.time()
+        self.error: BaseException | None = None
+        self.done = 0
+        self.thread: threading.Thread | None = None
+
+    # what is the loop's, read through it
+    def __getattr__(self, name):
+        if name in ("repo", "tag", "run_dir", "journal_path", "results_path", "budget", "timeout", "args",
+                    "tracer", "reviewer", "console", "seal", "sealed", "run_info", "stop_event"):
+            return getattr(self.loop, name)
+        raise AttributeError(name)
+
+    history = property(lambda self: self.coord.history)
+    best = property(lambda self: self.coord.best)
+    last_kept = property(lambda self: self.coord.last_kept,
+                         lambda self, v: setattr(self.coord, "last_kept", v))
+
+    def critical(self):
+        return self.coord.lock
+
+    def check_stop(self) -> None:
+        if self.loop.stop_event.is_set():
+            raise WorkerStopped()
+
+    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
+        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
+            self.phase_started_at = time.time()
+        self.phase, self.experiment = phase, n if n is not None else self.experiment
+        if run_started_at is not None:
+            self.run_started_at = run_started_at
+        self.loop.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        self.loop.refresh(force)
+
+    def after_record(self, rec: dict, bpb) -> None:
+        self.loop.note_decision(rec, bpb)
+        self.done += 1
+        self.set_phase("idle", rec["n"])
+
+    def request(self, n, source, feedback="", fix_of=None, extra_history=()):
+        in_flight = self.coord.pending_for_proposer(exclude=n)
+        return self.loop.request(n, source, feedback=feedback, fix_of=fix_of,
+                                 extra_history=list(extra_history) + in_flight)
+
+    def prefetch_next(self, a, new_source) -> None:
+        pass
+
+    def startup_reference(self):
+        return self.loop.startup_reference()
+
+    def state(self) -> dict:
+        entry = self.coord.in_flight.get(self.experiment) or {}
+        return {"worker": self.wid, "n": self.experiment, "phase": self.phase, "gpu": self.gpu,
+                "phase_started_at": self.phase_started_at, "run_started_at": self.run_started_at,
+                "commit": entry.get("commit"), "parent": entry.get("parent"),
+                "description": entry.get("description"), "done": self.done}
+
+    # ---- the worker's own loop -------------------------------------------------------------
+    def next_attempt(self, n: int, parent: str) -> Attempt:
+        source = gitops.show_file(self.repo, parent, TRAIN)
+        self.set_phase("proposing", n)
+        proposal, info = call_proposer(self, self.request(n, source, feedback=self.feedback))
+        self.feedback = ""
+        return Attempt(n=n, parent=parent, proposal=proposal, info=info)
+
+    def work(self, resumed: list, limit: int | None, deadline: float | None) -> None:
+        try:
+            while not self.loop.stop_event.is_set():
+                item = _pop(resumed, self.coord.lock)
+                if item is not None:
+                    a, origin = item
+                    self.coord.adopt(self.wid, a.n, a.parent, a.commit, a.proposal.description)
+                    with self.coord.lock:
+                        gitops.reset_hard(self.worktree, a.commit)
+                        take_over(self, a, origin)
+                else:
+                    if deadline is not None and time.time() >= deadline:
+                        return
+                    with self.coord.lock:
+                        self.loop.check_space()
+                        parent = self.coord.last_kept
+                        n = self.coord.claim(self.wid, parent, limit)
+                        if n is None:
+                            return
+                        gitops.reset_hard(self.worktree, parent)
+                    try:
+                        a = self.next_attempt(n, parent)
+                    except BaseException:
+                        self.coord.finish(n)
+                        raise
+                    self.coord.update(n, description=a.proposal.description)
+                try:
+                    self.coord.update(a.n, commit=a.commit)
+                    run_experiment(self, a, committed=a.commit is not None)
+                finally:
+                    self.coord.finish(a.n)
+        except KeyboardInterrupt:   # WorkerStopped: the loop is stopping; the experiment stays pending
+            self.set_phase("stopped")
+        except BaseException as exc:   # delivered to the main thread, which stops the others
+            self.error = exc
+            self.loop.stop_event.set()
+
+
+def _pop(items: list, lock):
+    with lock:
+        return items.pop(0) if items else None
+
+
+def run_parallel(loop, deadline: float | None) -> str | None:
+    """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
+    count = max(1, int(loop.args.workers))
+    gpus = gpu_ids(getattr(loop.args, "gpus", None))
+    loop.stop_event = threading.Event()
+    loop.workers = [Worker(loop, k, worker_worktree(loop, k), gpus[(k - 1) % len(gpus)] if gpus else None)
+                    for k in range(1, count + 1)]
+    on = ", ".join(f"w{w.wid}: GPU {w.gpu}" if w.gpu is not None else f"w{w.wid}: CPU" for w in loop.workers)
+    loop.console.event(f"{count} workers ({on}); each experiment in its own worktree under "
+                       f"{loop.workers[0].worktree.parent}")
+    resumed = pending_attempts(loop)
+    for a, _ in resumed:
+        loop.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
+    limit = loop.args.max_experiments
+    for w in loop.workers:
+        w.thread = threading.Thread(target=w.work, args=(resumed, limit, deadline), name=f"worker-{w.wid}",
+                                    daemon=True)
+        w.thread.start()
+    last_boundary = time.monotonic()
+    try:
+        while any(w.thread.is_alive() for w in loop.workers):
+            for w in loop.workers:
+                w.thread.join(timeout=POLL_S / count)
+            loop.refresh()
+            if time.monotonic() - last_boundary > BOUNDARY_EVERY_S and not loop.stop_event.is_set():
+                last_boundary = time.monotonic()
+                _boundary(loop)
+    except BaseException:
+        loop.stop_event.set()
+        for w in loop.workers:
+            w.thread.join()
+        raise
+    errors = [w.error for w in loop.workers if w.error is not None]
+    if errors:
+        raise errors[0]
+    _boundary(loop)
+    if limit is not None and loop.next_n() > limit:
+        return f"reached --max-experiments {limit}"
+    if deadline is not None and time.time() >= deadline:
+        return f"reached --until {loop.args.until}"
+    return None
+
+
+def _boundary(loop) -> None:
+    """Human-queue decisions, applied between decisions (under the coordinator's lock)."""
+    with loop.coord.lock:
+        for rec in loop.reviewer.boundary(loop) or []:
+            append_journal(loop.journal_path, rec)
+            if rec.get("kind", "experiment") == "experiment":
+                loop.history.append(rec)
+
+
+def gpu_ids(flag: str | None) -> list[str]:
+    """--gpus, else CUDA_VISIBLE_DEVICES, else what nvidia-smi lists, else [] (CPU workers)."""
+    if flag:
+        return [g.strip() for g in flag.split(",") if g.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+            return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+    return []
+
+
+def worker_worktree(loop, wid: int) -> Path:
+    """<worktree-root>/<tag>.workers/w<wid>: a detached worktree of the repository, reused on resume."""
+    path = loop.worktree.parent / f"{loop.tag}.workers" / f"w{wid}"
+    if not (path / ".git").exists():
+        with contextlib.suppress(gitops.GitError):
+            gitops.git(loop.repo, "worktree", "prune")
+        shutil.rmtree(path, ignore_errors=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        gitops.git(loop.repo, "worktree", "add", "--detach", "-q", str(path), loop.last_kept)
+    return path
+
+
+def pending_attempts(loop) -> list[Attempt]:
+    """(attempt, pending file) of each experiment a stopped parallel loop had in flight
+    (pending-wK.json), to run again. A file whose experiment has a record, or whose commit is
+    gone, is removed."""
+    out, recorded = [], {r.get("n") for r in loop.history}
+    for path in sorted(loop.run_dir.glob(PENDING_GLOB)):
+        pending = read_json(path) or {}
+        n, commit = pending.get("n"), pending.get("commit")
+        if n is None or n in recorded or not commit or not gitops.rev_parse(loop.repo, commit):
+            if n is not None and n not in recorded:
+                loop.console.event(f"resume: experiment {n}: pending commit {commit} not found; dropped")
+            path.unlink(missing_ok=True)
+            continue
+        proposal = Proposal(description=pending.get("description", ""), hypothesis=pending.get("hypothesis", ""),
+                            source=gitops.show_file(loop.repo, commit, TRAIN),
+                            proposer=pending.get("proposer", "offline"), model=pending.get("model"),
+                            notes=pending.get("notes", ""))
+        out.append((Attempt(n=n, parent=pending.get("parent"), proposal=proposal, commit=commit,
+                            info=dict(pending.get("info") or {}, resumed=True),
+                            attempts=pending.get("attempts") or []), path))
+        recorded.add(n)   # two files naming one experiment (a resume stopped early): run it once
+    return sorted(out, key=lambda item: item[0].n)
+
+
+def take_over(view, a: Attempt, origin: Path) -> None:
+    """`view` (a worker, or the single loop) carries a resumed experiment: its own pending file
+    names it before the old one goes, so a kill in between loses nothing."""
+    write_pending(view, a)
+    if Path(origin) != Path(view.pending_path):
+        Path(origin).unlink(missing_ok=True)
