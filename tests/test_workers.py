@@ -156,3 +156,41 @@ def test_ctrl_c_ends_every_worker_and_resume_finishes_their_experiments(tmp_path
     recs = journal(repo, "cc")
     assert sorted(r["n"] for r in recs) == [1, 2, 3] and all(r.get("resumed") for r in recs[1:])
     assert len(rows(repo, "cc")) == 3 and not list(wt.glob("pending*.json"))
+
+
+def test_kill_9_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path):
+    repo, env = prepared(tmp_path)
+    (repo / "train.py").write_text(SLOW_TRAIN)
+    git(repo, "commit", "-qam", "slow stand-in")
+    proc = subprocess.Popen(loop_cmd("--tag", "k9", "--budget", "60", "--max-experiments", "4",
+                                     "--workers", "2"), cwd=repo, env=dict(env, FAKE_SLEEP="60"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wt = repo / ".autoresearch" / "k9"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(wt.glob("child-w*.pid"))) < 2:
+        time.sleep(0.2)
+    pids = [json.loads(p.read_text())["pgid"] for p in wt.glob("child-w*.pid")]
+    assert len(pids) == 2
+    proc.kill()   # kill -9: no clean-up at all; both runs are orphaned
+    proc.wait()
+    assert all(_alive(pid) for pid in pids), "the orphaned runs outlive the loop (their own sessions)"
+    p = run_loop(repo, dict(env, FAKE_SLEEP="0.3"), "--tag", "k9", "--resume", "--budget", "60",
+                 "--max-experiments", "4", "--workers", "2", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "killed leftover process group" in p.stdout
+    assert not any(_alive(pid) for pid in pids) and not no_process_left(repo)
+    recs = journal(repo, "k9")
+    assert sorted(r["n"] for r in recs) == [1, 2, 3, 4], "nothing lost, nothing twice"
+    assert sum(1 for r in recs if r.get("resumed")) == 2
+    assert [r["commit"][:7] for r in recs] == [row[0] for row in rows(repo, "k9")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:   # a zombie is not a leftover run
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
