@@ -194,3 +194,29 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_real_tiny_runs_on_two_workers_sealed_and_judged(tiny_cache, tmp_path):
+    """The real train.py (tiny profile), the judge hierarchy, the sandbox when bubblewrap is here:
+    every guarantee of a single run, per worker."""
+    from harness import knobs
+    from tests.loop_fixtures import copy_real, make_repo
+    files = copy_real()
+    files["train.py"] = knobs.set_knobs(files["train.py"], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
+                                                            "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
+    repo = make_repo(tmp_path / "repo", files)
+    env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
+    env.pop("ANTHROPIC_API_KEY", None)
+    p = run_loop(repo, env, "--tag", "rt", "--budget", "2", "--max-experiments", "4", "--reviewer", "hierarchy",
+                 "--baseline-repeats", "1", "--workers", "2", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = journal(repo, "rt")
+    assert sorted(r["n"] for r in recs) == [1, 2, 3, 4]
+    assert [r["commit"][:7] for r in recs] == [row[0] for row in rows(repo, "rt")]
+    assert {r.get("worker") for r in recs[1:]} == {1, 2}
+    ran = [r for r in recs if r["status"] != "crash" and not r["decision_reason"].startswith("guard")]
+    assert len(ran) >= 2, [r["decision_reason"] for r in recs]
+    for rec in ran:
+        assert rec["verdicts"]["verify"]["ok"] and rec["trusted_bpb"] is not None, rec["decision_reason"]
+        assert rec["sealed"] is True and rec["summary"]["num_steps"] == 2
+    assert not no_process_left(repo)
