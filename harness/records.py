@@ -321,14 +321,16 @@ class ExperimentRecord:
         return (v, "verification") if finite(v) else (None, None)
 
     def noise_band(self) -> NoiseBandFigures | None:
-        """The noise band a baseline record carries (verdicts.judge.band, written by the judge
-        hierarchy's NoiseBand.as_dict()); None for other records or when it is not there."""
-        band = self.judge.get("band")
-        if not self.is_baseline or not isinstance(band, dict):
+        """The noise band the baseline record carries (judge hierarchy: verdicts.judge has
+        baseline_values, spread, threshold = k x spread, and band.k); None for any record
+        without baseline_values (every other experiment)."""
+        judge = self.judge
+        raw = judge.get("baseline_values")
+        if not isinstance(raw, list):
             return None
-        raw = band.get("values")
-        values = [float(v) for v in raw if finite(v)] if isinstance(raw, list) else []
-        return NoiseBandFigures(values, fnum(band.get("spread")), fnum(band.get("k")), fnum(band.get("threshold")))
+        band = judge.get("band") if isinstance(judge.get("band"), dict) else {}
+        return NoiseBandFigures([float(v) for v in raw if finite(v)], fnum(judge.get("spread")),
+                                fnum(band.get("k")), fnum(judge.get("threshold")))
 
     def token_counts(self) -> dict:
         """{"input", "output"} as ints (0 for anything that is not a finite number)."""
