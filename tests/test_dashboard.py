@@ -508,4 +508,3 @@ def test_training_clock_past_the_budget_says_so(fresh):
     page = c.get("/t/demo/").get_data(as_text=True)
     assert "budget reached 1m 40s ago" in page or "budget reached 1m 41s ago" in page
     assert "-1m" not in page
-
