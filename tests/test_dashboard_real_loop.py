@@ -55,3 +55,16 @@ def test_now_panel_lists_the_experiments_in_flight(tmp_path):
         assert f"worker {w['worker']} · exp {w['n']}" in page and html.escape(w["description"]) in page
     plain = build(tmp_path / "p", "demo", n=2, seed=3, queue=False)
     assert "in flight" not in client(plain).get("/t/demo/").get_data(as_text=True)
+
+
+def test_the_demo_writes_the_loops_schema(loop_run, tmp_path):
+    from harness.records import OPTIONAL_KEYS, ExperimentRecord, RunState
+    demo = build(tmp_path / "d", "demo", n=4, seed=1, queue=False)
+    real = [json.loads(x) for x in (loop_run / "journal.jsonl").read_text().splitlines()]
+    made = [json.loads(x) for x in (demo / "journal.jsonl").read_text().splitlines()]
+    core = [k for k in real[0] if k not in OPTIONAL_KEYS]
+    for rec in made:
+        assert [k for k in rec if k not in OPTIONAL_KEYS] == core
+        assert ExperimentRecord.from_dict(rec).extra == {}
+    assert set(json.loads((demo / "state.json").read_text())) == set(RunState().to_dict()) | {"updated_at"}
+    assert data.read_results(demo / "results.tsv").problems == []
