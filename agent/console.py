@@ -19,6 +19,8 @@ from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
 
+from harness.records import ExperimentRecord
+
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.
 REFRESH_PER_SECOND = 2
 # train.py's progress line: "step 00012 | loss 3.200000 | lrm 1.000 | dt 40ms | tok/s 51,200 |
@@ -112,12 +114,9 @@ def clock(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def bpb_of(rec: dict):
+def bpb_of(rec: dict) -> float | None:
     """The val_bpb a record's decision rests on: the trusted one, else the printed one."""
-    trusted = rec.get("trusted_bpb")
-    if isinstance(trusted, (int, float)):
-        return trusted
-    return (rec.get("summary") or {}).get("val_bpb")
+    return ExperimentRecord.from_dict(rec).decision_bpb
 
 
 def decision_line(rec: dict) -> str:

@@ -22,8 +22,8 @@ from agent.experiment import Attempt
 from agent.proposers.base import Proposal
 from harness import gitops
 from harness.appendlog import is_json_object, repair_torn
-from harness.results import (append_journal, format_row, read_journal, read_json, read_results,
-                             rewrite_results)
+from harness.records import ExperimentRecord, ResultRow
+from harness.results import append_journal, read_journal, read_json, read_results, rewrite_results
 from harness.runner import kill_leftover
 
 
@@ -82,7 +82,7 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
         kind = rec.get("kind", "experiment")
         if kind == "experiment" and rec.get("status") == "keep" and rec.get("commit"):
             head = rec["commit"]
-            bpb = rec.get("trusted_bpb") or (rec.get("summary") or {}).get("val_bpb")
+            bpb = ExperimentRecord.from_dict(rec).decision_bpb
         elif kind == "queue_applied" and rec.get("action") in ("restore", "revert") and rec.get("commit"):
             head = rec["commit"]
             if rec.get("trusted_bpb") is not None:
@@ -142,10 +142,8 @@ def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list
 
 
 def _row_of_record(rec: dict) -> str:
-    bpb = rec.get("trusted_bpb")
-    if bpb is None:
-        bpb = (rec.get("summary") or {}).get("val_bpb")
-    return format_row(rec["commit"], bpb, rec.get("memory_gb"), rec["status"], rec.get("description", ""))
+    r = ExperimentRecord.from_dict(rec)
+    return ResultRow(r.commit, r.decision_bpb, r.memory_gb, r.status, r.description or "").format()
 
 
 def _rebuild_rows(loop, records, rows, row_of, missing) -> list[str]:
@@ -175,11 +173,11 @@ def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
         used.add(n)
         row = rows[j]
         full = gitops.rev_parse(loop.repo, row["commit"]) or row["commit"]
-        rec = {"kind": "experiment", "n": n, "tag": loop.tag, "commit": full, "short": full[:7],
-               "status": row["status"], "description": row["description"],
-               "summary": {"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
-               "memory_gb": row["memory_gb"], "recovered": True,
-               "decision_reason": "recovered from results.tsv (journal line lost)"}
+        rec = ExperimentRecord(n=n, tag=loop.tag, commit=full, short=full[:7], status=row["status"],
+                               description=row["description"],
+                               summary={"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
+                               memory_gb=row["memory_gb"], recovered=True,
+                               decision_reason="recovered from results.tsv (journal line lost)").to_dict()
         append_journal(loop.journal_path, rec)
         records.append(rec)
         notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")

@@ -25,6 +25,7 @@ from html import escape
 from pathlib import Path
 
 from harness import gitops
+from harness.records import ExperimentRecord
 from harness.results import read_journal, write_json_atomic
 
 REPORT_DIR = "report"
@@ -45,10 +46,9 @@ def _num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def bpb_of(rec: dict):
+def bpb_of(rec: dict) -> float | None:
     """The figure a decision rested on: trusted when verified, else the printed val_bpb."""
-    return _num(rec.get("trusted_bpb")) if rec.get("trusted_bpb") is not None \
-        else _num((rec.get("summary") or {}).get("val_bpb"))
+    return ExperimentRecord.from_dict(rec).decision_bpb
 
 
 def _find(d, key):
@@ -129,9 +129,10 @@ def summarize(data: dict) -> dict:
     tokens = {"input": 0, "output": 0}
     cost = gpu = wall = 0.0
     for r in recs:
-        for key in tokens:
-            tokens[key] += int((r.get("tokens") or {}).get(key) or 0)
-        cost += _num(r.get("cost_usd")) or 0.0
+        typed = ExperimentRecord.from_dict(r)
+        for key, count in typed.token_counts().items():
+            tokens[key] += count
+        cost += typed.cost()
         t = r.get("timings") or {}
         gpu += (_num(t.get("run")) or 0.0) + (_num(t.get("eval")) or 0.0)
         wall += sum(_num(v) or 0.0 for v in t.values())

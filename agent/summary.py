@@ -11,7 +11,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.console import bpb_of, clock
+from agent.console import clock
+from harness.records import experiment_records
 from harness.results import read_journal
 
 # Wall time of a baseline run per second of budget: startup, evaluation and the trusted
@@ -42,21 +43,20 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float) -> EndSu
     records, _problems = read_journal(Path(run_dir) / "journal.jsonl")
     out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
                      results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag))
-    for rec in records:
-        status = rec.get("status")
-        if status in out.counts:
-            out.counts[status] += 1
-        for k in out.tokens:
-            out.tokens[k] += int((rec.get("tokens") or {}).get(k, 0) or 0)
-        out.cost_usd += float(rec.get("cost_usd") or 0.0)
-        bpb = bpb_of(rec)
-        if not isinstance(bpb, (int, float)) or status != "keep":
+    for rec in experiment_records(records):
+        if rec.status in out.counts:
+            out.counts[rec.status] += 1
+        for k, count in rec.token_counts().items():
+            out.tokens[k] += count
+        out.cost_usd += rec.cost()
+        bpb = rec.decision_bpb
+        if bpb is None or rec.status != "keep":
             continue
         if out.baseline is None:
             out.baseline = bpb
         if out.best is None or bpb < out.best["val_bpb"]:
-            out.best = {"n": rec.get("n"), "commit": rec.get("commit") or "", "val_bpb": bpb,
-                        "description": rec.get("description", "")}
+            out.best = {"n": rec.n, "commit": rec.commit or "", "val_bpb": bpb,
+                        "description": rec.description}
     return out
 
 

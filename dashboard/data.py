@@ -18,10 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# results.tsv columns, in order (contract; program.md).
-RESULTS_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
-# Row statuses the loop writes; anything else is shown but flagged.
-STATUSES = ("keep", "discard", "crash")
+from harness import records
+
 # Lines of a log shown on an experiment's page.
 LOG_TAIL_LINES = 60
 # Bytes read from the end of a log to find its tail (logs of long runs can be large).
@@ -53,76 +51,35 @@ class Results:
     complete: int = 0     # rows that end with a newline (the last one may still be being written)
 
 
-def _float(text: str):
-    """(finite value or None, what to show instead when the cell holds inf/nan)."""
-    try:
-        v = float(text)
-    except (ValueError, OverflowError):
-        return None, None
-    if math.isfinite(v):
-        return v, None
-    # inf/-inf/nan are numbers, not figures: never plotted or compared, shown as written.
-    return None, ("nan" if v != v else ("inf" if v > 0 else "-inf"))
-
-
 def parse_results(text: str) -> Results:
-    out = Results()
-    if not text.strip():
-        out.problems.append("results.tsv is empty (no header yet)")
-        return out
-    lines = text.split("\n")
-    terminated = text.endswith("\n")
-    if terminated:
-        lines.pop()                       # the empty string after the final newline
-    start = 0
-    if lines[0].rstrip("\r").split("\t") == list(RESULTS_COLUMNS):
-        start = 1
-    else:
-        out.problems.append("results.tsv has no valid header line; reading rows anyway")
-    n = 0
-    for i in range(start, len(lines)):
-        raw = lines[i].rstrip("\r")
-        if not raw.strip():
-            continue
-        n += 1
-        last_unterminated = (i == len(lines) - 1) and not terminated
-        out.rows.append(_parse_row(n, raw, i + 1, last_unterminated))
-        if not last_unterminated:
-            out.complete = n
+    """harness/records.parse_results (the one parser), as the dicts the pages show: a malformed
+    row stays in the table, flagged, with its cells as far as they could be read."""
+    table = records.parse_results(text)
+    out = Results(problems=list(table.problems), complete=table.complete)
+    out.rows = [_row(ln) for ln in table.lines]
     bad = sum(1 for r in out.rows if r["problem"])
     if bad:
         out.problems.append(f"{bad} row(s) of results.tsv are malformed or incomplete; shown flagged")
     return out
 
 
-def _parse_row(n: int, raw: str, line_no: int, unterminated: bool) -> dict:
-    cells = raw.split("\t")
-    row = {"n": n, "line": line_no, "raw": raw, "commit": "", "val_bpb": None, "val_text": None,
-           "memory_gb": None, "status": "?", "description": "", "problem": None, "partial": unterminated}
-    problems = []
-    if len(cells) < len(RESULTS_COLUMNS):
-        problems.append(f"{len(cells)} of {len(RESULTS_COLUMNS)} columns")
-    elif len(cells) > len(RESULTS_COLUMNS):
-        # A tab inside the description: keep the text, it is still one experiment.
-        cells = cells[:4] + ["\t".join(cells[4:])]
-        problems.append("extra tab(s) in the description")
-    cells = cells + [""] * (len(RESULTS_COLUMNS) - len(cells))
-    row["commit"], bpb, mem, status, row["description"] = cells[:5]
-    row["val_bpb"], row["val_text"] = _float(bpb)
-    row["memory_gb"], mem_text = _float(mem)
-    if row["val_text"]:
-        problems.append(f"val_bpb {bpb!r} is not finite")
-    elif bpb and row["val_bpb"] is None:
-        problems.append(f"val_bpb {bpb[:40]!r} is not a number")
-    if mem_text:
-        problems.append(f"memory_gb {mem!r} is not finite")
-    row["status"] = status or "?"
-    if status and status not in STATUSES:
-        problems.append(f"unknown status {status!r}")
-    if unterminated:
+def _row(ln: records.ResultLine) -> dict:
+    bpb, mem = ln.row.val_bpb, ln.row.memory_gb
+    problems = list(ln.problems)
+    if ln.partial:
         problems.append("last line has no newline yet (being written?)")
-    row["problem"] = "; ".join(problems) or None
-    return row
+    # inf/-inf/nan are numbers, not figures: never plotted or compared, shown as written.
+    return {"n": ln.n, "line": ln.line, "raw": ln.raw, "commit": ln.row.commit,
+            "val_bpb": records.fnum(bpb), "val_text": _word(bpb),
+            "memory_gb": records.fnum(mem), "status": ln.row.status or "?", "description": ln.row.description,
+            "problem": "; ".join(problems) or None, "partial": ln.partial}
+
+
+def _word(v: float | None) -> str | None:
+    """What to show instead of a number that is not finite; None for a finite one (or none)."""
+    if v is None or math.isfinite(v):
+        return None
+    return "nan" if v != v else ("inf" if v > 0 else "-inf")
 
 
 def read_results(path: Path) -> Results:

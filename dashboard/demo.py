@@ -3,8 +3,11 @@
 Builds a git repo with a train.py, branch autoresearch/<tag> in a worktree at
 .autoresearch/<tag>/, kept commits on the branch, discarded ones under
 refs/autoresearch/<tag>/discarded/<n>, and every file the loop writes (docs/contracts.md):
-results.tsv, journal.jsonl, traces.jsonl, state.json, run.json, logs/, queue.sqlite. The
-dashboard's tests and benchmark use it; the figures are synthetic (seeded), the git is real.
+results.tsv, journal.jsonl, traces.jsonl, state.json, run.json, logs/, queue.sqlite. Records go
+through the loop's own writers and types (harness/results.py, harness/records.py: ExperimentRecord,
+Decision, RunState), shaped as agent/experiment.py record() and the judge hierarchy shape them, so
+a demo folder and a real run folder have one schema. The dashboard's tests and benchmark use it;
+the figures are synthetic (seeded), the git is real.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness import knobs
 from harness.queue_store import QueueStore
+from harness.records import Basis, Decision, ExperimentRecord, RunState, WorkerState
+from harness.results import append_journal, append_result, init_results, write_state
 
 # The synthetic baseline val_bpb, run-to-run spread, and the Judge's multiple k.
 BASELINE_BPB, SPREAD, K = 1.1020, 0.0015, 2.0
@@ -54,12 +60,17 @@ def _summary(bpb: float, n: int) -> str:
     return "---\n" + "".join(f"{k + ':':<18}{v}\n" for k, v in keys)
 
 
-def _verdicts(n: int, status: str, bpb: float, best: float | None, rng: random.Random) -> dict:
-    """The verdicts the judge hierarchy (agent/judges/hierarchy.py) writes, with demo figures."""
-    guard = {"ok": True, "reason": "baseline: unmodified train.py" if n == 1 else "ok", "details": {}}
+def _guard(n: int) -> dict:
+    """The guard verdict as record() stores it (GuardVerdict's ok, reason, details)."""
+    return {"ok": True, "reason": "baseline: unmodified train.py" if n == 1 else "ok", "details": {}}
+
+
+def _decision(n: int, status: str, bpb: float, best: float | None, rng: random.Random) -> Decision:
+    """The Decision the judge hierarchy (agent/judges/hierarchy.py) returns, with demo figures."""
     if status == "crash":
-        rule = {"judge": "rule", "status": "crash", "reason": "crashed: oom", "confidence": 1.0}
-        return {"guard": guard, "judge": {"status": "crash", "basis": "crash", "rule": rule}}
+        rule = {"judge": "rule", "status": "crash", "reason": "run crashed: oom", "confidence": 1.0}
+        return Decision("crash", rule["reason"], None,
+                        {"judge": {"status": "crash", "basis": Basis.CRASH.value, "rule": rule}}, basis=Basis.CRASH)
     printed = round(bpb, 6)
     seconds = round(rng.uniform(11.0, 14.0), 3)
     verify = {"ok": True, "reason": f"verified: trusted val_bpb {bpb:.6f} (printed {printed:.6f}), causal, "
@@ -73,9 +84,9 @@ def _verdicts(n: int, status: str, bpb: float, best: float | None, rng: random.R
                 "measured": True}
         reason = (f"baseline: trusted val_bpb {bpb:.6f} over 2 run(s); noise band {threshold:.6f} "
                   f"({K:g}x spread {band['spread']:.6f})")
-        judge = {"status": "keep", "basis": "baseline", "runs": values, "baseline_values": values, "band": band,
-                 "threshold": threshold, "spread": band["spread"], "reason": reason}
-        return {"guard": guard, "verify": verify, "judge": judge}
+        judge = {"status": "keep", "basis": Basis.BASELINE.value, "runs": values, "baseline_values": values,
+                 "band": band, "threshold": threshold, "spread": band["spread"], "reason": reason}
+        return Decision("keep", reason, bpb, {"verify": verify, "judge": judge}, basis=Basis.BASELINE)
     gain = best - bpb
     if status == "keep":
         reason = f"trusted val_bpb {bpb:.6f} beats best {best:.6f} by {gain:.6f} (band {threshold:.6f})"
@@ -87,16 +98,41 @@ def _verdicts(n: int, status: str, bpb: float, best: float | None, rng: random.R
             "trusted_bpb": bpb, "best_bpb": best, "threshold": threshold, "spread": SPREAD, "net_lines": 0,
             "similar_to": [], "improvement": gain}
     judge = {"best_before": best, "threshold": threshold, "spread": SPREAD, "runs": [bpb], "improvement": gain,
-             "net_lines": 0, "rule": rule, "llm": None, "cost_usd": 0.0, "status": status, "basis": "metric",
-             "reason": reason, "escalations": []}
+             "net_lines": 0, "rule": rule, "llm": None, "cost_usd": 0.0, "status": status,
+             "basis": Basis.METRIC.value, "reason": reason, "escalations": []}
     meta = {"n": n, "metrics": {"keep_rate": None}, "flags": [], "contradiction": None, "escalated": []}
-    return {"guard": guard, "verify": verify, "judge": judge, "metajudge": meta}
+    return Decision(status, reason, bpb, {"verify": verify, "judge": judge, "metajudge": meta}, basis=Basis.METRIC)
+
+
+def _record(tag: str, i: int, parent: str | None, commit: str, status: str, desc: str, hyp: str,
+            source: str, decision: Decision, started: float, log: str) -> ExperimentRecord:
+    """The journal record agent/experiment.py record() writes for this experiment."""
+    crash = status == "crash"
+    summary = None if crash else {"val_bpb": decision.trusted_bpb, "training_seconds": 300.1,
+                                  "peak_vram_mb": 44000.0 + 50 * i, "num_steps": 953, "eval_seconds": 12.3}
+    return ExperimentRecord(
+        n=i, tag=tag, parent=parent, commit=commit, short=commit[:7], status=status, description=desc,
+        hypothesis=hyp, proposer="baseline" if i == 1 else "offline", model=None,
+        diff="" if i == 1 else f"--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-old\n+{desc}\n",
+        summary=summary, trusted_bpb=decision.trusted_bpb,
+        clock=None if crash else {"startup_s": 17.6, "train_s": 300.1, "post_s": 12.3, "charged_s": 300.1},
+        sealed=not crash, verify_seconds=decision.verdicts.get("verify", {}).get("seconds"),
+        crash_class="oom" if crash else None, decision_reason=decision.reason,
+        verdicts={"guard": _guard(i), **decision.verdicts},
+        timings={"proposal": 20.0, "proposal_wait": 0.0, "run": 330.0, "training": 300.1, "eval": 12.3,
+                 "startup": 17.6, "git": 0.4, "total": 371.0, "overhead": 70.9},
+        tokens={"input": 0, "output": 0}, cost_usd=0.0, log=log,
+        discarded_ref=f"refs/autoresearch/{tag}/discarded/{i}" if status != "keep" and i > 1 else None,
+        started_at=started, memory_gb=0.0 if crash else (44000.0 + 50 * i) / 1024,
+        config=knobs.values(source), code=knobs.code_fingerprint(source), attempts=[], notes="",
+        ended_at=started + 371)
 
 
 def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: int | None = None,
-          queue: bool = True, phase: str = "training") -> Path:
+          queue: bool = True, phase: str = "training", workers: int = 0) -> Path:
     """Build the demo under root; returns the run folder. Experiments past git_upto get
-    synthetic hashes instead of real commits (fast fixtures with thousands of rows)."""
+    synthetic hashes instead of real commits (fast fixtures with thousands of rows). With
+    `workers`, state.json lists that many experiments in flight (--workers N)."""
     rng = random.Random(seed)
     repo = Path(root) / "repo"
     repo.mkdir(parents=True)
@@ -111,10 +147,11 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
     run = repo / ".autoresearch" / tag
     _git(repo, "worktree", "add", "-q", "-b", f"autoresearch/{tag}", str(run))
     (run / "logs").mkdir()
+    init_results(run / "results.tsv")
     git_upto = n if git_upto is None else git_upto
     t0 = time.time() - n * EXP_SECONDS - 200
     best = None
-    rows, records, spans = [], [], []
+    records, spans = [], []
     parent = _git(run, "rev-parse", "HEAD")
     for i in range(1, n + 1):
         started = t0 + (i - 1) * EXP_SECONDS
@@ -126,6 +163,7 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
             crash = rng.random() < 0.12
             bpb = 0.0 if crash else best + rng.gauss(0.0015, 0.006) + rng.uniform(-4e-7, 4e-7)
             status = "crash" if crash else ("keep" if bpb < best - K * SPREAD else "discard")
+        source = (run / "train.py").read_text()   # what the experiment ran (its commit's train.py)
         if i == 1 or i > git_upto:
             commit = parent if i == 1 else "%040x" % rng.getrandbits(160)
         else:
@@ -133,6 +171,7 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
             src = "\n".join(ln if not ln.startswith(name + " =") else f"{name} = {value}  # exp {i}: {desc}"
                             for ln in src.split("\n"))
             (run / "train.py").write_text(src)
+            source = src
             _git(run, "commit", "-q", "-am", f"{desc}\n\nHypothesis: {hyp}")
             commit = _git(run, "rev-parse", "HEAD")
             if status != "keep":
@@ -145,25 +184,13 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
         tail = ("Traceback (most recent call last):\n  File \"train.py\", line 1\nRuntimeError: CUDA out of memory\n"
                 if status == "crash" else f"step 953/953 loss 3.21\n{_summary(bpb, i)}")
         (run / log).write_text("".join(f"step {s:05d} loss {4 - s / 400:.4f}\n" for s in range(0, 950, 50)) + tail)
-        rows.append(f"{commit[:7]}\t{bpb:.6f}\t{0 if status == 'crash' else 44.0 + i / 20:.1f}\t{status}\t{desc}")
-        verdicts = _verdicts(i, status, bpb, prev_best, rng)
-        summary = None if status == "crash" else {"val_bpb": round(bpb, 6), "training_seconds": 300.1,
-                                                  "peak_vram_mb": 44000.0 + 50 * i, "num_steps": 953}
-        records.append({"kind": "experiment", "n": i, "tag": tag, "parent": None if i == 1 else prev_parent,
-                        "commit": commit, "short": commit[:7], "status": status, "description": desc,
-                        "hypothesis": hyp, "proposer": "baseline" if i == 1 else "offline", "model": None,
-                        "diff": "" if i == 1 else f"--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-old\n+{desc}\n",
-                        "summary": summary, "trusted_bpb": None if status == "crash" else bpb,
-                        "verify_seconds": (verdicts.get("verify") or {}).get("seconds"),
-                        "crash_class": "oom" if status == "crash" else None,
-                        "decision_reason": verdicts["judge"].get("reason") or verdicts["judge"]["rule"]["reason"],
-                        "verdicts": verdicts,
-                        "timings": {"proposal": 20.0, "proposal_wait": 0.0, "run": 330.0, "training": 300.1,
-                                    "eval": 12.3, "startup": 17.6, "git": 0.4, "total": 371.0, "overhead": 70.9},
-                        "tokens": {"input": 0, "output": 0}, "cost_usd": 0.0, "log": log,
-                        "discarded_ref": f"refs/autoresearch/{tag}/discarded/{i}" if status != "keep" else None,
-                        "started_at": started, "memory_gb": 0.0 if status == "crash" else (44000.0 + 50 * i) / 1024,
-                        "ended_at": started + 371})
+        decision = _decision(i, status, bpb, prev_best, rng)
+        rec = _record(tag, i, None if i == 1 else prev_parent, commit, status, desc, hyp, source, decision,
+                      started, log)
+        # The loop's order: the journal record, then the results.tsv row with the decision's figure.
+        append_journal(run / "journal.jsonl", rec.to_dict())
+        append_result(run / "results.tsv", commit, decision.trusted_bpb, rec.memory_gb, status, desc)
+        records.append(rec)
         trace = f"t{i:04d}"
         for j, (name, a, b) in enumerate([("experiment", 0, 371), ("propose", 0, 20), ("guard", 20, 21),
                                            ("run", 21, 351), ("evaluate", 351, 366), ("judge", 366, 371)]):
@@ -171,28 +198,30 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
                           "name": name, "start": started + a, "end": started + b,
                           "input": {"n": i} if j == 0 else {}, "output": {}, "tokens": None, "cost": 0.0,
                           "error": "CUDA out of memory" if name == "run" and status == "crash" else None})
-    (run / "results.tsv").write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"
-                                     + "".join(r + "\n" for r in rows))
-    (run / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (run / "traces.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
     now = time.time()
     (run / "run.json").write_text(json.dumps({"tag": tag, "budget": 300, "fingerprint": "a1b2c3d4e5f6",
-                                              "profile": "cpu", "base_commit": records[0]["commit"],
+                                              "profile": "cpu", "base_commit": records[0].commit,
                                               "created_at": t0}))
-    (run / "state.json").write_text(json.dumps({
-        "tag": tag, "phase": phase, "experiment": n + 1, "started_at": t0, "run_started_at": now - 95,
-        "budget": 300, "best": {"commit": parent, "val_bpb": best}, "last_decision": rows[-1].split("\t")[3],
-        "keep_rate": sum(r["status"] == "keep" for r in records) / len(records),
-        "tokens": {"input": 182_340, "output": 20_115}, "cost_usd": 0.87, "updated_at": now, "pid": None}))
+    in_flight = [WorkerState(worker=w, n=n + 1 + w, phase="training", phase_started_at=now - 95 - 30 * w,
+                             run_started_at=now - 95 - 30 * w, commit="%040x" % rng.getrandbits(160),
+                             parent=parent, description=EDITS[(n + w) % len(EDITS)][2]) for w in range(workers)]
+    state = RunState(tag=tag, phase=phase, experiment=n + 1, started_at=t0, run_started_at=now - 95,
+                     budget=300, best={"commit": parent, "val_bpb": best},
+                     last_decision=f"exp {n} {records[-1].status}: {records[-1].decision_reason}",
+                     keep_rate=sum(r.status == "keep" for r in records) / len(records),
+                     tokens={"input": 182_340, "output": 20_115}, cost_usd=0.87, pid=None,
+                     phase_started_at=now - 95, workers=in_flight)
+    write_state(run / "state.json", **state.to_dict())
     if queue:
         store = QueueStore(run / "queue.sqlite")
-        for rec in [r for r in records if r["status"] == "discard"][:2]:
-            store.escalate(tag=tag, experiment=rec["n"], commit=rec["commit"], kind="contested",
-                           reason=f"improvement inside the noise band ({rec['description']})",
-                           payload={"status": rec["status"], "description": rec["description"],
-                                    "figures": {k: rec["verdicts"]["judge"].get(k) for k in
+        for rec in [r for r in records if r.status == "discard"][:2]:
+            store.escalate(tag=tag, experiment=rec.n, commit=rec.commit, kind="contested",
+                           reason=f"improvement inside the noise band ({rec.description})",
+                           payload={"status": rec.status, "description": rec.description,
+                                    "figures": {k: rec.judge.get(k) for k in
                                                 ("best_before", "threshold", "spread", "runs", "improvement")},
-                                    "verify": rec["verdicts"]["verify"]})
+                                    "verify": rec.verify})
     return run
 
 

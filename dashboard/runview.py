@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 
 from dashboard import data, gitdiff
+from harness.records import ExperimentRecord, RunState, finite as _finite, fnum as _fnum
 from dashboard.runs import Run
 
 # prepare.describe()'s source when the hub was out of reach (run.json records it).
@@ -58,10 +59,7 @@ def data_warning(run_json: dict | None) -> str | None:
 
 def is_baseline(record: dict | None) -> bool:
     """The loop's baseline record: the unmodified train.py, judged with basis "baseline"."""
-    if not isinstance(record, dict):
-        return False
-    judge = _dict(_dict(record.get("verdicts")).get("judge"))
-    return judge.get("basis") == "baseline" or record.get("proposer") == "baseline"
+    return isinstance(record, dict) and ExperimentRecord.from_dict(record).is_baseline
 
 
 def noise_band(rows: list[dict], records: list[dict]) -> dict:
@@ -72,18 +70,17 @@ def noise_band(rows: list[dict], records: list[dict]) -> dict:
     the first row and the band unknown, said so.
     """
     for rec in reversed(records):
-        if not is_baseline(rec):
+        r = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else None
+        if r is None or not r.is_baseline:
             continue
-        judge = _dict(_dict(rec.get("verdicts")).get("judge"))
-        band = _dict(judge.get("band"))
-        raw = judge.get("baseline_values") or band.get("values")
-        values = [v for v in raw if _finite(v)] if isinstance(raw, list) else []
-        base = sum(values) / len(values) if values else rec.get("trusted_bpb")
+        band = r.noise_band()
+        values = band.values if band else []
+        base = sum(values) / len(values) if values else r.trusted_bpb
         if not _finite(base):
             continue
-        threshold = _fnum(judge.get("threshold", band.get("threshold")))
+        threshold = band.threshold if band else None
         return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
-                "spread": _fnum(judge.get("spread", band.get("spread"))), "k": _fnum(band.get("k")),
+                "spread": band.spread if band else None, "k": band.k if band else None,
                 "source": f"the judge's baseline over {len(values) or 1} run(s)"}
     valid = [r for r in rows if r["val_bpb"] is not None and r["status"] != "crash"]
     if not valid:
@@ -94,7 +91,7 @@ def noise_band(rows: list[dict], records: list[dict]) -> dict:
 
 def verification(record: dict | None) -> dict | None:
     """verdicts.verify (VerifyResult.as_dict()) as the rows of a small table, or None."""
-    v = _dict(_dict((record or {}).get("verdicts")).get("verify"))
+    v = ExperimentRecord.from_dict(record).verify if isinstance(record, dict) else {}
     if not v:
         return None
     return {"ok": v.get("ok"), "reason": v.get("reason"), "trusted": v.get("trusted_bpb"),
@@ -105,11 +102,7 @@ def verification(record: dict | None) -> dict | None:
 def trusted_bpb(record: dict | None):
     """(trusted val_bpb, where it came from): the record's decision figure (the mean of the
     runs for the baseline), else the trusted re-evaluation's own figure."""
-    rec = record or {}
-    if _finite(rec.get("trusted_bpb")):
-        return rec["trusted_bpb"], "decision"
-    v = _dict(_dict(rec.get("verdicts")).get("verify")).get("trusted_bpb")
-    return (v, "verification") if _finite(v) else (None, None)
+    return ExperimentRecord.from_dict(record).trusted() if isinstance(record, dict) else (None, None)
 
 
 def displayable(obj):
@@ -124,19 +117,6 @@ def displayable(obj):
     if isinstance(obj, list):
         return [displayable(v) for v in obj]
     return obj
-
-
-def _dict(v) -> dict:
-    return v if isinstance(v, dict) else {}
-
-
-def _finite(v) -> bool:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:      # an int too large for a float
-        return False
 
 
 def _pid_alive(pid) -> bool | None:
@@ -155,37 +135,29 @@ def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None
     """The 'Now' panel: live status from state.json, rates from results and the journal."""
     now = time.time() if now is None else now
     state, problem = data.read_json(run.file("state.json"))
-    s = state or {}
-    # state.json is data: every field is checked for the type the page needs.
-    phase = s.get("phase") if isinstance(s.get("phase"), str) and s.get("phase") else "unknown"
-    experiment = s.get("experiment") if isinstance(s.get("experiment"), int) and not isinstance(s.get("experiment"), bool) else None
-    out = {"problem": problem, "phase": phase[:40], "experiment": experiment,
-           "updated_at": _fnum(s.get("updated_at")), "last_decision": s.get("last_decision"),
-           "server_now": now, "run_started_at": None, "budget": _fnum(s.get("budget"))}
+    # state.json is data: RunState checks every field for its type.
+    s = RunState.from_dict(state)
+    phase = s.phase or "unknown"
+    out = {"problem": problem, "phase": phase[:40], "experiment": s.experiment,
+           "updated_at": s.updated_at, "last_decision": s.last_decision,
+           "server_now": now, "run_started_at": None, "budget": s.budget, "workers": workers_panel(s, now)}
     done = [r for r in rows if not r["partial"]]
     n_keep = sum(r["status"] == "keep" for r in done)
     # Best: the loop's own claim first, else the lowest kept val_bpb in results.tsv.
-    best = s.get("best") if isinstance(s.get("best"), dict) else None
-    if best is not None:
-        commit = best.get("commit")
-        best = {"commit": commit if isinstance(commit, str) else None, "val_bpb": _fnum(best.get("val_bpb"))}
+    best = s.best
     if not best or best.get("val_bpb") is None:
         kept = [r for r in done if r["status"] == "keep" and r["val_bpb"] is not None]
         b = min(kept, key=lambda r: r["val_bpb"], default=None)
         best = {"commit": b["commit"], "val_bpb": b["val_bpb"]} if b else None
     out["best"] = best
-    kr = _fnum(s.get("keep_rate"))
+    kr = s.keep_rate
     out["keep_rate"] = kr if kr is not None else (n_keep / len(done) if done else None)
     out["experiments"] = len(done)
     # Tokens and cost: state.json's running totals, else the journal's sums.
-    tokens = s.get("tokens") if isinstance(s.get("tokens"), dict) else None
-    if tokens is not None:
-        tokens = {k: int(_num(tokens.get(k))) for k in ("input", "output")}
-    else:
-        tokens = {k: int(sum(_num(_dict(r.get("tokens")).get(k)) for r in records)) for k in ("input", "output")}
-    out["tokens"] = tokens
-    cost = _fnum(s.get("cost_usd"))
-    out["cost_usd"] = cost if cost is not None else sum(_num(r.get("cost_usd")) for r in records)
+    typed = [ExperimentRecord.from_dict(r) for r in records if isinstance(r, dict)]
+    out["tokens"] = s.tokens if s.tokens is not None else \
+        {k: sum(r.token_counts()[k] for r in typed) for k in ("input", "output")}
+    out["cost_usd"] = s.cost_usd if s.cost_usd is not None else sum(r.cost() for r in typed)
     # Rates over the journal's span: experiments per hour, and the share of wall time spent
     # training (duty cycle), which is what a faster harness improves.
     starts = [r["started_at"] for r in records if _fnum(r.get("started_at")) is not None]
@@ -197,13 +169,13 @@ def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None
     wall = wall if wall is not None and math.isfinite(wall) else None
     out["per_hour"] = len(ends) / (wall / 3600) if wall else None
     out["duty_cycle"] = min(1.0, run_s / wall) if wall and math.isfinite(run_s) else None
-    started = _fnum(s.get("run_started_at"))
+    started = s.run_started_at
     if out["phase"] == "training" and started is not None:
         out["run_started_at"] = started
         out["elapsed"] = max(0.0, now - started)
         b = out["budget"]
         out["remaining"] = (b - out["elapsed"]) if b is not None else None
-    alive = _pid_alive(s.get("pid"))
+    alive = _pid_alive(s.pid)
     busy = out["phase"] not in ("stopped", "unknown")
     out["pid_alive"] = alive
     out["stale"] = bool(state) and busy and (
@@ -211,19 +183,15 @@ def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None
     return out
 
 
+def workers_panel(state: RunState, now: float) -> list[dict]:
+    """One line per experiment in flight (--workers N): worker, experiment, phase, elapsed, description."""
+    return [{"worker": w.worker, "n": w.n, "phase": (w.phase or "unknown")[:40], "elapsed": w.elapsed(now),
+             "description": w.description[:200]} for w in state.workers]
+
+
 def _num(v) -> float:
     """A finite number, else 0 (sums over hostile journals stay finite)."""
     return _fnum(v) or 0.0
-
-
-def _fnum(v) -> float | None:
-    """A finite number as float, else None (bools, strings, inf and nan are not figures)."""
-    if not _finite(v):
-        return None
-    try:
-        return float(v)
-    except OverflowError:      # an int too large for a float
-        return None
 
 
 def spans_for(spans: list[dict], record: dict | None) -> list[dict]:

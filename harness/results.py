@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.appendlog import append_line, is_json_object
+from harness.records import (MAX_DESCRIPTION, RESULT_COLUMNS, RESULT_HEADER, STATUSES, ResultRow,  # noqa: F401
+                             clean_description, parse_results)
 
-# The header of program.md, exactly; never extra columns (richer data goes to the journal).
-RESULTS_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
-RESULTS_HEADER = "\t".join(RESULTS_COLUMNS)
-STATUSES = ("keep", "discard", "crash")
-# Descriptions are one line and tab-free so the TSV stays 5 columns.
-MAX_DESCRIPTION = 200
+# The column list, the row format and the parser live in harness/records.py (one definition).
+RESULTS_COLUMNS = RESULT_COLUMNS
+RESULTS_HEADER = RESULT_HEADER
 
 
 @dataclass
@@ -35,21 +34,10 @@ def _fsync_append(path: Path, text: str, complete=None) -> None:
     append_line(path, text, complete=complete)
 
 
-def clean_description(text: str) -> str:
-    one = " ".join(str(text).replace("\t", " ").split())
-    return one[:MAX_DESCRIPTION] or "(no description)"
-
-
 def format_row(commit: str, val_bpb: float | None, memory_gb: float | None, status: str,
                description: str) -> str:
     """One results.tsv line; crashes carry 0.000000 and 0.0 as program.md says."""
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-    bpb = 0.0 if val_bpb is None or status == "crash" else float(val_bpb)
-    mem = 0.0 if memory_gb is None or status == "crash" else float(memory_gb)
-    if bpb != bpb:   # NaN never reaches the table
-        bpb = 0.0
-    return f"{commit[:7]}\t{bpb:.6f}\t{mem:.1f}\t{status}\t{clean_description(description)}\n"
+    return ResultRow(commit, val_bpb, memory_gb, status, description).format()
 
 
 def init_results(path: Path) -> None:
@@ -67,35 +55,19 @@ def append_result(path: Path, commit: str, val_bpb, memory_gb, status: str, desc
 
 
 def read_results(path: Path) -> Results:
-    """All well-formed rows; malformed lines are listed in .problems with their line number."""
+    """Well-formed rows as dicts (with their line number); every malformed line is listed in
+    .problems as "line N: why" and left in the file as it is."""
     out = Results()
     path = Path(path)
     if not path.exists():
         out.problems.append(f"{path}: missing")
         return out
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        cols = line.split("\t")
-        if i == 1:
-            if tuple(cols) != RESULTS_COLUMNS:
-                out.problems.append(f"line 1: header is {line!r}, expected {RESULTS_HEADER!r}")
-            continue
-        if len(cols) != len(RESULTS_COLUMNS):
-            out.problems.append(f"line {i}: {len(cols)} columns, expected {len(RESULTS_COLUMNS)}")
-            continue
-        row = dict(zip(RESULTS_COLUMNS, cols))
-        try:
-            row["val_bpb"] = float(row["val_bpb"])
-            row["memory_gb"] = float(row["memory_gb"])
-        except ValueError:
-            out.problems.append(f"line {i}: val_bpb/memory_gb not numbers")
-            continue
-        if row["status"] not in STATUSES:
-            out.problems.append(f"line {i}: status {row['status']!r} not one of {STATUSES}")
-            continue
-        row["line"] = i
-        out.rows.append(row)
+    table = parse_results(path.read_text(encoding="utf-8", errors="replace"))
+    out.problems = table.line_problems()
+    for ln in table.lines:
+        if ln.ok:
+            out.rows.append({"commit": ln.row.commit, "val_bpb": ln.row.val_bpb, "memory_gb": ln.row.memory_gb,
+                             "status": ln.row.status, "description": ln.row.description, "line": ln.line})
     return out
 
 

@@ -80,3 +80,10 @@ def tiny_cache(tmp_path_factory):
 def _isolated_cache(request, tmp_path, monkeypatch):
     if "tiny_cache" not in request.fixturenames:
         monkeypatch.setenv("AUTORESEARCH_CACHE", str(tmp_path / "autoresearch-cache"))
+
+
+@pytest.fixture(scope="session")
+def loop_run(tmp_path_factory):
+    """A read-only run folder produced by the real loop on the stand-in train.py (one run per session)."""
+    from tests.loop_fixtures import loop_run_folder
+    return loop_run_folder(tmp_path_factory.mktemp("loop_run"))

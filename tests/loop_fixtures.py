@@ -138,3 +138,13 @@ def pid_alive(pid: int) -> bool:
 
 def rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def loop_run_folder(tmp: Path, tag: str = "rec", experiments: int = 4) -> Path:
+    """A run folder written by the real loop (agent/loop.py, offline proposer, simple reviewer) on
+    the stand-in train.py; returns the worktree that holds results.tsv, journal.jsonl, state.json.
+    Tests that only read it share one (tests/conftest.py: `loop_run`)."""
+    repo = fake_repo(tmp / "repo")
+    p = run_loop(repo, fake_env(tmp), "--tag", tag, "--budget", "1", "--max-experiments", str(experiments))
+    assert p.returncode == 0, p.stdout + p.stderr
+    return repo / ".autoresearch" / tag

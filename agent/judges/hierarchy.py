@@ -26,10 +26,11 @@ from agent.judges import metajudge
 from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.queue_apply import apply_decided
-from agent.judges.reviewer import Decision, GuardVerdict
+from agent.judges.reviewer import GuardVerdict
 from agent.tracing import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
+from harness.records import Basis, Decision, experiment_records
 from harness.runner import run_train
 from harness import pinned
 from harness.clock import limit_for
@@ -98,8 +99,8 @@ class JudgeHierarchy:
             return d
         if run.crash_class is not None:
             op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
-            return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": "crash",
-                                                                 "rule": op.as_dict()}})
+            return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": Basis.CRASH.value,
+                                                                 "rule": op.as_dict()}}, basis=Basis.CRASH)
         printed = (run.summary or {}).get("val_bpb")
         v = self._verify(ctx, run, printed)
         with self._decide:
@@ -120,7 +121,7 @@ class JudgeHierarchy:
 
     def _baseline(self, ctx, v: VerifyResult, runs: list[float], final: bool = False) -> Decision:
         mean = statistics.fmean(runs)
-        jd = {"status": "keep", "basis": "baseline", "runs": list(runs), "baseline_values": list(runs)}
+        jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(runs), "baseline_values": list(runs)}
         verdicts = {"verify": v.as_dict(), "judge": jd}
         # The band from the runs so far, every time: if the loop stops rerunning early (it caps
         # reruns), the baseline's record still carries a usable band.
@@ -128,13 +129,13 @@ class JudgeHierarchy:
         jd.update(band=self.band.as_dict(), threshold=self.band.threshold, spread=self.band.spread)
         if len(runs) < self.baseline_repeats and not final:
             return Decision("keep", f"baseline run {len(runs)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}; "
-                            "rerunning to measure the noise", mean, verdicts, rerun=True)
+                            "rerunning to measure the noise", mean, verdicts, rerun=True, basis=Basis.BASELINE)
         reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(runs)} run(s); noise band "
                   f"{self.band.threshold:.6f} ({self.k:g}x spread {self.band.spread:.6f}"
                   f"{'' if self.band.measured else ', floor: one run only'})")
         jd["reason"] = reason
         self._note(ctx, "keep", reason, verdicts)
-        return Decision("keep", reason, mean, verdicts)
+        return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
     def _experiment(self, ctx, v: VerifyResult, runs: list[float]) -> Decision:
         band = self._band(ctx)
@@ -152,12 +153,12 @@ class JudgeHierarchy:
               "rule": rule.as_dict(), "llm": None, "cost_usd": 0.0}
         verdicts = {"verify": v.as_dict(), "judge": jd}
         if rule.status == "contested" and len(runs) <= CONFIRM_RERUNS:
-            jd.update(status="discard", basis="metric")
+            jd.update(status="discard", basis=Basis.METRIC.value)
             return Decision("discard", f"contested: {rule.reason}; asking a confirming rerun", mean, verdicts,
-                            rerun=True)
+                            rerun=True, basis=Basis.METRIC)
         llm = self._llm(ctx, rule, jd)
         status, basis, reason, escalate = self._combine(rule, llm)
-        jd.update(status=status, basis=basis, reason=reason)
+        jd.update(status=status, basis=basis.value, reason=reason)
         current = {"n": ctx.n, "status": status, "trusted_bpb": mean, "diff": ctx.diff, "verdicts": verdicts}
         with self._span("metajudge", {"n": ctx.n}) as sp:
             audit = metajudge.audit(ctx.history, current)
@@ -177,16 +178,16 @@ class JudgeHierarchy:
         jd["escalations"] = [self._escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
         self._audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
         self._note(ctx, status, reason, verdicts)
-        return Decision(status, reason, mean, verdicts)
+        return Decision(status, reason, mean, verdicts, basis=basis)
 
     def _combine(self, rule: Opinion, llm: dict | None):
         """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
-        basis = next((b for b in ("simplicity", "efficiency") if rule.reason.startswith(b)), "metric")
+        basis = rule.basis
         if rule.status == "contested":
             return "discard", basis, f"contested: {rule.reason}", "contested"
         st, conf = (llm or {}).get("status"), (llm or {}).get("confidence") or 0.0
         if rule.status == "keep" and st in ("discard", "contested") and conf >= LLM_VETO_CONFIDENCE:
-            return ("discard", "llm_veto", f"contested: the rule judge would keep ({rule.reason}) but the LLM "
+            return ("discard", Basis.LLM_VETO, f"contested: the rule judge would keep ({rule.reason}) but the LLM "
                     f"judge says {st} at {conf:.2f}: {llm.get('reason')}", "disagreement")
         if rule.status == "discard" and st == "keep" and conf >= LLM_VETO_CONFIDENCE:
             return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.get('reason')})", "disagreement"
@@ -195,12 +196,12 @@ class JudgeHierarchy:
 
     def _integrity(self, ctx, v: VerifyResult) -> Decision:
         reason = f"integrity: {v.reason}"
-        jd = {"status": "discard", "basis": "integrity", "reason": reason,
+        jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason,
               "best_before": (ctx.best or {}).get("val_bpb")}
         verdicts = {"verify": v.as_dict(), "judge": jd}
         jd["escalations"] = [self._escalate(ctx, "integrity", reason, "discard", verdicts, "")]
         self._note(ctx, "discard", reason, verdicts)
-        return Decision("discard", reason, None, verdicts)
+        return Decision("discard", reason, None, verdicts, basis=Basis.INTEGRITY)
 
     # ---- pieces ------------------------------------------------------------------------------
     def _serving_costs(self, ctx) -> tuple[dict | None, dict | None]:
@@ -217,10 +218,10 @@ class JudgeHierarchy:
 
     def _band(self, ctx) -> NoiseBand:
         if self.band is None:
-            for rec in ctx.history:   # after --resume: the baseline record has the values
-                vals = ((rec.get("verdicts") or {}).get("judge") or {}).get("baseline_values")
-                if vals:
-                    self.band = NoiseBand(list(vals), self.k)
+            for rec in experiment_records(ctx.history):   # after --resume: the baseline record has it
+                figures = rec.noise_band()
+                if figures and figures.values:
+                    self.band = NoiseBand(figures.values, self.k)
                     break
         return self.band or NoiseBand([], self.k)
 

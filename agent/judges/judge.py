@@ -22,6 +22,8 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
+from harness.records import Basis
+
 # Multiples of the spread an improvement must clear (the default k=2).
 K_SPREAD = 2.0
 # The spread is never taken below this (bpb), nor below this fraction of the baseline: two
@@ -79,6 +81,7 @@ class Opinion:
     reason: str
     confidence: float            # 0..1
     details: dict = field(default_factory=dict)
+    basis: Basis = Basis.METRIC  # what the call rests on (simplicity and efficiency rules say so)
 
     def as_dict(self) -> dict:
         return {"judge": self.judge, "status": self.status, "reason": self.reason,
@@ -118,9 +121,9 @@ def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: Noi
     facts = {"trusted_bpb": trusted_bpb, "best_bpb": best_bpb, "threshold": band.threshold,
              "spread": band.spread, "net_lines": lines.get("net", 0), "similar_to": similar_to or []}
     if crash:
-        return Opinion("rule", "crash", f"run crashed: {crash}", 1.0, facts)
+        return Opinion("rule", "crash", f"run crashed: {crash}", 1.0, facts, Basis.CRASH)
     if trusted_bpb is None or not math.isfinite(trusted_bpb):
-        return Opinion("rule", "crash", f"no trusted val_bpb ({trusted_bpb})", 1.0, facts)
+        return Opinion("rule", "crash", f"no trusted val_bpb ({trusted_bpb})", 1.0, facts, Basis.CRASH)
     if best_bpb is None or not math.isfinite(best_bpb):
         return Opinion("rule", "keep", f"first result: trusted val_bpb {trusted_bpb:.6f}", 1.0, facts)
     gain = best_bpb - trusted_bpb
@@ -131,7 +134,8 @@ def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: Noi
     if gain > th:
         if net >= BIG_DIFF_LINES and gain < TINY_GAIN_BANDS * th:
             return Opinion("rule", "discard", f"simplicity: gain {gain:.6f} is under {TINY_GAIN_BANDS:g} bands "
-                           f"({TINY_GAIN_BANDS * th:.6f}) for +{net} lines of code{seen}", 0.6, facts)
+                           f"({TINY_GAIN_BANDS * th:.6f}) for +{net} lines of code{seen}", 0.6, facts,
+                           Basis.SIMPLICITY)
         conf = min(0.99, 0.6 + 0.1 * (gain / th - 1))
         return Opinion("rule", "keep", f"trusted val_bpb {trusted_bpb:.6f} beats best {best_bpb:.6f} by "
                        f"{gain:.6f}, beyond the noise band {th:.6f} ({band.k:g}x spread {band.spread:.6f}){seen}",
@@ -142,10 +146,12 @@ def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: Noi
             facts["serving_savings"] = serving
         if cheaper:
             return Opinion("rule", "keep", f"efficiency: {cheaper} at an equal result ({trusted_bpb:.6f} vs "
-                           f"best {best_bpb:.6f}, within the band {th:.6f}){seen}", 0.65, facts)
+                           f"best {best_bpb:.6f}, within the band {th:.6f}){seen}", 0.65, facts,
+                           Basis.EFFICIENCY)
         if net <= -DELETION_LINES:
             return Opinion("rule", "keep", f"simplicity: {-net} fewer lines of code with an equal result "
-                           f"({trusted_bpb:.6f} vs best {best_bpb:.6f}, within the band {th:.6f})", 0.7, facts)
+                           f"({trusted_bpb:.6f} vs best {best_bpb:.6f}, within the band {th:.6f})", 0.7, facts,
+                           Basis.SIMPLICITY)
         if gain > 0:
             return Opinion("rule", "contested", f"gain {gain:.6f} is inside the noise band {th:.6f}: "
                            f"{trusted_bpb:.6f} vs best {best_bpb:.6f}{seen}", 0.5, facts)

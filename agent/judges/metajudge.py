@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.judges.judge import BIG_DIFF_LINES, TINY_GAIN_BANDS, near_duplicates
+from harness.records import Basis
 
 # Decided experiments the audit looks back over.
 WINDOW = 20
@@ -39,7 +40,7 @@ MIN_PAIRED = 5
 # Near-identical proposals in the window that are flagged.
 REPEATS_FOR_FLAG = 3
 # Discard bases that are not about the metric (not contradictions).
-NON_METRIC_BASES = ("simplicity", "integrity", "crash", "guard")
+NON_METRIC_BASES = (Basis.SIMPLICITY, Basis.INTEGRITY, Basis.CRASH, Basis.GUARD)
 
 
 @dataclass

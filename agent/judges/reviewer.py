@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
+from harness.records import Basis, Decision  # noqa: F401  (re-exported: the loop's imports)
 from harness.runner import RunResult
 
 # train.py must keep these for the trusted re-evaluation and the knob tools (docs/contracts.md).
@@ -40,15 +41,6 @@ class GuardVerdict:
     ok: bool
     reason: str = ""
     details: dict = field(default_factory=dict)
-
-
-@dataclass
-class Decision:
-    status: str                      # keep | discard | crash
-    reason: str
-    trusted_bpb: float | None = None
-    verdicts: dict = field(default_factory=dict)
-    rerun: bool = False              # ask the loop to run the same commit again (e.g. a noisy call)
 
 
 @runtime_checkable
@@ -86,11 +78,11 @@ class SimpleReviewer:
 
     def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision:
         if run.crash_class is not None:
-            return Decision("crash", f"run crashed: {run.crash_class}")
+            return Decision("crash", f"run crashed: {run.crash_class}", basis=Basis.CRASH)
         bpb = run.summary["val_bpb"]
         best = ctx.best["val_bpb"] if ctx.best else None
         if best is None or not math.isfinite(best):
-            return Decision("keep", f"first result: val_bpb {bpb:.6f}")
+            return Decision("keep", f"first result: val_bpb {bpb:.6f}", basis=Basis.BASELINE)
         if bpb < best:
             return Decision("keep", f"val_bpb {bpb:.6f} beats best {best:.6f} by {best - bpb:.6f}")
         return Decision("discard", f"val_bpb {bpb:.6f} does not beat best {best:.6f}")
