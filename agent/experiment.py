@@ -16,6 +16,7 @@ from agent.proposing import call_proposer
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from agent.tracing import scrub
 from harness import gitops, knobs
+from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
 from harness.results import append_journal, append_result, write_json_atomic
 from harness.runner import PID_FILE, RunResult, run_train
 
@@ -88,7 +89,7 @@ def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
         if not guard.ok:
             loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
             return record(loop, a, old_source, None,
-                          Decision("discard", f"guard: {guard.reason}"), guard)
+                          Decision("discard", f"guard: {guard.reason}", basis=Basis.GUARD), guard)
     write_pending(loop, a)
 
     while True:
@@ -130,15 +131,15 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     if len(rounds) > MAX_REBASES:
         return Decision("discard", f"would have been kept, but the branch moved under each of its "
                         f"{MAX_REBASES} confirming runs; discarded (last: {decision.reason})",
-                        decision.trusted_bpb, decision.verdicts)
+                        decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
     merged = gitops.merge_file(tip_source, old_source, new_source)
     if merged is None:
         return Decision("discard", f"conflict: kept on its parent {str(a.parent)[:7]} ({decision.reason}), "
                         f"but its edit conflicts with what was kept since (tip {tip[:7]}); discarded",
-                        decision.trusted_bpb, decision.verdicts)
+                        decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
     if merged == tip_source:
         return Decision("discard", f"already on the branch: the keeps since {str(a.parent)[:7]} contain "
-                        f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts)
+                        f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
     _timed_git(a, gitops.update_ref, loop.repo, gitops.discarded_ref(loop.tag, a.n, attempt=f"r{len(rounds)}"),
                a.commit)
     _timed_git(a, gitops.reset_hard, loop.worktree, tip)
@@ -151,9 +152,9 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     guard = loop.reviewer.guard(ctx)
     if not guard.ok:
         return Decision("discard", f"guard (after rebasing onto {tip[:7]}): {guard.reason}",
-                        decision.trusted_bpb, decision.verdicts)
+                        decision.trusted_bpb, decision.verdicts, basis=Basis.GUARD)
     if not _commit(loop, a):
-        return Decision("discard", "the rebased edit changes nothing", decision.trusted_bpb, decision.verdicts)
+        return Decision("discard", "the rebased edit changes nothing", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
     write_pending(loop, a)
     loop.console.event(f"exp {a.n}: would be kept on {str(old_parent)[:7]}, but the branch moved to "
                        f"{tip[:7]}; rebased as {a.commit[:7]}, confirming it there")
@@ -313,33 +314,34 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         discarded = gitops.discarded_ref(loop.tag, a.n)
     verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
                 **decision.verdicts}
-    rec = {
-        "kind": "experiment", "n": a.n, "tag": loop.tag, "parent": a.parent, "commit": commit,
-        "short": commit[:7], "status": status, "description": a.proposal.description,
-        "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
-        "model": a.proposal.model, "diff": gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
-        "summary": summary or None, "trusted_bpb": decision.trusted_bpb,
-        "clock": run.extra.get("clock") if run else None, "sealed": sealed,
-        "verify_seconds": (decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
-        "crash_class": run.crash_class if run else None, "decision_reason": decision.reason,
-        "verdicts": verdicts,
-        "timings": {"proposal": a.info.get("seconds", 0.0), "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),
-                    "run": wall, "training": training, "eval": eval_s,
-                    "startup": max(0.0, wall - training - eval_s) if run else 0.0,
-                    "git": a.git_seconds},
-        "tokens": dict(a.proposal.tokens), "cost_usd": a.proposal.cost_usd + _verdict_cost(verdicts),
-        "log": _rel(loop, run.log_path) if run else None, "discarded_ref": discarded,
-        "started_at": a.started_at, "memory_gb": _num(summary.get("peak_vram_mb")) / 1024,
-        "config": knobs.values(new_source), "code": knobs.code_fingerprint(new_source),
-        "attempts": a.attempts, "notes": a.proposal.notes,
-    }
-    for key in ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                "resumed", "stale_parent", "screen", "screen_error", "rebases"):
+    judge = dict(verdicts.get("judge") or {})
+    if "basis" not in judge or decision.basis in (Basis.GUARD, Basis.CONFLICT):
+        # the basis the decision rests on, where the readers look for it (ExperimentRecord.basis)
+        verdicts["judge"] = dict(judge, basis=decision.basis.value)
+    rec = ExperimentRecord(
+        kind="experiment", n=a.n, tag=loop.tag, parent=a.parent, commit=commit, short=commit[:7], status=status, description=a.proposal.description,
+        hypothesis=a.proposal.hypothesis, proposer=a.proposal.proposer,
+        model=a.proposal.model, diff=gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
+        summary=summary or None, trusted_bpb=decision.trusted_bpb,
+        clock=run.extra.get("clock") if run else None, sealed=sealed,
+        verify_seconds=(decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
+        crash_class=run.crash_class if run else None, decision_reason=decision.reason,
+        verdicts=verdicts,
+        timings={"proposal": a.info.get("seconds", 0.0),
+                 "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),
+                 "run": wall, "training": training, "eval": eval_s,
+                 "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
+        tokens=dict(a.proposal.tokens), cost_usd=a.proposal.cost_usd + _verdict_cost(verdicts),
+        log=_rel(loop, run.log_path) if run else None, discarded_ref=discarded,
+        started_at=a.started_at, memory_gb=_num(summary.get("peak_vram_mb")) / 1024,
+        config=knobs.values(new_source), code=knobs.code_fingerprint(new_source),
+        attempts=a.attempts, notes=a.proposal.notes)
+    for key in OPTIONAL_KEYS:
         if key in a.info:
-            rec[key] = a.info[key]
-    if getattr(loop, "wid", None) is not None:   # --workers N: which worker carried it
-        rec["worker"] = loop.wid
-    rec["ended_at"] = time.time()
+            setattr(rec, key, a.info[key])
+    rec.worker = getattr(loop, "wid", None)   # --workers N: which worker carried it
+    rec.ended_at = time.time()
+    rec = rec.to_dict()
     total = time.monotonic() - a.t0
     rec["timings"].update(total=total, overhead=total - training)
     rec = scrub(rec)

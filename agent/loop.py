@@ -39,6 +39,7 @@ from agent.sealing import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops, knobs
 from harness.appendlog import is_out_of_space
+from harness.records import RunState
 from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
 
@@ -349,14 +350,13 @@ class Loop:
         self._last_state = time.time()
         decided = len(self.history)
         keeps = sum(1 for r in self.history if r.get("status") == "keep")
-        state = dict(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
-                     run_started_at=self.run_started_at, budget=self.budget, best=self.best,
-                     last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
-                     tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
-                     phase_started_at=self.phase_started_at,
-                     workers=[w.state() for w in getattr(self, "workers", [])])
-        state["log"], state["progress"] = run_progress(self.run_dir, self.phase, self.run_started_at,
-                                                       self.experiment)
+        log, progress = run_progress(self.run_dir, self.phase, self.run_started_at, self.experiment)
+        state = RunState(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
+                         run_started_at=self.run_started_at, budget=self.budget, best=self.best,
+                         last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
+                         tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
+                         phase_started_at=self.phase_started_at, log=log, progress=progress,
+                         workers=[w.state() for w in getattr(self, "workers", [])]).to_dict()
         with self.coord.lock, contextlib.suppress(OSError):
             write_state(self.state_path, **state)
         self.console.update(state)

@@ -27,6 +27,7 @@ from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
 from harness import gitops
+from harness.records import WorkerState
 from harness.results import append_journal, read_json
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
@@ -118,12 +119,12 @@ class Worker:
     def startup_reference(self):
         return self.loop.startup_reference()
 
-    def state(self) -> dict:
+    def state(self) -> WorkerState:
         entry = self.coord.in_flight.get(self.experiment) or {}
-        return {"worker": self.wid, "n": self.experiment, "phase": self.phase, "gpu": self.gpu,
-                "phase_started_at": self.phase_started_at, "run_started_at": self.run_started_at,
-                "commit": entry.get("commit"), "parent": entry.get("parent"),
-                "description": entry.get("description"), "done": self.done}
+        return WorkerState(worker=self.wid, n=self.experiment, phase=self.phase, gpu=self.gpu,
+                           phase_started_at=self.phase_started_at, run_started_at=self.run_started_at,
+                           commit=entry.get("commit"), parent=entry.get("parent"),
+                           description=entry.get("description") or "", done=self.done)
 
     # ---- the worker's own loop -------------------------------------------------------------
     def next_attempt(self, n: int, parent: str) -> Attempt:

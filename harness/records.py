@@ -171,6 +171,7 @@ class Basis(str, Enum):
     INTEGRITY = "integrity"      # the trusted evaluation failed or the run broke the rules
     CRASH = "crash"              # the run crashed
     GUARD = "guard"              # rejected before running
+    CONFLICT = "conflict"        # --workers: a late keep that cannot be stacked on the moved tip
 
     @classmethod
     def parse(cls, value) -> "Basis | None":
@@ -252,6 +253,8 @@ class ExperimentRecord:
     screen: dict | None = None
     screen_error: str | None = None
     recovered: bool | None = None
+    rebases: list | None = None          # --workers: the runs on parents the branch moved past
+    worker: int | None = None            # --workers: which worker carried it
     ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
     _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
@@ -344,7 +347,7 @@ class ExperimentRecord:
 # record()'s keys in order (optional ones before ended_at, as the loop writes them).
 RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                 "resumed", "stale_parent", "screen", "screen_error", "recovered")
+                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "worker")
 _DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
              for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
 
@@ -380,6 +383,8 @@ class WorkerState:
     commit: str | None = None
     parent: str | None = None
     description: str = ""
+    gpu: str | None = None               # its CUDA_VISIBLE_DEVICES, None on CPU
+    done: int = 0                        # experiments it has recorded in this session
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in WORKER_KEYS}
@@ -391,7 +396,8 @@ class WorkerState:
         return cls(worker=d["worker"], n=_int(d.get("n")), phase=_str(d.get("phase")),
                    phase_started_at=fnum(d.get("phase_started_at")), run_started_at=fnum(d.get("run_started_at")),
                    commit=_str(d.get("commit")), parent=_str(d.get("parent")),
-                   description=_str(d.get("description")) or "")
+                   description=_str(d.get("description")) or "", gpu=_str(d.get("gpu")),
+                   done=_int(d.get("done")) or 0)
 
     def elapsed(self, now: float) -> float | None:
         """Seconds in the current run (training) or phase."""
