@@ -153,7 +153,7 @@ def read_note(repo: Path, commit: str) -> str | None:
 # The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
-             "queue.sqlite*", "optuna.sqlite*", "pending.json", "child.pid", "verify.pid", "loop.lock",
+             "queue.sqlite*", "optuna.sqlite*", "pending.json", "child*.pid", "verify*.pid", "loop.lock",
              "*.torn-*", "*.json.*.tmp", "results.tsv.*.tmp", "run.log",
              "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
              "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run

@@ -135,7 +135,7 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
               env: dict | None = None, log_name: str | None = None, on_tick=None,
               script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
               sealed: bool = False, data_mode: str = "train", startup_reference: float | None = None,
-              clean: bool = False) -> RunResult:
+              clean: bool = False, pid_name: str = PID_FILE) -> RunResult:
     """Run `sys.executable train.py` in `worktree`; return what happened (never raises on crash).
 
     sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode`; the only
@@ -144,6 +144,8 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     the harness clock (harness/clock.py) times the training and ends a run far past its budget.
     clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree);
     the loop asks for it (a tag's worktree is the harness's own), nothing else does by default.
+    pid_name: the pid file's name in run_dir (child-K.pid for executor slot K, so runs in flight
+    side by side each leave their own record for kill_leftover).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
@@ -183,7 +185,7 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
-        pid_file = run_dir / PID_FILE
+        pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(worktree),
                                         "started_at": started}))
         try:
@@ -287,8 +289,18 @@ def _members(pgid: int) -> list[int]:
 def kill_leftover(run_dir: Path) -> str | None:
     """Kill the process groups left by a loop that died without cleaning up (kill -9, reboot):
     the training run's (child.pid) and the trusted evaluation's (verify.pid); returns what was done."""
-    notes = [n for n in (_kill_recorded(Path(run_dir) / name) for name in (PID_FILE, "verify.pid")) if n]
+    notes = [n for n in (_kill_recorded(p) for p in _pid_files(Path(run_dir))) if n]
     return "; ".join(notes) or None
+
+
+def _pid_files(run_dir: Path) -> list[Path]:
+    """child.pid / child-K.pid (executor slots) in the run folder, verify*.pid there and in its
+    .verify/ folder (where the trusted evaluation records its group)."""
+    found = []
+    for folder in (run_dir, run_dir / ".verify"):
+        if folder.is_dir():
+            found += sorted(folder.glob("child*.pid")) + sorted(folder.glob("verify*.pid"))
+    return found
 
 
 def _kill_recorded(pid_file: Path) -> str | None:

@@ -1,0 +1,217 @@
+"""Executors (harness/executors/): jobs run side by side, per-slot GPUs, nothing left behind on
+cancel, Ray tasks run from materialised files and send their log back, and a real tiny train.py
+job comes back with a trusted val_bpb. Ray tests share one small local runtime (start-up ~10 s)."""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import pinned, runner
+from harness.executors import CANCELLED, EvalSpec, LocalExecutor, TrainJob, wait
+from harness.sandbox import DataView
+from harness.verify import batch_size_for
+from tests.loop_fixtures import REPO, pid_alive
+
+# A stand-in train.py: prints when it ran, where, on which GPU; saves a "model"; or hangs with a
+# helper child (STANDIN_HANG), recording both pids, so a cancel can be checked.
+STANDIN = '''
+import os, subprocess, sys, time
+print("start", repr(time.time()), flush=True)
+print("cwd", os.getcwd(), flush=True)
+print("gpu", os.environ.get("CUDA_VISIBLE_DEVICES", "-"), flush=True)
+pids = os.environ.get("STANDIN_PIDS")
+if pids:
+    child = subprocess.Popen(["sleep", "300"])
+    with open(pids + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    os.replace(pids + ".tmp", pids)
+    time.sleep(300)
+time.sleep(float(os.environ.get("STANDIN_SLEEP", "1.5")))
+with open(os.environ["AUTORESEARCH_ARTIFACT"], "wb") as f:
+    f.write(b"stand-in model")
+print("step 00001 | loss 1.0 | trained 1.0s")
+print("end", repr(time.time()), flush=True)
+print("---")
+print(f"{'val_bpb:':<18}{float(os.environ.get('STANDIN_BPB', '1.25')):.6f}")
+print(f"{'training_seconds:':<18}1.0")
+'''
+# Seconds allowed for cancelled processes to disappear (SIGTERM grace is 5 s).
+GONE_S = 15.0
+
+
+def job(tmp_path, n, **env) -> TrainJob:
+    return TrainJob(n=n, files={"train.py": STANDIN, "prepare.py": "# stand-in\n"}, budget=5,
+                    run_dir=str(tmp_path / "run"), timeout=120, env={k: str(v) for k, v in env.items()},
+                    meta={"mine": n})
+
+
+def field(res, name: str) -> str:
+    return next(line.split(" ", 1)[1] for line in res.log_text.splitlines() if line.startswith(name + " "))
+
+
+def span(res) -> tuple[float, float]:
+    return float(field(res, "start")), float(field(res, "end"))
+
+
+def overlap(a, b) -> bool:
+    (s1, e1), (s2, e2) = span(a), span(b)
+    return s1 < e2 and s2 < e1
+
+
+def wait_pids(path: Path, timeout: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, "the stand-in never started"
+        time.sleep(0.1)
+    return [int(x) for x in path.read_text().split()]
+
+
+def all_gone(pids: list[int], timeout: float = GONE_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+# ---- LocalExecutor -------------------------------------------------------------------------------
+def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
+    with LocalExecutor(2, gpus=["0", "1"], root=tmp_path / "slots") as ex:
+        ids = [ex.submit(job(tmp_path, n)) for n in (1, 2, 3)]
+        assert ex.free_slots() == -1          # two running, one waiting
+        res = wait(ex, ids, timeout=120)
+    a, b, c = (res[i] for i in ids)
+    assert all(r.ok for r in (a, b, c)), [r.log_tail for r in (a, b, c)]
+    assert a.summary["val_bpb"] == 1.25 and a.meta == {"mine": 1}
+    assert overlap(a, b), (span(a), span(b))
+    assert not overlap(a, c) or not overlap(b, c)       # the third waited for a free slot
+    assert {field(a, "gpu"), field(b, "gpu")} == {"0", "1"}
+    assert field(c, "gpu") == c.extra["gpu"] and c.extra["gpu"] in ("0", "1")
+    for r in (a, b, c):   # the run happened in a slot folder, not the repo; log and model are in the run folder
+        assert Path(field(r, "cwd")).parent == tmp_path / "slots"
+        assert Path(r.log_path) == tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
+        assert Path(r.log_path).read_text().startswith(r.log_text.split("\n[runner]")[0][:40])
+        assert Path(r.artifact).read_bytes() == b"stand-in model"
+        assert r.extra["clock"]["steps_seen"] == 1
+    assert not list((tmp_path / "run").glob("child*.pid"))
+
+
+def test_local_cancel_ends_the_whole_process_group(tmp_path):
+    pids_file = tmp_path / "pids"
+    with LocalExecutor(1, root=tmp_path / "slots") as ex:
+        jid = ex.submit(job(tmp_path, 7, STANDIN_PIDS=pids_file))
+        queued = ex.submit(job(tmp_path, 8))
+        pids = wait_pids(pids_file)
+        assert all(pid_alive(p) for p in pids)
+        assert (tmp_path / "run" / "child-0.pid").exists()      # kill -9 recovery record of slot 0
+        ex.cancel(queued)
+        assert ex.poll(queued).crash_class == CANCELLED
+        t0 = time.monotonic()
+        ex.cancel(jid)
+        res = ex.poll(jid)
+        assert time.monotonic() - t0 < 10
+    assert res is not None and res.cancelled and "cancelled" in res.log_tail
+    assert all_gone(pids), "a process of the cancelled run is still alive"
+    assert not (tmp_path / "run" / "child-0.pid").exists()
+
+
+def test_kill_leftover_finds_every_slots_pid_files(tmp_path):
+    """A loop killed with -9 leaves one record per slot (and the evaluation's in .verify/)."""
+    import subprocess
+    run_dir = tmp_path / "run"
+    (run_dir / ".verify").mkdir(parents=True)
+    procs = []
+    for name in ("child-1.pid", ".verify/verify-0.pid"):
+        p = subprocess.Popen(["sleep", "300"], cwd=run_dir, start_new_session=True)
+        procs.append(p)
+        (run_dir / name).write_text(json.dumps({"pgid": p.pid, "n": 1, "cwd": str(run_dir)}))
+    note = runner.kill_leftover(run_dir)
+    for p in procs:
+        p.wait(10)
+    assert note and note.count("killed leftover") == 2
+    assert not (run_dir / "child-1.pid").exists() and not (run_dir / ".verify" / "verify-0.pid").exists()
+
+
+# ---- RayExecutor -------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ray_runtime():
+    from harness.executors.ray_exec import start_ray
+    ray = pytest.importorskip("ray")
+    started = start_ray(num_cpus=2)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
+    from harness.executors.ray_exec import RayExecutor
+    ex = RayExecutor(slots=2)
+    try:
+        ids = [ex.submit(job(tmp_path, n, STANDIN_BPB=1.0 + n / 10)) for n in (1, 2)]
+        res = wait(ex, ids, timeout=180)
+    finally:
+        ex.close()
+    a, b = (res[i] for i in ids)
+    assert a.ok and b.ok, (a.log_text, b.log_text)
+    assert (a.summary["val_bpb"], b.summary["val_bpb"]) == (1.1, 1.2)
+    assert overlap(a, b), (span(a), span(b))
+    for r in (a, b):
+        cwd = Path(field(r, "cwd"))
+        assert cwd.name == "src" and cwd.parent.name.startswith("autoresearch-job-")
+        assert REPO not in cwd.parents and tmp_path not in cwd.parents
+        assert not cwd.parent.exists()                       # the node's folder is gone
+        local = tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
+        assert Path(r.log_path) == local and local.read_text() == r.log_text and "val_bpb" in r.log_text
+        assert Path(r.artifact).read_bytes() == b"stand-in model"   # fetched back from the node
+        assert r.extra["node_ip"] and r.meta == {"mine": r.n}
+
+
+def test_ray_cancel_leaves_no_process(ray_runtime, tmp_path):
+    from harness.executors.ray_exec import RayExecutor
+    pids_file = tmp_path / "pids"
+    ex = RayExecutor(slots=1)
+    try:
+        jid = ex.submit(job(tmp_path, 5, STANDIN_PIDS=pids_file))
+        pids = wait_pids(pids_file, timeout=120)
+        assert all(pid_alive(p) for p in pids) and ex.poll(jid) is None
+        ex.cancel(jid)
+        assert ex.poll(jid).cancelled
+        assert all_gone(pids), "the training group outlived its cancelled Ray task"
+        cwd = Path(f"/proc/{pids[0]}/cwd")
+        assert not cwd.exists()
+        # the executor stays usable after a cancel
+        again = ex.submit(job(tmp_path, 6, STANDIN_SLEEP=0.1))
+        assert wait(ex, [again], timeout=120)[again].ok
+    finally:
+        ex.close()
+
+
+# ---- a real run with the trusted evaluation ------------------------------------------------------
+def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
+    """One sealed tiny run of the real train.py (2 steps) and the trusted evaluation on its model,
+    the pinned inputs checked first: what the loop's run + judge do, as one job."""
+    import prepare
+    from harness import knobs
+    train = knobs.set_knobs((REPO / "train.py").read_text(), {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
+                                                               "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
+    prep = (REPO / "prepare.py").read_text()
+    run_dir = tmp_path / "run"
+    view = DataView.from_describe(prepare.describe())
+    eval_cache, inputs = pinned.pin(run_dir, view)
+    spec = EvalSpec(prepare_source=prep, batch_size=batch_size_for(train, "tiny"), inputs=inputs,
+                    eval_cache=str(eval_cache), data_cache=str(view.cache))
+    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep}, budget=2, run_dir=str(run_dir),
+                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", evaluation=spec,
+                  data={k: str(v) if v else None for k, v in vars(view).items()})
+    with LocalExecutor(1, root=tmp_path / "slots") as ex:
+        jid = ex.submit(tj)
+        res = wait(ex, [jid], timeout=600)[jid]
+    assert res.ok, res.log_tail
+    v = res.verify_result()
+    assert v is not None and v.ok, res.verify
+    assert 0 < v.trusted_bpb < 20 and v.printed_bpb is None      # sealed: the evaluation is the figure
+    assert res.summary["num_steps"] == 2 and res.run_result().extra["sealed"]
+    assert not list((run_dir / ".verify").glob("verify*.pid"))
