@@ -10,7 +10,7 @@ import pytest
 
 from harness import pinned, runner
 from harness.executors import CANCELLED, EvalSpec, LocalExecutor, TrainJob, wait
-from harness.sandbox import DataView
+from harness.sandbox import DataView, detect
 from harness.verify import batch_size_for
 from tests.loop_fixtures import REPO, pid_alive
 
@@ -203,8 +203,9 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     eval_cache, inputs = pinned.pin(run_dir, view)
     spec = EvalSpec(prepare_source=prep, batch_size=batch_size_for(train, "tiny"), inputs=inputs,
                     eval_cache=str(eval_cache), data_cache=str(view.cache))
+    box = detect("auto").kind          # sealed in bubblewrap where this machine can (as the loop does)
     tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep}, budget=2, run_dir=str(run_dir),
-                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", evaluation=spec,
+                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, sandbox=box, data_mode="train", evaluation=spec,
                   data={k: str(v) if v else None for k, v in vars(view).items()})
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
@@ -214,4 +215,5 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     assert v is not None and v.ok, res.verify
     assert 0 < v.trusted_bpb < 20 and v.printed_bpb is None      # sealed: the evaluation is the figure
     assert res.summary["num_steps"] == 2 and res.run_result().extra["sealed"]
+    assert res.extra["sandbox"] == box
     assert not list((run_dir / ".verify").glob("verify*.pid"))
