@@ -217,3 +217,59 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     assert res.summary["num_steps"] == 2 and res.run_result().extra["sealed"]
     assert res.extra["sandbox"] == box
     assert not list((run_dir / ".verify").glob("verify*.pid"))
+
+
+# ---- Hyperband on executors ----------------------------------------------------------------------
+# A candidate that honours the step contract: its state file holds "<candidate>@<stable steps>",
+# a resumed run checks it got its own state; val_bpb = Q + 1/steps (Q: the candidate's quality).
+SWEEP_STANDIN = '''
+import os
+Q = {q}
+steps, decay = int(os.environ["AUTORESEARCH_STEPS"]), int(os.environ.get("AUTORESEARCH_DECAY_STEPS") or 0)
+resume, save = os.environ.get("AUTORESEARCH_RESUME_STATE"), os.environ.get("AUTORESEARCH_SAVE_STATE")
+if resume:
+    assert open(resume).read().startswith("{cid}@"), "resumed someone else's state"
+    print("resumed", open(resume).read())
+if save:
+    with open(save, "w") as f:
+        f.write("{cid}@" + str(steps - decay))
+print("---")
+print(f"{{'val_bpb:':<18}}{{Q + 1.0 / (steps - decay):.6f}}")
+'''
+
+
+def _sweep(ex, tmp_path):
+    from harness.search.executor_pool import ExecutorPool
+    from harness.search.hyperband import Candidate, hyperband_brackets, run_schedule
+    qs = [0.9, 0.1, 0.5, 0.3, 0.8, 0.2, 0.7, 0.6, 0.4]    # c1 best, then c5, c3
+    cands = []
+    for i, q in enumerate(qs):
+        src = tmp_path / f"c{i}.py"
+        src.write_text(SWEEP_STANDIN.format(q=q, cid=f"c{i}"))
+        cands.append(Candidate(f"c{i}", {"q": q}, src))
+    with ExecutorPool(ex, prepare_source="# stand-in\n", run_dir=tmp_path / "sweep", threads=1) as pool:
+        recs = run_schedule(pool, [hyperband_brackets(9, 1, 3)[0]], lambda i, b: cands, decay_steps=1,
+                            ckpt_dir=tmp_path / "ck")
+    assert all(r["val_bpb"] is not None for r in recs), [r["error"] for r in recs]
+    assert sorted(r["cand"] for r in recs if r["rung"] == 1) == ["c1", "c3", "c5"]
+    final = [r for r in recs if r["rung"] == 2]
+    assert [r["cand"] for r in final] == ["c1"] and final[0]["val_bpb"] == pytest.approx(0.1 + 1 / 9)
+    promoted = (tmp_path / "sweep" / "logs" / f"{final[0]['task']}.log").read_text()
+    assert "resumed c1@3" in promoted                       # its state came back and went out again
+    assert not any((tmp_path / "ck").glob("*.pt")) and not list((tmp_path / "sweep" / "artifacts").iterdir())
+    return recs
+
+
+def test_hyperband_runs_on_the_local_executor(tmp_path):
+    with LocalExecutor(2, root=tmp_path / "slots") as ex:
+        recs = _sweep(ex, tmp_path)
+    assert len(recs) == 9 + 3 + 1
+
+
+def test_hyperband_runs_on_ray(ray_runtime, tmp_path):
+    from harness.executors.ray_exec import RayExecutor
+    ex = RayExecutor(slots=2)
+    try:
+        _sweep(ex, tmp_path)
+    finally:
+        ex.close()
