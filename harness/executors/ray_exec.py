@@ -41,6 +41,7 @@ CANCEL_WAIT_S = 30.0
 # ray.init options that keep a local runtime quiet and small.
 QUIET = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
 HARNESS_DIR = Path(__file__).resolve().parent.parent
+WATCHDOG = Path(__file__).resolve().with_name("watchdog.py")
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
@@ -70,7 +71,8 @@ def _node_task(job: TrainJob):
     run_dir.mkdir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HARNESS_DIR.parent), env.get("PYTHONPATH")) if p)
-    dog = subprocess.Popen([sys.executable, "-m", "harness.executors.watchdog", str(run_dir), str(root)],
+    # started by path, not -m: nothing of the package is imported unless the watchdog must act
+    dog = subprocess.Popen([sys.executable, str(WATCHDOG), str(run_dir), str(root)],
                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env=env, start_new_session=True)
     dog.wait()          # it forked its watching half away and exited (see watchdog.py)

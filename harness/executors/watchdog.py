@@ -8,7 +8,7 @@ Ray kills a dying worker's direct children (which ends the training's leader, no
 on end-of-file without it, the watchdog kills the groups recorded in the job's run folder
 (child-K.pid, .verify/verify-K.pid: harness.runner.kill_leftover) and removes the job's folder.
 
-    python -m harness.executors.watchdog RUN_DIR JOB_ROOT
+    python harness/executors/watchdog.py RUN_DIR JOB_ROOT   (harness importable via PYTHONPATH)
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.executors.base import TrainJob
@@ -113,3 +114,42 @@ class ExecutorPool:
 
     def __exit__(self, *exc):
         self.close()
+
+
+@contextmanager
+def open_executor_pool(kind: str, workers: int, *, prepare_source: str, run_dir: Path,
+                       ray_address: str | None = None, gpus_per_task: float = 0, threads: int | None = None,
+                       env: dict | None = None):
+    """An ExecutorPool on a new executor of `kind` ("local" or "ray") with `workers` slots; the
+    executor is closed (its jobs cancelled, a Ray runtime it started shut down) on the way out."""
+    from harness.executors import make_executor
+    gpus = None
+    if kind == "local" and gpus_per_task:
+        gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g] or \
+            [str(i) for i in range(_gpu_count())]
+    ex = make_executor(kind, workers, gpus=gpus, ray_address=ray_address, num_gpus_per_job=gpus_per_task,
+                       num_cpus_per_job=threads or 1)
+    try:
+        with ExecutorPool(ex, prepare_source=prepare_source, run_dir=run_dir, threads=threads, env=env) as pool:
+            yield pool
+    finally:
+        ex.close()
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def add_executor_args(ap) -> None:
+    """--executor / --ray-address / --gpus-per-task, shared by the sweep and throughput CLIs."""
+    ap.add_argument("--executor", choices=["pool", "local", "ray"], default="pool",
+                    help="where tasks run: the local process pool (default: long-lived workers), or the "
+                         "loop's executors (harness/executors/): local subprocess slots or Ray tasks")
+    ap.add_argument("--ray-address", default=None,
+                    help="with --executor ray: join this Ray cluster (default: start a local runtime)")
+    ap.add_argument("--gpus-per-task", type=float, default=0,
+                    help="with --executor local|ray: GPUs per task (local: one GPU per slot, round-robin)")
