@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import pinned, runner
-from harness.executors import CANCELLED, EvalSpec, LocalExecutor, TrainJob, wait
+from harness.executors import CANCELLED, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
 from harness.sandbox import DataView, detect
 from harness.verify import batch_size_for
 from tests.loop_fixtures import REPO, pid_alive
@@ -200,13 +200,13 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     prep = (REPO / "prepare.py").read_text()
     run_dir = tmp_path / "run"
     view = DataView.from_describe(prepare.describe())
-    eval_cache, inputs = pinned.pin(run_dir, view)
-    spec = EvalSpec(prepare_source=prep, batch_size=batch_size_for(train, "tiny"), inputs=inputs,
-                    eval_cache=str(eval_cache), data_cache=str(view.cache))
-    box = detect("auto").kind          # sealed in bubblewrap where this machine can (as the loop does)
+    eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/sealing.make_seal does for a tag
+    seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
+    box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
     tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep}, budget=2, run_dir=str(run_dir),
-                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, sandbox=box, data_mode="train", evaluation=spec,
-                  data={k: str(v) if v else None for k, v in vars(view).items()})
+                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", **seal_fields(seal),
+                  evaluation=eval_spec(seal, prepare_source=prep, train_source=train, profile="tiny"))
+    assert tj.evaluation.inputs == inputs and tj.evaluation.batch_size == batch_size_for(train, "tiny")
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=600)[jid]
@@ -273,3 +273,46 @@ def test_hyperband_runs_on_ray(ray_runtime, tmp_path):
         _sweep(ex, tmp_path)
     finally:
         ex.close()
+
+
+# ---- the pinned inputs, checked where the evaluation runs -----------------------------------------
+def _inputs(tmp_path):
+    shared = tmp_path / "shared"
+    (shared / "data").mkdir(parents=True)
+    (shared / "data" / "val.parquet").write_bytes(b"validation tokens")
+    return shared, {"data/val.parquet": pinned.sha256(shared / "data" / "val.parquet")}
+
+
+def test_tampered_pinned_inputs_fail_the_evaluation_and_are_restored(tmp_path):
+    from harness.executors import EvalSpec
+    shared, inputs = _inputs(tmp_path)
+    run_dir = tmp_path / "run"
+    pinned._copy(shared, run_dir / ".sealed" / "cache", inputs)
+    target = run_dir / ".sealed" / "cache" / "data" / "val.parquet"
+    target.chmod(0o644)
+    target.write_bytes(b"forged")
+    tj = job(tmp_path, 1, STANDIN_SLEEP=0.1)
+    tj.evaluation = EvalSpec(prepare_source="", inputs=inputs, eval_cache=str(target.parents[1]),
+                             data_cache=str(shared))
+    with LocalExecutor(1, root=tmp_path / "slots") as ex:
+        jid = ex.submit(tj)
+        res = wait(ex, [jid], timeout=120)[jid]
+    assert res.ok and res.verify is not None and not res.verify["ok"]
+    assert "the evaluation inputs changed (data/val.parquet changed)" in res.verify["reason"]
+    assert res.verify["printed_bpb"] == 1.25 and res.verify["details"]["repaired"]
+    assert target.read_bytes() == b"validation tokens"          # restored for the next experiment
+
+
+def test_a_node_without_the_pinned_copy_pins_its_own_after_checking(tmp_path, monkeypatch):
+    from harness.executors import EvalSpec, node
+    monkeypatch.setattr(node, "NODE_PIN_ROOT", tmp_path / "node-pins")
+    shared, inputs = _inputs(tmp_path)
+    spec = EvalSpec(prepare_source="", inputs=inputs, eval_cache=str(tmp_path / "not-on-this-node"),
+                    data_cache=str(shared))
+    cache, problem = node._eval_cache(spec, None)
+    assert problem is None and (cache / "data" / "val.parquet").read_bytes() == b"validation tokens"
+    assert (tmp_path / "node-pins") in cache.parents
+    (shared / "data" / "val.parquet").write_bytes(b"other data on this node")
+    spec.inputs = {"data/val.parquet": "0" * 64}
+    cache, problem = node._eval_cache(spec, None)
+    assert cache is None and not problem.ok and "not what the tag was measured on" in problem.reason

@@ -9,7 +9,7 @@
 RayExecutor lives in harness.executors.ray_exec (imported on demand: Ray takes a second to import).
 """
 from harness.executors.base import (CANCELLED, NODE_ERROR, RUN_SOURCES, EvalSpec, Executor, JobResult,
-                                    TrainJob, sources_at, wait)
+                                    TrainJob, eval_spec, seal_fields, sources_at, wait)
 from harness.executors.local import LocalExecutor
 
 
@@ -26,4 +26,4 @@ def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_a
 
 
 __all__ = ["CANCELLED", "NODE_ERROR", "RUN_SOURCES", "EvalSpec", "Executor", "JobResult", "TrainJob",
-           "LocalExecutor", "make_executor", "sources_at", "wait"]
+           "LocalExecutor", "eval_spec", "make_executor", "seal_fields", "sources_at", "wait"]

@@ -165,3 +165,24 @@ def sources_at(repo: Path, commit: str, names=RUN_SOURCES) -> dict[str, str]:
     """The files of `commit` a run needs, read from git (byte-exact)."""
     from harness import gitops
     return {name: gitops.show_file(Path(repo), commit, name) for name in names}
+
+
+def seal_fields(seal) -> dict:
+    """TrainJob keywords from a harness.pinned.Seal (the loop's sandbox and data view):
+    TrainJob(..., **seal_fields(loop.seal))."""
+    if seal is None:
+        return {"sandbox": "none", "data": None}
+    data = {k: str(v) if v is not None else None for k, v in vars(seal.data).items()} if seal.data else None
+    return {"sandbox": seal.sandbox.kind, "data": data}
+
+
+def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
+              timeout_s: float | None = None) -> EvalSpec:
+    """The EvalSpec agent/judges/hierarchy.py's _verify amounts to: the trusted prepare.py, the
+    run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
+    from harness.verify import batch_size_for
+    return EvalSpec(prepare_source=prepare_source, batch_size=batch_size_for(train_source, profile),
+                    inputs=dict(seal.inputs) if seal is not None else {},
+                    eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
+                    data_cache=str(seal.data.cache) if seal is not None and seal.data else None,
+                    timeout_s=timeout_s, train_source=train_source)
