@@ -77,7 +77,7 @@ def main(argv=None) -> int:
             for n in slots:
                 ex = make(kind, n, root)
                 try:
-                    run_round(ex, 1, 0.1, root / f"warm-{kind}-{n}")     # Ray: workers up, imports done
+                    run_round(ex, n, 0.1, root / f"warm-{kind}-{n}")     # Ray: N workers up, imports done
                     wall, ok = run_round(ex, n * args.rounds, args.budget, root / f"{kind}-{n}")
                 finally:
                     ex.close()
