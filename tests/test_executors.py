@@ -2,7 +2,6 @@
 cancel, Ray tasks run from materialised files and send their log back, and a real tiny train.py
 job comes back with a trusted val_bpb. Ray tests share one small local runtime (start-up ~10 s)."""
 import json
-import os
 import time
 from pathlib import Path
 
