@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import pinned, runner
-from harness.executors import CANCELLED, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
+from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
 from harness.sandbox import DataView, detect
 from harness.verify import batch_size_for
 from tests.loop_fixtures import REPO, pid_alive
@@ -79,6 +79,7 @@ def all_gone(pids: list[int], timeout: float = GONE_S) -> bool:
 # ---- LocalExecutor -------------------------------------------------------------------------------
 def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
     with LocalExecutor(2, gpus=["0", "1"], root=tmp_path / "slots") as ex:
+        assert isinstance(ex, Executor) and ex.slots == 2
         ids = [ex.submit(job(tmp_path, n)) for n in (1, 2, 3)]
         assert ex.free_slots() == -1          # two running, one waiting
         res = wait(ex, ids, timeout=120)
@@ -148,6 +149,7 @@ def ray_runtime():
 def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
     from harness.executors.ray_exec import RayExecutor
     ex = RayExecutor(slots=2)
+    assert isinstance(ex, Executor)
     try:
         ids = [ex.submit(job(tmp_path, n, STANDIN_BPB=1.0 + n / 10)) for n in (1, 2)]
         res = wait(ex, ids, timeout=180)
