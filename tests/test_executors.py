@@ -1,13 +1,14 @@
 """Executors (harness/executors/): jobs run side by side, per-slot GPUs, nothing left behind on
 cancel, Ray tasks run from materialised files and send their log back, and a real tiny train.py
 job comes back with a trusted val_bpb. Ray tests share one small local runtime (start-up ~10 s)."""
+import fnmatch
 import json
 import time
 from pathlib import Path
 
 import pytest
 
-from harness import pinned, runner
+from harness import gitops, pinned, runner
 from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
 from harness.sandbox import DataView, detect
 from harness.verify import batch_size_for
@@ -133,6 +134,8 @@ def test_kill_leftover_finds_every_slots_pid_files(tmp_path):
         p.wait(10)
     assert note and note.count("killed leftover") == 2
     assert not (run_dir / "child-1.pid").exists() and not (run_dir / ".verify" / "verify-0.pid").exists()
+    # and git never shows a slot's pid file as a change of the worktree
+    assert all(any(fnmatch.fnmatch(name, pat) for pat in gitops.RUN_FILES) for name in ("child-3.pid", "verify-2.pid"))
 
 
 # ---- RayExecutor -------------------------------------------------------------------------------
