@@ -119,6 +119,25 @@ def test_local_cancel_ends_the_whole_process_group(tmp_path):
     assert not (tmp_path / "run" / "child-0.pid").exists()
 
 
+def test_local_cancel_during_the_trusted_evaluation(tmp_path):
+    """A cancel that comes while the evaluation's worker runs ends that worker's group too."""
+    from harness.executors import EvalSpec
+    tj = job(tmp_path, 4, STANDIN_SLEEP=0.1)
+    tj.evaluation = EvalSpec(prepare_source="")          # the worker starts (imports torch), then fails
+    pid_file = tmp_path / "run" / ".verify" / "verify-0.pid"
+    with LocalExecutor(1, root=tmp_path / "slots") as ex:
+        jid = ex.submit(tj)
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert ex.poll(jid) is None and time.monotonic() < deadline, "the evaluation never started"
+            time.sleep(0.02)
+        pgid = json.loads(pid_file.read_text())["pgid"]
+        ex.cancel(jid)
+        res = ex.poll(jid)
+    assert res.cancelled and res.verify is None
+    assert all_gone([pgid]) and not pid_file.exists()
+
+
 def test_kill_leftover_finds_every_slots_pid_files(tmp_path):
     """A loop killed with -9 leaves one record per slot (and the evaluation's in .verify/)."""
     import subprocess

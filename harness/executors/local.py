@@ -92,9 +92,10 @@ class LocalExecutor:
                 self._queue.remove(job_id)
                 e.result = _cancelled(e.job, "cancelled before it started")
                 return
-        self._kill_evaluation(e)
-        if e.thread is not None:
-            e.thread.join(JOIN_TIMEOUT_S)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while e.thread is not None and e.thread.is_alive() and time.monotonic() < deadline:
+            self._kill_evaluation(e)      # again each time: an evaluation may start meanwhile
+            e.thread.join(0.2)
 
     def close(self) -> None:
         with self._lock:
@@ -149,7 +150,7 @@ class LocalExecutor:
 
         try:
             res = run_job(e.job, self.root / f"slot-{e.slot}", Path(e.job.run_dir), slot=str(e.slot),
-                          extra_env=self._slot_env(e.slot), on_tick=tick)
+                          extra_env=self._slot_env(e.slot), on_tick=tick, should_stop=e.stop.is_set)
             if e.stop.is_set():       # cancelled during the trusted evaluation: never judged
                 res.crash_class, res.verify = CANCELLED, None
         except _Cancelled:

@@ -52,9 +52,10 @@ def expand_env(env: dict, src: Path, out: Path) -> dict:
 
 
 def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extra_env: dict | None = None,
-            on_tick=None) -> JobResult:
+            on_tick=None, should_stop=None) -> JobResult:
     """Train `job` in `folder` (replaced by the job's files) with logs and artifacts in `run_dir`.
-    KeyboardInterrupt, or anything `on_tick` raises, ends the run's process group and propagates."""
+    KeyboardInterrupt, or anything `on_tick` raises, ends the run's process group and propagates;
+    should_stop() true after training skips the evaluation (a cancel)."""
     folder, run_dir = Path(folder), Path(run_dir)
     started = time.time()
     materialise(job.files, folder)
@@ -78,7 +79,7 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
                                   gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))),
                        meta=dict(job.meta))
     result.outputs = {name: str(out_dir / name) for name in job.fetch if (out_dir / name).is_file()}
-    if job.evaluation is not None and run.crash_class is None:
+    if job.evaluation is not None and run.crash_class is None and not (should_stop and should_stop()):
         v = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
         result.verify = v.as_dict()
     result.ended_at = time.time()
