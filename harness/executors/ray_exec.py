@@ -55,8 +55,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     if address:
         kw["address"] = address
         kw["runtime_env"] = runtime_env if runtime_env is not None else {"py_modules": [str(HARNESS_DIR)]}
-    else:
-        kw.update(num_cpus=num_cpus, num_gpus=num_gpus)
+    else:   # "local": always a new runtime of our own, never a `ray start` cluster found on this machine
+        kw.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus)
         if runtime_env is not None:
             kw["runtime_env"] = runtime_env
     ray.init(**kw)
