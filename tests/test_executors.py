@@ -3,6 +3,7 @@ cancel, Ray tasks run from materialised files and send their log back, and a rea
 job comes back with a trusted val_bpb. Ray tests share one small local runtime (start-up ~10 s)."""
 import fnmatch
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -190,6 +191,7 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
         assert Path(r.log_path) == local and local.read_text() == r.log_text and "val_bpb" in r.log_text
         assert Path(r.artifact).read_bytes() == b"stand-in model"   # fetched back from the node
         assert r.extra["node_ip"] and r.meta == {"mine": r.n}
+        assert r.extra["python"] == sys.executable    # this venv: Ray built no second one (uv run)
 
 
 def test_ray_cancel_leaves_no_process(ray_runtime, tmp_path):

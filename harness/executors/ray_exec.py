@@ -51,6 +51,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     import ray
     if ray.is_initialized():
         return False
+    _no_uv_packaging()
     kw = dict(QUIET)
     if address:
         kw["address"] = address
@@ -61,6 +62,17 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
             kw["runtime_env"] = runtime_env
     ray.init(**kw)
     return True
+
+
+def _no_uv_packaging() -> None:
+    """Ray reads RAY_ENABLE_UV_RUN_RUNTIME_ENV once, when it is imported: if something imported
+    it before us, the variable came too late and Ray would copy the working directory and build a
+    second venv for its workers under `uv run`. Turn it off where Ray looks (ray 2.60)."""
+    try:
+        from ray._private import ray_constants
+        ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] not in ("0", "false", "False")
+    except (ImportError, AttributeError):
+        pass
 
 
 def _node_task(job: TrainJob):
@@ -80,7 +92,7 @@ def _node_task(job: TrainJob):
         res = run_job(job, root / "src", run_dir, slot="0")
         files = {name: Path(path).read_bytes() for name, path in res.outputs.items()}
         res.extra.update(node_ip=ray.util.get_node_ip_address(), node_log=res.log_path,
-                         node_artifact=res.artifact)
+                         node_artifact=res.artifact, python=sys.executable)
         return res, files
     finally:
         try:
