@@ -1,6 +1,6 @@
 """Executors: run training jobs (and their trusted evaluation) a few at a time, here or on Ray.
 
-    from harness.executors import TrainJob, EvalSpec, LocalExecutor, wait
+    from harness.executors import LocalExecutor, TrainJob, sources_at, wait
     ex = LocalExecutor(slots=2, gpus=["0", "1"])
     jid = ex.submit(TrainJob(n=3, files=sources_at(repo, sha), budget=300, run_dir=str(run_dir)))
     res = wait(ex, [jid])[jid]          # JobResult: summary, crash_class, log_text, verify, ...

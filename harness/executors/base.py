@@ -50,8 +50,9 @@ class EvalSpec:
 
 @dataclass
 class TrainJob:
-    """One training run. Mirrors harness.runner.run_train's arguments (see from_run_train in
-    harness/executors/__init__.py's docs) plus what a remote node needs: the files themselves."""
+    """One training run. Mirrors harness.runner.run_train's arguments plus what a remote node
+    needs, the files themselves; seal_fields() and eval_spec() below fill the seal and the
+    trusted evaluation from the loop's harness.pinned.Seal."""
     n: int
     files: dict                          # name -> str | bytes, written into the run's folder
     budget: float
