@@ -120,6 +120,28 @@ def test_local_cancel_ends_the_whole_process_group(tmp_path):
     assert not (tmp_path / "run" / "child-0.pid").exists()
 
 
+def test_a_driver_ended_by_ctrl_c_leaves_no_run_behind(tmp_path):
+    """Ctrl-C in a driver that never calls close(): the executor's exit hook ends its runs."""
+    import subprocess
+    pids_file = tmp_path / "pids"
+    driver = f"""
+import sys, time
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+from tests.test_executors import job
+from harness.executors import LocalExecutor
+ex = LocalExecutor(1, root=Path({str(tmp_path / "slots")!r}))
+ex.submit(job(Path({str(tmp_path)!r}), 1, STANDIN_PIDS={str(pids_file)!r}))
+while not Path({str(pids_file)!r}).exists():
+    time.sleep(0.05)
+raise KeyboardInterrupt
+"""
+    p = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120)
+    assert "KeyboardInterrupt" in p.stderr
+    pids = [int(x) for x in pids_file.read_text().split()]
+    assert all_gone(pids), "a run outlived its driver"
+
+
 def test_local_cancel_during_the_trusted_evaluation(tmp_path):
     """A cancel that comes while the evaluation's worker runs ends that worker's group too."""
     from harness.executors import EvalSpec

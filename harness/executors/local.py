@@ -12,6 +12,7 @@ evaluation in progress has its recorded group killed. cancel() returns once the 
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import shutil
@@ -19,6 +20,7 @@ import tempfile
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,9 @@ class LocalExecutor:
         self._free = list(range(slots))
         self._ids = itertools.count(1)
         self._closed = False
+        # A driver that ends without close() (an unhandled Ctrl-C, sys.exit) still ends its runs:
+        # they live in process groups of their own, which no signal to the driver reaches.
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # ---- the protocol ------------------------------------------------------------------------
     def submit(self, job: TrainJob, *, on_tick=None) -> str:
@@ -177,6 +182,12 @@ class LocalExecutor:
             kill_group(int(json.loads(pid_file.read_text())["pgid"]))
         except (OSError, ValueError, KeyError, TypeError):
             pass
+
+
+def _close_at_exit(ref) -> None:
+    ex = ref()
+    if ex is not None and not ex._closed:
+        ex.close()
 
 
 def _cancelled(job: TrainJob, why: str, log_path: Path | None = None) -> JobResult:
