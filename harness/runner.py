@@ -145,7 +145,7 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
     clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree);
     the loop asks for it (a tag's worktree is the harness's own), nothing else does by default.
     pid_name: the file in run_dir that records the child's process group while it runs (one per
-    worker when several runs share a run folder: child.pid, child-w2.pid, ...).
+    worker or executor slot when several runs share a run folder: child.pid, child-w2.pid, ...).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
@@ -289,12 +289,18 @@ def _members(pgid: int) -> list[int]:
 def kill_leftover(run_dir: Path) -> str | None:
     """Kill the process groups left by a loop that died without cleaning up (kill -9, reboot):
     the training run's (child.pid) and the trusted evaluation's (verify.pid); returns what was done."""
-    run_dir = Path(run_dir)
-    # child.pid / child-wN.pid (one per worker) and verify*.pid (the run folder or its .verify/)
-    files = sorted(run_dir.glob("child*.pid")) + sorted(run_dir.glob("verify*.pid")) + \
-        sorted((run_dir / ".verify").glob("verify*.pid"))
-    notes = [n for n in (_kill_recorded(path) for path in files) if n]
+    notes = [n for n in (_kill_recorded(p) for p in _pid_files(Path(run_dir))) if n]
     return "; ".join(notes) or None
+
+
+def _pid_files(run_dir: Path) -> list[Path]:
+    """child.pid / child-K.pid (executor slots) in the run folder, verify*.pid there and in its
+    .verify/ folder (where the trusted evaluation records its group)."""
+    found = []
+    for folder in (run_dir, run_dir / ".verify"):
+        if folder.is_dir():
+            found += sorted(folder.glob("child*.pid")) + sorted(folder.glob("verify*.pid"))
+    return found
 
 
 def _kill_recorded(pid_file: Path) -> str | None:

@@ -85,7 +85,8 @@ def tolerance(bpb: float) -> float:
 def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
            batch_size: int = 8, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
            python: str | None = None, sandbox: Sandbox | None = None, eval_cache: Path | None = None,
-           work_root: Path | None = None, sealed: bool = False) -> VerifyResult:
+           work_root: Path | None = None, sealed: bool = False,
+           pid_name: str = VERIFY_PID_FILE) -> VerifyResult:
     """Re-evaluate `artifact` with `train_source`'s build_model and `prepare_source`'s evaluation.
 
     eval_cache: the pinned copy of the evaluation inputs (harness/pinned.py), read through
@@ -94,6 +95,7 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
     work_root: where the worker's folder goes (the run folder's .verify/), with verify.pid, so a
     loop killed mid-evaluation leaves nothing that --resume cannot end and remove.
     sealed: train.py printed no val_bpb (loop mode): this evaluation is the only figure.
+    pid_name: the pid file's name in work_root (verify-K.pid for executor slot K).
     """
     t0 = time.time()
     artifact = Path(artifact) if artifact else None
@@ -125,7 +127,7 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
             argv = sandbox.wrap(argv, cwd=work, writable=[work], data=view, data_mode="eval",
                                 run_dir=_run_dir_of(work_root),
                                 readonly=[p for p in (eval_cache, artifact) if p is not None])
-        code, tail, timed_out = _run_group(argv, work, child_env, timeout_s, work_root)
+        code, tail, timed_out = _run_group(argv, work, child_env, timeout_s, work_root, pid_name)
         if timed_out:
             return VerifyResult(False, f"trusted re-evaluation timed out after {timeout_s:.0f}s",
                                 printed_bpb=printed_bpb, seconds=time.time() - t0)
@@ -150,15 +152,15 @@ def _run_dir_of(work_root: Path | None) -> Path | None:
     return Path(work_root).resolve().parent if work_root is not None else None
 
 
-def _run_group(argv, cwd: Path, env: dict, timeout_s: float, pid_dir: Path | None):
+def _run_group(argv, cwd: Path, env: dict, timeout_s: float, pid_dir: Path | None,
+               pid_name: str = VERIFY_PID_FILE):
     """Run the worker in its own process group, recorded in pid_dir/verify.pid while it runs;
     returns (exit code, output tail, timed out)."""
     log = cwd / "worker.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        # one file per evaluation: several workers may evaluate at once in one run folder
-        pid_file = Path(pid_dir) / f"verify-{proc.pid}.pid" if pid_dir is not None else None
+        pid_file = Path(pid_dir) / pid_name if pid_dir is not None else None
         if pid_file is not None:
             pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(cwd), "started_at": time.time(),
                                             "n": "verify"}))

@@ -7,7 +7,9 @@ rung result is fed back to the prior (when there is one), and every task is writ
 `<out>/sweep.jsonl` as it finishes, so a killed sweep loses nothing already measured.
 
 CLI: `uv run python -m harness.search.sweep --max-steps 81 --min-steps 3 --out out/sweep`
-(also reachable as `python -m harness.search.hyperband sweep ...`).
+(also reachable as `python -m harness.search.hyperband sweep ...`); `--executor local|ray
+[--ray-address ADDR] [--gpus-per-task 1]` runs the tasks on the loop's executors (a Ray cluster
+included) instead of the local process pool.
 """
 from __future__ import annotations
 
@@ -166,6 +168,7 @@ def full_evaluation_winner(result: SweepResult, max_steps: int) -> dict | None:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sweep") -> int:
+    from harness.search.executor_pool import add_executor_args, open_executor_pool
     from harness.search.pool import Pool
     from harness.search.prior import CheapPrior
     from harness.search.throughput import load_profile
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sw
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output folder (replaced)")
     ap.add_argument("--small", action="store_true", help="search on the small base model of "
                     "harness/search/space.py (a quick demo on CPU); the winner file keeps that size")
+    add_executor_args(ap)
     args = ap.parse_args(argv)
 
     import prepare
@@ -210,9 +214,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sw
         from harness.search.snip import SnipFilter
         snip = SnipFilter(source, space)
     print(f"sweep: {', '.join(space.names)} | R={args.max_steps} r={args.min_steps} eta={args.eta} "
-          f"decay={settings.decay()} | policy {args.policy} | {workers} workers")
-    with Pool(workers, prepare_dir=Path(prepare.__file__).parent, log_dir=args.out / "logs",
-              cores=prof.get("cores")) as pool:
+          f"decay={settings.decay()} | policy {args.policy} | {workers} workers"
+          + ("" if args.executor == "pool" else f" ({args.executor} executor)"))
+    if args.executor == "pool":
+        tasks = Pool(workers, prepare_dir=Path(prepare.__file__).parent, log_dir=args.out / "logs",
+                     cores=prof.get("cores"))
+    else:   # the loop's executors (harness/executors/): slots here, or Ray tasks on a cluster
+        tasks = open_executor_pool(args.executor, workers, prepare_source=Path(prepare.__file__).read_text(),
+                                   run_dir=args.out, ray_address=args.ray_address,
+                                   gpus_per_task=args.gpus_per_task, threads=prof.get("threads"))
+    with tasks as pool:
         res = run_sweep(source, space, pool, args.out, settings, prior=prior, snip=snip)
     if prior is not None and args.warm_prior:
         prior.save(args.warm_prior)

@@ -2,6 +2,7 @@
 
     uv run python -m harness.search.throughput tune    # probe splits, write harness_profile.json
     uv run python -m harness.search.throughput bench   # baseline vs harness on the same bracket, side by side
+    uv run python -m harness.search.throughput bench --executor ray   # + the harness's schedule on Ray tasks
 
 The baseline is what a plain sweep does: candidates one after another, each `python train.py`
 from scratch (all cores, a fresh process per evaluation, no promotion). The harness runs the same
@@ -111,8 +112,10 @@ class _Fixed:
 
 
 def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEPS,
-          min_steps=BENCH_MIN_STEPS, eta=BENCH_ETA, decay_steps=1, seed=0, small=True, log=print) -> dict:
-    """Same bracket, same candidates: baseline (sequential, from scratch) vs the harness."""
+          min_steps=BENCH_MIN_STEPS, eta=BENCH_ETA, decay_steps=1, seed=0, small=True, log=print,
+          executor: str | None = None, ray_address: str | None = None, gpus_per_task: float = 0) -> dict:
+    """Same bracket, same candidates: baseline (sequential, from scratch) vs the harness; with
+    `executor` ("local" or "ray") a third arm runs the harness's schedule on that executor."""
     from harness import knobs
     from harness.search.space import SMALL_BASE
     source = train.read_text()
@@ -131,11 +134,21 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
         "baseline": dict(workers=1, mode="subprocess", threads=cores, promotion=False, overlap=False),
         "harness": dict(workers=prof["workers"], mode="inprocess", threads=None, promotion=True, overlap=True),
     }
+    if executor:
+        arms[f"executor-{executor}"] = dict(workers=prof["workers"], mode=executor, threads=prof.get("threads") or 1,
+                                            promotion=True, overlap=True)
     for name, a in arms.items():
         log(f"bench: {name}: {a['workers']} worker(s), {a['mode']}, promotion {a['promotion']}")
         t0 = time.time()
-        with Pool(a["workers"], prepare_dir=prepare_dir, log_dir=out / name / "logs", cores=cores,
-                  mode=a["mode"], threads=a["threads"]) as pool:
+        if a["mode"] in ("local", "ray"):
+            from harness.search.executor_pool import open_executor_pool
+            tasks = open_executor_pool(a["mode"], a["workers"], prepare_source=(prepare_dir / "prepare.py").read_text(),
+                                       run_dir=out / name, ray_address=ray_address,
+                                       gpus_per_task=gpus_per_task, threads=a["threads"])
+        else:
+            tasks = Pool(a["workers"], prepare_dir=prepare_dir, log_dir=out / name / "logs", cores=cores,
+                         mode=a["mode"], threads=a["threads"])
+        with tasks as pool:
             recs = run_schedule(pool, [bracket], _Fixed(cands), decay_steps=decay_steps,
                                 ckpt_dir=out / name / "ckpt", seed=seed, promotion=a["promotion"],
                                 overlap=a["overlap"])
@@ -178,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: the small base model of harness/search/space.py, seconds per run)")
     for p in (t, b):
         p.add_argument("--train", type=Path, default=Path("train.py"))
+    b.add_argument("--executor", choices=["local", "ray"], default=None,
+                   help="add an arm that runs the harness's schedule on this executor (harness/executors/)")
+    b.add_argument("--ray-address", default=None, help="with --executor ray: join this Ray cluster")
+    b.add_argument("--gpus-per-task", type=float, default=0, help="with --executor: GPUs per task")
     args = ap.parse_args(argv)
     import prepare
     prepare_dir = Path(prepare.__file__).resolve().parent
@@ -188,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(args.out)
         bench(args.train.resolve(), prepare_dir, args.out, max_steps=args.max_steps,
               min_steps=args.min_steps, eta=args.eta, decay_steps=args.decay_steps, seed=args.seed,
-              small=not args.full_size)
+              small=not args.full_size, executor=args.executor, ray_address=args.ray_address,
+              gpus_per_task=args.gpus_per_task)
     return 0
 
 

@@ -1,0 +1,29 @@
+"""Executors: run training jobs (and their trusted evaluation) a few at a time, here or on Ray.
+
+    from harness.executors import LocalExecutor, TrainJob, sources_at, wait
+    ex = LocalExecutor(slots=2, gpus=["0", "1"])
+    jid = ex.submit(TrainJob(n=3, files=sources_at(repo, sha), budget=300, run_dir=str(run_dir)))
+    res = wait(ex, [jid])[jid]          # JobResult: summary, crash_class, log_text, verify, ...
+    ex.close()
+
+RayExecutor lives in harness.executors.ray_exec (imported on demand: Ray takes a second to import).
+"""
+from harness.executors.base import (CANCELLED, NODE_ERROR, RUN_SOURCES, EvalSpec, Executor, JobResult,
+                                    TrainJob, eval_spec, seal_fields, sources_at, wait)
+from harness.executors.local import LocalExecutor
+
+
+def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_address: str | None = None,
+                  num_gpus_per_job: float = 0, num_cpus_per_job: float = 1) -> Executor:
+    """The executor a command line asks for: "local" or "ray"."""
+    if kind == "local":
+        return LocalExecutor(slots, gpus=gpus)
+    if kind == "ray":
+        from harness.executors.ray_exec import RayExecutor
+        return RayExecutor(ray_address, slots=slots, num_gpus_per_job=num_gpus_per_job,
+                           num_cpus_per_job=num_cpus_per_job)
+    raise ValueError(f"executor must be local or ray, got {kind!r}")
+
+
+__all__ = ["CANCELLED", "NODE_ERROR", "RUN_SOURCES", "EvalSpec", "Executor", "JobResult", "TrainJob",
+           "LocalExecutor", "eval_spec", "make_executor", "seal_fields", "sources_at", "wait"]

@@ -1,0 +1,189 @@
+"""What an executor runs and returns: typed, picklable jobs and results, and the Executor protocol.
+
+A `TrainJob` is everything one training run (and its trusted evaluation) needs, with no Loop in
+it: the commit's files to materialise, the budget, the environment, the seal. It travels to a
+thread (LocalExecutor) or to another machine (RayExecutor), where harness/executors/node.py
+writes the files into a fresh folder, runs harness.runner.run_train there and, when the job
+carries an `EvalSpec`, harness.verify.verify on the saved model. The `JobResult` comes back with
+the log's text, so a remote node's log is never lost.
+
+Placeholders in `TrainJob.env` values: "{src}" is the folder the files were written to, "{out}"
+the run's output folder (artifacts/exp-NNNN, the only place a sealed run may write). They let a
+job name node-local paths it cannot know in advance (a Hyperband state to save and fetch back).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+# crash_class of a job that was cancelled before it finished (never judged).
+CANCELLED = "cancelled"
+# crash_class of a job whose node could not run it as asked (e.g. no bubblewrap for a sealed run).
+NODE_ERROR = "node_error"
+# Files of a commit a run needs: train.py imports prepare.py from its own folder.
+RUN_SOURCES = ("train.py", "prepare.py")
+# How often wait() polls the executor.
+WAIT_POLL_S = 0.1
+
+
+@dataclass
+class EvalSpec:
+    """The trusted evaluation of the job's saved model (harness/verify.py).
+
+    prepare_source: prepare.py as committed at the tag's base (what no experiment touched).
+    batch_size: harness.verify.batch_size_for(train source, profile).
+    inputs: the pinned evaluation inputs' hashes (run.json "inputs": path relative to the cache ->
+    sha256); checked before every evaluation, as agent/judges/hierarchy.py does.
+    eval_cache: the pinned copy (<run>/.sealed/cache) where it exists; a node without it pins its
+    own copy from `data_cache` (its prepared data) after checking the same hashes.
+    """
+    prepare_source: str
+    batch_size: int = 8
+    inputs: dict = field(default_factory=dict)
+    eval_cache: str | None = None
+    data_cache: str | None = None
+    timeout_s: float | None = None
+    train_source: str | None = None      # default: the job's files["train.py"]
+
+
+@dataclass
+class TrainJob:
+    """One training run. Mirrors harness.runner.run_train's arguments plus what a remote node
+    needs, the files themselves; seal_fields() and eval_spec() below fill the seal and the
+    trusted evaluation from the loop's harness.pinned.Seal."""
+    n: int
+    files: dict                          # name -> str | bytes, written into the run's folder
+    budget: float
+    run_dir: str                         # where the log (and fetched outputs) land on this machine
+    log_name: str | None = None          # default exp-NNNN.log
+    commit: str | None = None
+    timeout: float | None = None         # default harness.runner.timeout_for(budget)
+    env: dict = field(default_factory=dict)   # e.g. {"AUTORESEARCH_SEED": "1000"}; placeholders above
+    sealed: bool = False
+    sandbox: str = "none"                # "bwrap" | "none"
+    data: dict | None = None             # harness.sandbox.DataView fields (str paths), for the sandbox
+    data_mode: str = "train"
+    startup_reference: float | None = None
+    evaluation: EvalSpec | None = None
+    fetch: tuple = ("model.pt",)         # output files a remote node sends back into run_dir/artifacts
+    meta: dict = field(default_factory=dict)   # the caller's own tags; returned untouched
+
+    @property
+    def log_file(self) -> str:
+        return self.log_name or f"exp-{self.n:04d}.log"
+
+
+@dataclass
+class JobResult:
+    """What happened to a job: harness.runner.RunResult's fields the loop uses, plus the log text,
+    the trusted evaluation (harness.verify.VerifyResult.as_dict()) and where things are locally."""
+    n: int
+    returncode: int | None
+    summary: dict | None
+    crash_class: str | None
+    wall_seconds: float
+    timed_out: bool = False
+    log_text: str = ""
+    log_tail: str = ""
+    log_path: str | None = None          # the log on this machine (written back for remote jobs)
+    artifact: str | None = None          # the model on this machine, when it is here
+    outputs: dict = field(default_factory=dict)   # fetched output name -> local path
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    extra: dict = field(default_factory=dict)     # clock, sealed, sandbox, steps_mode, node, slot, gpu
+    verify: dict | None = None           # VerifyResult.as_dict(), when the job had an EvalSpec
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.crash_class is None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.crash_class == CANCELLED
+
+    def verify_result(self):
+        """The trusted evaluation as a harness.verify.VerifyResult (None without one)."""
+        from harness.verify import VerifyResult
+        if self.verify is None:
+            return None
+        v = dict(self.verify)
+        return VerifyResult(ok=v["ok"], reason=v["reason"], trusted_bpb=v.get("trusted_bpb"),
+                            printed_bpb=v.get("printed_bpb"), causal=v.get("causal"),
+                            seconds=v.get("seconds") or 0.0, details=v.get("details") or {})
+
+    def run_result(self):
+        """A harness.runner.RunResult for code that takes one (judges, records)."""
+        from harness.runner import RunResult
+        return RunResult(returncode=self.returncode, summary=self.summary, crash_class=self.crash_class,
+                         log_path=Path(self.log_path) if self.log_path else Path(self.extra.get("node_log", "")),
+                         wall_seconds=self.wall_seconds, timed_out=self.timed_out,
+                         artifact=Path(self.artifact) if self.artifact else None, log_tail=self.log_tail,
+                         started_at=self.started_at, ended_at=self.ended_at, extra=dict(self.extra))
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs TrainJobs, `slots` at once. Implementations: LocalExecutor, RayExecutor."""
+    slots: int
+
+    def submit(self, job: TrainJob) -> str:
+        """Queue `job`; returns its id. Jobs beyond `slots` wait for a free slot."""
+
+    def poll(self, job_id: str) -> JobResult | None:
+        """The job's result once it has ended (cancelled ones too), else None."""
+
+    def cancel(self, job_id: str) -> None:
+        """End the job and every process it started; returns once they are gone (where the
+        executor can see them: a remote node's watchdog ends them there)."""
+
+    def close(self) -> None:
+        """Cancel everything still running and release the executor's resources."""
+
+
+def wait(executor: Executor, ids: list[str], timeout: float | None = None,
+         first: bool = False) -> dict[str, JobResult]:
+    """Poll until every job in `ids` (or, with first=True, any one) has a result or `timeout`
+    seconds pass; returns the results that are in, by id."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done: dict[str, JobResult] = {}
+    while True:
+        for jid in ids:
+            if jid not in done:
+                res = executor.poll(jid)
+                if res is not None:
+                    done[jid] = res
+        if len(done) == len(ids) or (first and done):
+            return done
+        if deadline is not None and time.monotonic() >= deadline:
+            return done
+        time.sleep(WAIT_POLL_S)
+
+
+def sources_at(repo: Path, commit: str, names=RUN_SOURCES) -> dict[str, str]:
+    """The files of `commit` a run needs, read from git (byte-exact)."""
+    from harness import gitops
+    return {name: gitops.show_file(Path(repo), commit, name) for name in names}
+
+
+def seal_fields(seal) -> dict:
+    """TrainJob keywords from a harness.pinned.Seal (the loop's sandbox and data view):
+    TrainJob(..., **seal_fields(loop.seal))."""
+    if seal is None:
+        return {"sandbox": "none", "data": None}
+    data = {k: str(v) if v is not None else None for k, v in vars(seal.data).items()} if seal.data else None
+    return {"sandbox": seal.sandbox.kind, "data": data}
+
+
+def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
+              timeout_s: float | None = None) -> EvalSpec:
+    """The EvalSpec agent/judges/hierarchy.py's _verify amounts to: the trusted prepare.py, the
+    run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
+    from harness.verify import batch_size_for
+    return EvalSpec(prepare_source=prepare_source, batch_size=batch_size_for(train_source, profile),
+                    inputs=dict(seal.inputs) if seal is not None else {},
+                    eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
+                    data_cache=str(seal.data.cache) if seal is not None and seal.data else None,
+                    timeout_s=timeout_s, train_source=train_source)
