@@ -7,6 +7,7 @@ moment leaves something agent/recovery.py can reconcile.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,8 @@ from agent.tracing import scrub
 from harness import gitops, knobs
 from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
 from harness.results import append_journal, append_result, write_json_atomic
-from harness.runner import PID_FILE, RunResult, run_train
+from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
+from harness.runner import RunResult, run_train
 
 TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (noise); at most this many times.
@@ -27,6 +29,8 @@ RERUN_SEED_BASE = 1000  # AUTORESEARCH_SEED of the k-th confirming rerun is this
 # A would-be keep whose parent is no longer the tip (another worker kept first) is rebased onto
 # the tip and confirmed by a run there; after this many rebases in a row it is discarded.
 MAX_REBASES = 3
+# How often a worker asks the executor whether its job is done.
+EXECUTOR_POLL_S = 0.2
 # The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 
@@ -201,16 +205,16 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
         # A confirming rerun uses another seed, so the noise band measures seed noise, not
         # a bit-identical replay of the same run.
-        env = dict(getattr(loop, "worker_env", None) or {})   # a worker's CUDA_VISIBLE_DEVICES
-        if reruns:
-            env["AUTORESEARCH_SEED"] = str(RERUN_SEED_BASE + len(reruns))
+        env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else {}
         seal = loop.seal
-        run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                        env=env or None, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
-                        pid_name=getattr(loop, "pid_name", PID_FILE),
-                        sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
-                        data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
-                        startup_reference=loop.startup_reference(), clean=True)
+        if getattr(loop, "executor", None) is not None:   # --workers: the run and its evaluation as a job
+            run = execute(loop, a, log_name, env)
+        else:
+            run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
+                            env=env or None, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
+                            sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
+                            data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
+                            startup_reference=loop.startup_reference(), clean=True)
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": (run.summary or {}).get("val_bpb")})
     loop.set_phase("judging", a.n)
@@ -230,11 +234,41 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     return run, decision
 
 
+def execute(loop, a: Attempt, log_name: str, env: dict) -> RunResult:
+    """The run of `a` as a job on the loop's executor (harness/executors): the commit's files,
+    the seal, and, for a reviewer that evaluates, the trusted evaluation, which then runs where
+    the model is (a Ray node) and reaches the judge with the result. A stop (Ctrl-C) cancels it."""
+    files = sources_at(loop.repo, a.commit)
+    evaluation = None
+    if loop.sealed:
+        profile = loop.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
+        base = loop.run_info.get("base_commit") or a.parent or a.commit
+        evaluation = eval_spec(loop.seal, prepare_source=gitops.show_file(loop.repo, base, "prepare.py"),
+                               train_source=files[TRAIN], profile=profile)
+    job = TrainJob(n=a.n, files=files, budget=loop.budget, run_dir=str(loop.run_dir), log_name=log_name,
+                   commit=a.commit, timeout=loop.timeout, env=env, sealed=loop.sealed,
+                   data_mode="train" if loop.sealed else "open", startup_reference=loop.startup_reference(),
+                   evaluation=evaluation, **seal_fields(loop.seal))
+    jid = loop.executor.submit(job, on_tick=lambda el, log: _tick(loop, a, log))
+    try:
+        while (res := loop.executor.poll(jid)) is None:
+            loop.check_stop()
+            loop.refresh()
+            time.sleep(EXECUTOR_POLL_S)
+    except BaseException:
+        loop.executor.cancel(jid)
+        raise
+    run = res.run_result()
+    if res.crash_class == CANCELLED:
+        raise KeyboardInterrupt(f"experiment {a.n}: its job was cancelled")
+    verified = res.verify_result()
+    if verified is not None:   # the judge takes it instead of evaluating again (agent/judges/hierarchy.py)
+        run.extra["verify_result"] = verified
+    return run
+
+
 def _tick(loop, a: Attempt, log_path) -> None:
     """Show 'evaluating' once train.py reports it trained the whole budget."""
-    stop = getattr(loop, "check_stop", None)
-    if stop is not None:
-        stop()   # a worker told to stop raises here: run_train ends the run's process group
     if loop.phase != "training":
         return
     try:

@@ -2,12 +2,15 @@
 
 Every worker is a thread that carries one experiment at a time through the same pipeline as the
 single loop (agent/experiment.py: guard, commit, sealed run, trusted evaluation, judges, record):
-its own worktree (<worktree-root>/<tag>.workers/wK, detached at the experiment's parent), its own
-pending file (pending-wK.json) and child pid file, its own GPU (CUDA_VISIBLE_DEVICES). What is
-shared goes through the loop's coordinator (agent/coordinator.py): the experiment numbers, the
-proposer (one call at a time; it sees what is in flight), and the record + git step, which runs
-under the coordinator's lock so keeps stay a linear history. A would-be keep whose parent is no
-longer the tip is rebased onto the tip and confirmed there by another run (experiment.py).
+its own worktree (<worktree-root>/<tag>.workers/wK, detached at the experiment's parent) and its
+own pending file (pending-wK.json). Its runs go to the shared executor (harness/executors) as
+jobs: the commit's files, the seal and the trusted evaluation. --executor local runs them on this
+machine, one slot (and GPU, CUDA_VISIBLE_DEVICES) each; --executor ray as Ray tasks with a GPU
+each where the cluster has GPUs, on any node, from the files alone. What is shared goes through
+the loop's coordinator (agent/coordinator.py): the experiment numbers, the proposer (one call at
+a time; it sees what is in flight), and the record + git step, which runs under the
+coordinator's lock so keeps stay a linear history. A would-be keep whose parent is no longer the
+tip is rebased onto the tip and confirmed there by another run (experiment.py).
 
 Ctrl-C: the main thread tells every worker to stop; a training run ends within a poll, and its
 experiment stays pending (its pending file and commit) for --resume to run again.
@@ -27,6 +30,7 @@ from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
 from harness import gitops
+from harness.executors import LocalExecutor
 from harness.records import WorkerState
 from harness.results import append_journal, read_json
 
@@ -55,14 +59,12 @@ class Worker:
     """One worker's view of the loop: what experiment.py needs, nothing more. Its own worktree,
     pending file, pid file, GPU and phase; the tag's state through the coordinator."""
 
-    def __init__(self, loop, wid: int, worktree: Path, gpu: str | None):
+    def __init__(self, loop, wid: int, worktree: Path, executor):
         self.loop, self.wid, self.worktree = loop, wid, worktree
-        self.coord = loop.coord
+        self.coord, self.executor = loop.coord, executor
         self.branch_worktree = loop.worktree
         self.pending_path = loop.run_dir / f"pending-w{wid}.json"
-        self.pid_name = f"child-w{wid}.pid"
-        self.worker_env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
-        self.gpu = gpu
+        self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
         self.proposer = LockedProposer(loop.proposer, loop.coord.proposer_lock)
         self.offline = LockedProposer(loop.offline, loop.coord.proposer_lock)
         self.prefetch = _NoPrefetch()
@@ -180,12 +182,17 @@ def _pop(items: list, lock):
 def run_parallel(loop, deadline: float | None) -> str | None:
     """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
     count = max(1, int(loop.args.workers))
-    gpus = gpu_ids(getattr(loop.args, "gpus", None))
+    executor, where = open_executor(loop.args, count)
+    try:
+        return _run_workers(loop, count, executor, where, deadline)
+    finally:
+        executor.close()
+
+
+def _run_workers(loop, count: int, executor, where: str, deadline: float | None) -> str | None:
     loop.stop_event = threading.Event()
-    loop.workers = [Worker(loop, k, worker_worktree(loop, k), gpus[(k - 1) % len(gpus)] if gpus else None)
-                    for k in range(1, count + 1)]
-    on = ", ".join(f"w{w.wid}: GPU {w.gpu}" if w.gpu is not None else f"w{w.wid}: CPU" for w in loop.workers)
-    loop.console.event(f"{count} workers ({on}); each experiment in its own worktree under "
+    loop.workers = [Worker(loop, k, worker_worktree(loop, k), executor) for k in range(1, count + 1)]
+    loop.console.event(f"{count} workers on {where}; each experiment in its own worktree under "
                        f"{loop.workers[0].worktree.parent}")
     resumed = pending_attempts(loop)
     for a, _ in resumed:
@@ -227,6 +234,49 @@ def _boundary(loop) -> None:
             append_journal(loop.journal_path, rec)
             if rec.get("kind", "experiment") == "experiment":
                 loop.history.append(rec)
+
+
+class SharedExecutor:
+    """One executor for the N worker threads: its calls are serialised (RayExecutor keeps plain
+    dicts); on_tick (the phase display) reaches only an executor that runs jobs here."""
+
+    def __init__(self, inner):
+        self.inner, self.slots, self._lock = inner, inner.slots, threading.Lock()
+        self._ticks = isinstance(inner, LocalExecutor)
+
+    def submit(self, job, on_tick=None) -> str:
+        with self._lock:
+            return self.inner.submit(job, on_tick=on_tick) if self._ticks else self.inner.submit(job)
+
+    def poll(self, job_id: str):
+        with self._lock:
+            return self.inner.poll(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        with self._lock:
+            self.inner.cancel(job_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def open_executor(args, count: int) -> tuple[SharedExecutor, str]:
+    """The executor --executor names, with `count` slots; and a line saying where jobs run."""
+    if args.executor == "ray":
+        import ray
+        from harness.executors.ray_exec import RayExecutor, start_ray
+        # a local runtime gets a CPU per worker at least: the slots, not the cores, bound the jobs
+        started = start_ray(args.ray_address, num_cpus=None if args.ray_address else max(count, os.cpu_count() or 1))
+        gpus = float(ray.cluster_resources().get("GPU", 0))
+        inner = RayExecutor(args.ray_address, slots=count, num_gpus_per_job=1 if gpus >= 1 else 0)
+        inner._owns_ray = started   # shut down at close() only if this loop started it
+        nodes = len([n for n in ray.nodes() if n.get("Alive")])
+        return SharedExecutor(inner), (f"Ray ({args.ray_address or 'local runtime'}, {nodes} node(s), "
+                                       f"{gpus:g} GPU(s){', one per job' if gpus >= 1 else ', CPU jobs'})")
+    gpus = gpu_ids(getattr(args, "gpus", None))
+    inner = LocalExecutor(count, gpus=gpus or None)
+    return SharedExecutor(inner), (f"this machine, GPUs {','.join(gpus)} (one per slot)" if gpus
+                                   else "this machine, CPU")
 
 
 def gpu_ids(flag: str | None) -> list[str]:

@@ -140,9 +140,9 @@ def test_ctrl_c_ends_every_worker_and_resume_finishes_their_experiments(tmp_path
     wt = repo / ".autoresearch" / "cc"
     deadline = time.time() + 120
     # wait until both workers train (baseline done, two pending files, two child pid files)
-    while time.time() < deadline and len(list(wt.glob("child-w*.pid"))) < 2:
+    while time.time() < deadline and len(list(wt.glob("child-*.pid"))) < 2:
         time.sleep(0.2)
-    assert len(list(wt.glob("child-w*.pid"))) == 2, proc.communicate(timeout=60)[0]
+    assert len(list(wt.glob("child-*.pid"))) == 2, proc.communicate(timeout=60)[0]
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
@@ -167,9 +167,9 @@ def test_kill_9_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wt = repo / ".autoresearch" / "k9"
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(wt.glob("child-w*.pid"))) < 2:
+    while time.time() < deadline and len(list(wt.glob("child-*.pid"))) < 2:
         time.sleep(0.2)
-    pids = [json.loads(p.read_text())["pgid"] for p in wt.glob("child-w*.pid")]
+    pids = [json.loads(p.read_text())["pgid"] for p in wt.glob("child-*.pid")]
     assert len(pids) == 2
     proc.kill()   # kill -9: no clean-up at all; both runs are orphaned
     proc.wait()
@@ -196,9 +196,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_real_tiny_runs_on_two_workers_sealed_and_judged(tiny_cache, tmp_path):
-    """The real train.py (tiny profile), the judge hierarchy, the sandbox when bubblewrap is here:
-    every guarantee of a single run, per worker."""
+def test_real_tiny_runs_on_two_ray_workers_sealed_and_judged(tiny_cache, tmp_path):
+    """The real train.py (tiny profile) on a local Ray runtime, the judge hierarchy, the sandbox
+    when bubblewrap is here: every guarantee of a single run, per worker; no process left."""
     from harness import knobs
     from tests.loop_fixtures import copy_real, make_repo
     files = copy_real()
@@ -207,9 +207,11 @@ def test_real_tiny_runs_on_two_workers_sealed_and_judged(tiny_cache, tmp_path):
     repo = make_repo(tmp_path / "repo", files)
     env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
     env.pop("ANTHROPIC_API_KEY", None)
+    ray_before = set(ray_processes_left())   # another test's Ray runtime may be up in this session
     p = run_loop(repo, env, "--tag", "rt", "--budget", "2", "--max-experiments", "4", "--reviewer", "hierarchy",
-                 "--baseline-repeats", "1", "--workers", "2", timeout=600)
+                 "--baseline-repeats", "1", "--workers", "2", "--executor", "ray", timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "workers on Ray (local runtime" in p.stdout
     recs = journal(repo, "rt")
     assert sorted(r["n"] for r in recs) == [1, 2, 3, 4]
     assert [r["commit"][:7] for r in recs] == [row[0] for row in rows(repo, "rt")]
@@ -219,4 +221,21 @@ def test_real_tiny_runs_on_two_workers_sealed_and_judged(tiny_cache, tmp_path):
     for rec in ran:
         assert rec["verdicts"]["verify"]["ok"] and rec["trusted_bpb"] is not None, rec["decision_reason"]
         assert rec["sealed"] is True and rec["summary"]["num_steps"] == 2
+        assert (repo / ".autoresearch" / "rt" / rec["log"]).exists(), "the node's log came back"
     assert not no_process_left(repo)
+    assert not set(ray_processes_left()) - ray_before, "the loop's Ray runtime ended with it"
+
+
+def ray_processes_left() -> list[str]:
+    """Ray's own processes (raylet, gcs_server, workers) still running on this machine."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if ("raylet" in cmd or "gcs_server" in cmd or "ray::" in cmd or "default_worker.py" in cmd) \
+                    and _alive(int(pid)):
+                left.append(f"{pid} {cmd[:80]}")
+    return left

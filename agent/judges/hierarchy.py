@@ -34,7 +34,7 @@ from harness.records import Basis, Decision, experiment_records
 from harness.runner import run_train
 from harness import pinned
 from harness.clock import limit_for
-from harness.pinned import Seal
+from harness.pinned import PinnedError, Seal
 from harness.verify import VerifyResult, batch_size_for, verify
 
 # The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
@@ -229,8 +229,14 @@ class JudgeHierarchy:
         sealed = bool((getattr(run, "extra", None) or {}).get("sealed"))
         seal = self.seal
         with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
-            bad = self._inputs_changed()
-            if bad:
+            done = (getattr(run, "extra", None) or {}).get("verify_result")
+            bad = None if done is not None else self._inputs_changed()
+            if done is not None:   # the executor evaluated where the model was (harness/executors/node.py)
+                pinned_error = (done.details or {}).get("pinned_error")
+                if pinned_error:   # the pinned inputs no longer match and cannot be restored: stop
+                    raise PinnedError(pinned_error)
+                v = done
+            elif bad:
                 v = VerifyResult(False, bad, printed_bpb=None if sealed else printed)
             else:
                 profile = _run_json(ctx).get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
