@@ -11,6 +11,8 @@ import os
 import re
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposing import call_proposer
@@ -33,6 +35,28 @@ MAX_REBASES = 3
 EXECUTOR_POLL_S = 0.2
 # The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
+
+
+class ExperimentHost(Protocol):
+    """What run_experiment needs from its caller: the single loop (agent/loop.py Loop) or one of
+    --workers N (agent/workers.py Worker). Nothing else of either is read or written here."""
+    repo: Path; tag: str; worktree: Path; run_dir: Path          # worktree: where edits are committed
+    pending_path: Path; journal_path: Path; results_path: Path
+    history: list; best: dict | None; last_kept: str | None      # the coordinator's state
+    budget: float; timeout: float; args: object; run_info: dict
+    reviewer: object; tracer: object; console: object; proposer: object; offline: object
+    prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
+    # optional: executor (runs go there as jobs), branch_worktree (where keeps move the branch),
+    # wid (the worker's number, recorded)
+
+    def critical(self): ...                                       # the decision lock
+    def set_phase(self, phase: str, n=None, run_started_at=None) -> None: ...
+    def refresh(self, force: bool = False) -> None: ...
+    def request(self, n, source, feedback="", fix_of=None, extra_history=()) -> ProposalRequest: ...
+    def prefetch_next(self, a: "Attempt", new_source: str) -> None: ...
+    def startup_reference(self) -> float | None: ...
+    def after_record(self, rec: dict, bpb) -> None: ...
+    def check_stop(self) -> None: ...                             # raises KeyboardInterrupt to stop
 
 
 @dataclass
@@ -77,7 +101,7 @@ def write_pending(loop, a: Attempt) -> None:
         "attempts": a.attempts, "started_at": a.started_at})
 
 
-def run_experiment(loop, a: Attempt, *, committed: bool = False) -> dict:
+def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
     """Carry experiment `a` to a recorded decision; returns its journal record."""
     old_source = gitops.show_file(loop.repo, a.parent, TRAIN) if a.parent else a.proposal.source
     guard = GuardVerdict(True, "baseline: unmodified train.py")

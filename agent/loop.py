@@ -269,6 +269,9 @@ class Loop:
     def next_n(self) -> int:
         return self.coord.next_n()
 
+    def check_stop(self) -> None:
+        """The single loop is stopped by its signal handler (KeyboardInterrupt), never polled."""
+
     def baseline(self) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
         p = Proposal(description="baseline (unmodified train.py)", hypothesis="reference point for the tag",
