@@ -13,7 +13,7 @@ from harness.search.arms_stats import describe_pairs
 # Plot geometry (px) and the number of points sampled along the step axis.
 W, H, PAD, GRID = 720, 360, 56, 120
 # One colour per arm, in ARMS order (colour-blind-safe Okabe-Ito palette).
-COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00"]
+COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442"]
 
 
 def regret_curves(report: dict) -> tuple[list[float], dict[str, list[float | None]]]:
