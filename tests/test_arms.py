@@ -417,3 +417,4 @@ def test_tiny_optuna_and_hybrid_arms_against_the_local_messages_api(tiny_cache, 
     assert data["extras"]["0/optuna"]["study"]["complete"] == 5
     page = hpath.read_text()
     assert page.count("<polyline") == 3 and "hybrid" in page and "optuna" in page
+    assert "Samplers and LLM use" in page and "15000 / 400" in page and "shorter cool-down" in page

@@ -309,6 +309,17 @@ def print_report(report: dict, jpath: Path, hpath: Path) -> None:
             f"seed {s}: {a['rounds']} rounds, {a['screen_steps']} screen + {a['full_steps']} full-run steps"
             + (f", picked the full-run best in {a['fidelity']['hits']}/{a['fidelity']['rounds_checked']} "
                f"checkable rounds" if "fidelity" in a else "") for s, a in per_seed.items()))
+    for key, x in (report.get("extras") or {}).items():
+        seed, arm = key.split("/", 1)
+        best = (x.get("study") or {}).get("best") or {}
+        parts = [f"best trial {best['number']} of {x['study']['trials']} ({x['study']['sampler']})"] if best else []
+        if "tokens" in x:
+            parts.append(f"{x['tokens'].get('input', 0)} in / {x['tokens'].get('output', 0)} out tokens, "
+                         f"${x.get('cost_usd', 0.0):.4f}")
+        if "ideas" in x:
+            parts.append(f"{len(x['ideas'])} idea(s): " + "; ".join(i["description"] for i in x["ideas"]))
+        parts += [f"error: {e}" for e in (x.get("errors") or [])[:3]]
+        print(f"arms: {arm} seed {seed}: " + "; ".join(parts))
     print(f"arms: wrote {jpath} and {hpath}")
 
 
