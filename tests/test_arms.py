@@ -418,3 +418,25 @@ def test_tiny_optuna_and_hybrid_arms_against_the_local_messages_api(tiny_cache, 
     page = hpath.read_text()
     assert page.count("<polyline") == 3 and "hybrid" in page and "optuna" in page
     assert "Samplers and LLM use" in page and "15000 / 400" in page and "shorter cool-down" in page
+
+
+def test_hybrid_keeps_only_ideas_that_make_a_fair_runnable_train_py():
+    from harness.search.hybrid import Idea, IdeaBatch, usable
+    source = knobs_source()
+    space = Space.for_source(source)
+    ideas = [Idea("ok", "shorter cool-down", [("WARMDOWN_RATIO = 0.5  #", "WARMDOWN_RATIO = 0.3  #")]),
+             Idea("evalhack", "faster eval", [("prepare.evaluate_bpb", "lambda *a: 0.0 or prepare.evaluate_bpb")]),
+             Idea("seed", "luckier seed", [], {"SEED": 7}),
+             Idea("imports", "peek", [("import math", "import math, os")]),
+             Idea("unknown", "new knob", [], {"NOT_A_KNOB": 1}),
+             Idea("broken", "syntax", [("WARMDOWN_RATIO = 0.5  #", "WARMDOWN_RATIO = (  #")]),
+             Idea("noop", "nothing", [], {}),
+             Idea("dropknob", "no depth", [("DEPTH = 2  #", "LAYERS = 2  #")])]
+    good, errors = usable(IdeaBatch(ideas), source, space)
+    assert [i.name for i in good] == ["ok"]
+    why = dict(e.split(" left out: ", 1) for e in errors)
+    assert set(why) == {"evalhack", "seed", "imports", "unknown", "broken", "noop", "dropknob"}
+    assert "'prepare'" in why["evalhack"] and "SEED" in why["seed"] and "import" in why["imports"]
+    assert why["unknown"].startswith("KeyError") and why["broken"].startswith("SyntaxError")
+    assert "changes nothing" in why["noop"] and "DEPTH" in why["dropknob"]
+    assert "WARMDOWN_RATIO = 0.3  #" in good[0].apply(source, space)

@@ -22,6 +22,7 @@ saying so (as the claude arm is).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -30,6 +31,12 @@ from harness import knobs
 from harness.search.optuna_arm import ARM_SAMPLERS, IDEA_PARAM, run_optuna_arm
 from harness.search.space import Space
 
+# What an idea may not touch, in the text it replaces, the text it writes or a knob it sets: the
+# evaluation, the seed, the budget, the environment, files, processes, the network. The arms
+# score candidates with train.py's own evaluation and run them unsandboxed (like every arm's
+# harness-made knob variants), so a static refusal is the only check here; see docs/hyperband.md.
+FORBIDDEN_RE = re.compile(r"evaluate_bpb|\bprepare\b|EVAL|SEED|TIME_BUDGET|AUTORESEARCH_|environ|"
+                          r"subprocess|socket|\bopen\(|__import__|\bexec\(|\beval\(|\bimport\b|sys\.")
 HYBRID_ARM = "hybrid"
 OPTUNA_ARMS = tuple(ARM_SAMPLERS)
 # Ideas asked per run: with "none" that is 4 choices, which optuna_arm.STARTUP (4) covers once each
@@ -74,10 +81,16 @@ def usable(batch: IdeaBatch, source: str, space: Space) -> tuple[list[Idea], lis
     """The ideas that make a runnable train.py with every searched knob still in it."""
     good, errors, names = [], [], set()
     for idea in batch.ideas:
+        touched = [t for old, new in idea.edits for t in (old, new)] + list(map(str, idea.knobs))
+        bad = next((m.group(0) for t in touched for m in [FORBIDDEN_RE.search(t)] if m), None)
+        if bad:
+            errors.append(f"{idea.name} left out: it touches {bad!r} (evaluation, seed, budget, "
+                          f"environment, files or imports are off limits)")
+            continue
         try:
             new = idea.apply(source, space)
             compile(new, "train.py", "exec")
-        except (ValueError, SyntaxError) as e:
+        except (ValueError, SyntaxError, KeyError, TypeError) as e:
             errors.append(f"{idea.name} left out: {type(e).__name__}: {e}")
             continue
         missing = [n for n in space.names if n not in knobs.values(new)]
