@@ -37,9 +37,9 @@ from pathlib import Path
 
 from harness.search.arms_llm import ClaudePolicy  # noqa: F401  (the claude arm; tests import it here)
 from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
-from harness.search.hybrid import HYBRID_ARM, OPTUNA_ARMS, hybrid_setup, run_sampler_arm
 from harness.search.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
                                 format_headline, headline_stats, pairwise, plans_json, spread)
+from harness.search.hybrid import HYBRID_ARM, OPTUNA_ARMS, hybrid_setup, run_sampler_arm
 from harness.search.sweep import SweepSettings, run_sweep
 
 # Quality is reported at these fractions of the budget.

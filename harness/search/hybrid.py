@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from harness import knobs
+from harness import knobs, llm
 from harness.search.optuna_arm import ARM_SAMPLERS, IDEA_PARAM, run_optuna_arm
 from harness.search.space import Space
 
@@ -106,16 +106,11 @@ def usable(batch: IdeaBatch, source: str, space: Space) -> tuple[list[Idea], lis
     return good, errors
 
 
-def llm_available() -> bool:
-    import os
-    return bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_BASE_URL"))
-
-
 def hybrid_setup(arms: list[str], ideas: Ideas | None, log: Callable[[str], None]) -> tuple[list[str], Ideas | None]:
     """The arms to run and the ideas callable: the hybrid is skipped, saying why, when it has none."""
     if HYBRID_ARM not in arms or ideas is not None:
         return arms, ideas
-    if not llm_available():
+    if not llm.available():
         log("arms: hybrid arm skipped: its code ideas come from Claude and neither ANTHROPIC_API_KEY "
             "nor ANTHROPIC_BASE_URL is set")
         return [a for a in arms if a != HYBRID_ARM], None
