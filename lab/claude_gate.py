@@ -12,7 +12,7 @@ import os
 
 import anthropic
 
-from agent.pricing import cost_usd, usage_dict
+from harness.pricing import cost_usd, usage_dict
 
 DEFAULT_MODEL = "claude-sonnet-5"  # as agent/judges/llm_judge.py; AUTORESEARCH_JUDGE_MODEL overrides
 BATCH = 12  # samples per call: a few thousand tokens of context, few calls

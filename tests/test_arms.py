@@ -17,6 +17,8 @@ from harness.search.hyperband import bracket_cost
 from harness.search.space import SMALL_BASE, Space
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
+F = FakeAnthropic
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -313,3 +315,128 @@ def test_html_report_shows_unreached_seeds_spread_and_fairness():
     assert "cannot be told apart" in page and "not a whole number of Hyperband cycles" in page
     assert "<td>random vs hyperband</td><td>1/2</td><td>1/2</td><td>0</td><td>cannot be told apart</td>" in page
     assert "2.9500 <small>[2.8000&ndash;3.1000]</small>" in page       # mean [min-max] final quality
+
+
+# ---- the Optuna arms and the hybrid (harness/search/optuna_arm.py, hybrid.py, arms_llm.py) ----
+
+def test_tpe_sampler_beats_random_search_on_a_synthetic_objective():
+    import math
+    import numpy as np
+    from harness.search.optuna_arm import KnobSampler
+    space = Space({"X": ("lin", 0.0, 1.0), "Y": ("log", 0.001, 1.0), "D": ("int", 1, 8)})
+
+    def f(c):                                     # known optimum 0 at X 0.3, Y 0.1, D 5
+        return (c["X"] - 0.3) ** 2 + (math.log10(c["Y"]) + 1) ** 2 / 9 + (c["D"] - 5) ** 2 / 49
+
+    for seed in range(5):
+        ks = KnobSampler(space, seed)
+        tpe = []
+        for _ in range(40):
+            trial, cfg = ks.ask()
+            tpe.append(f(cfg))
+            ks.tell(trial, tpe[-1])
+        rng = np.random.default_rng(seed)
+        rand = [f(space.sample(rng)) for _ in range(40)]
+        assert tpe[:4] == rand[:4], "the start is the random arm's own stream"
+        assert min(tpe) < min(rand), f"seed {seed}: TPE {min(tpe):.4f} vs random {min(rand):.4f}"
+
+
+def test_optuna_arm_spends_exactly_randoms_budget(tmp_path):
+    import numpy as np
+    from harness.search.optuna_arm import STARTUP, run_optuna_arm
+    source = knobs_source()
+    space = Space.for_source(source)
+    recs, study = run_optuna_arm(source, space, InstantExecutor(), tmp_path, seed=3, max_steps=9,
+                                 decay_steps=2, budget_steps=113, log=lambda m: None)
+    plan = {p.arm: p for p in fairness(["random", "optuna"], 113, 9, 1, 3, 2)[0]}
+    assert len(recs) == plan["random"].configs == plan["optuna"].configs == 10
+    assert max(r["cum_steps"] for r in recs) == plan["random"].steps == 110
+    assert [r["trial"] for r in recs] == list(range(10)) and study["complete"] == 10
+    rng = np.random.default_rng(3)
+    assert [r["config"] for r in recs[:STARTUP]] == [space.sample(rng) for _ in range(STARTUP)]
+    for r in recs[STARTUP:]:                      # the model's asks stay inside the space
+        for name, spec in space.specs.items():
+            assert spec.low <= r["config"][name] <= spec.high
+    assert len((tmp_path / "sweep.jsonl").read_text().splitlines()) == 10
+
+
+def knobs_source():
+    from harness import knobs
+    return knobs.set_knobs((REPO / "train.py").read_text(), SMALL_BASE)
+
+
+def test_hybrid_is_skipped_without_an_llm(monkeypatch):
+    from harness.search.hybrid import hybrid_setup
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    lines = []
+    arms, ideas = hybrid_setup(["random", "optuna", "hybrid"], None, lines.append)
+    assert arms == ["random", "optuna"] and ideas is None
+    assert lines == ["arms: hybrid arm skipped: its code ideas come from Claude and neither "
+                     "ANTHROPIC_API_KEY nor ANTHROPIC_BASE_URL is set"]
+
+
+def test_tiny_optuna_and_hybrid_arms_against_the_local_messages_api(tiny_cache, tmp_path, monkeypatch,
+                                                                    fake_anthropic):  # noqa: F811
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)       # the claude arm stays out
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_anthropic.base_url)
+    monkeypatch.setenv("AUTORESEARCH_ARMS_MODEL", "claude-haiku-4-5")
+    ideas = [{"description": "shorter cool-down", "edits": [{"old": "WARMDOWN_RATIO = 0.5  #",
+                                                             "new": "WARMDOWN_RATIO = 0.4  #"}]},
+             {"description": "not in the file", "edits": [{"old": "NO SUCH LINE", "new": "x"}]},
+             {"description": "no clipping", "edits": [], "knobs": {"GRAD_CLIP": 0.0}}]
+    fake_anthropic.push(F.tool_use("record_ideas", {"ideas": ideas},
+                                   usage={"input_tokens": 15000, "output_tokens": 400}))
+    out = tmp_path / "arms"
+    report = run_arms(REPO / "train.py", out, seeds=[0], max_steps=2, min_steps=1, eta=2,
+                      budget_steps=20, workers=2, arms=["random", "optuna", "hybrid"],
+                      base_knobs=SMALL_BASE, log=lambda m: None)
+    jpath, hpath = write_reports(report, out)
+    data = json.loads(jpath.read_text())
+    assert data["arms"] == ["random", "optuna", "hybrid"]
+    recs = data["records"]["0"]
+    for arm in data["arms"]:                      # 5 full runs of 2 + 2 steps each: identical budgets
+        assert [r["cum_steps"] for r in recs[arm]] == [4, 8, 12, 16, 20]
+        assert data["per_seed"]["0"]["trajectories"][arm], f"{arm} produced no result"
+        assert data["fairness"]["plans"][arm]["steps"] == 20
+    assert [r["config"] for r in recs["optuna"][:4]] == [r["config"] for r in recs["random"][:4]]
+    (req,) = fake_anthropic.message_requests()    # one ideas call per run
+    assert req.body["model"] == "claude-haiku-4-5"
+    assert req.body["tool_choice"] == {"type": "tool", "name": "record_ideas"}
+    assert "WARMDOWN_RATIO = 0.5" in req.body["messages"][0]["content"]
+    extra = data["extras"]["0/hybrid"]
+    assert extra["tokens"]["input"] == 15000 and extra["tokens"]["output"] == 400
+    assert extra["cost_usd"] == pytest.approx((15000 * 1.0 + 400 * 5.0) / 1e6)
+    assert [i["name"] for i in extra["ideas"]] == ["idea1", "idea3"]
+    assert any("idea2 left out" in e and "matches 0 times" in e for e in extra["errors"])
+    hyb = recs["hybrid"]
+    assert [r["config"]["IDEA"] for r in hyb[:3]] == ["none", "idea1", "idea3"]   # every choice early
+    cand = out / "seed0" / "hybrid" / "candidates" / f"cand_{hyb[1]['cand']}.py"
+    assert "WARMDOWN_RATIO = 0.4  #" in cand.read_text()
+    assert "GRAD_CLIP = 0.0  #" in (out / "seed0" / "hybrid" / "candidates" / f"cand_{hyb[2]['cand']}.py").read_text()
+    assert data["extras"]["0/optuna"]["study"]["complete"] == 5
+    page = hpath.read_text()
+    assert page.count("<polyline") == 3 and "hybrid" in page and "optuna" in page
+    assert "Samplers and LLM use" in page and "15000 / 400" in page and "shorter cool-down" in page
+
+
+def test_hybrid_keeps_only_ideas_that_make_a_fair_runnable_train_py():
+    from harness.search.hybrid import Idea, IdeaBatch, usable
+    source = knobs_source()
+    space = Space.for_source(source)
+    ideas = [Idea("ok", "shorter cool-down", [("WARMDOWN_RATIO = 0.5  #", "WARMDOWN_RATIO = 0.3  #")]),
+             Idea("evalhack", "faster eval", [("prepare.evaluate_bpb", "lambda *a: 0.0 or prepare.evaluate_bpb")]),
+             Idea("seed", "luckier seed", [], {"SEED": 7}),
+             Idea("imports", "peek", [("import math", "import math, os")]),
+             Idea("unknown", "new knob", [], {"NOT_A_KNOB": 1}),
+             Idea("broken", "syntax", [("WARMDOWN_RATIO = 0.5  #", "WARMDOWN_RATIO = (  #")]),
+             Idea("noop", "nothing", [], {}),
+             Idea("dropknob", "no depth", [("DEPTH = 2  #", "LAYERS = 2  #")])]
+    good, errors = usable(IdeaBatch(ideas), source, space)
+    assert [i.name for i in good] == ["ok"]
+    why = dict(e.split(" left out: ", 1) for e in errors)
+    assert set(why) == {"evalhack", "seed", "imports", "unknown", "broken", "noop", "dropknob"}
+    assert "'prepare'" in why["evalhack"] and "SEED" in why["seed"] and "import" in why["imports"]
+    assert why["unknown"].startswith("KeyError") and why["broken"].startswith("SyntaxError")
+    assert "changes nothing" in why["noop"] and "DEPTH" in why["dropknob"]
+    assert "WARMDOWN_RATIO = 0.3  #" in good[0].apply(source, space)

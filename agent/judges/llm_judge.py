@@ -13,20 +13,18 @@ result, needless complexity.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 
-import anthropic
-
 from agent import sdk_logs
 from agent.judges.judge import Opinion
-from agent.pricing import cost_usd, usage_dict
+from harness import llm
 
-# Same default model as the Claude proposer; AUTORESEARCH_JUDGE_MODEL overrides.
-DEFAULT_MODEL = "claude-sonnet-5"
+# harness/llm.py's default model (the proposer's too); AUTORESEARCH_JUDGE_MODEL overrides.
+DEFAULT_MODEL = llm.DEFAULT_MODEL
 MAX_TOKENS = 1024
-# The SDK retries these many times itself; the judge does not wait longer than that for an opinion.
+# The SDK retries these many times itself; the judge does not wait longer than that for an opinion
+# (harness/llm.py with patience 0: no retries of our own).
 SDK_MAX_RETRIES = 2
 REQUEST_TIMEOUT_S = 120.0
 # Characters of the diff and of the history summary sent (a judge does not need a novel).
@@ -81,9 +79,10 @@ class LLMResult:
 class LLMJudge:
     def __init__(self, model: str | None = None, *, api_key: str | None = None, base_url: str | None = None,
                  max_retries: int = SDK_MAX_RETRIES, timeout: float = REQUEST_TIMEOUT_S):
-        self.model = model or os.environ.get("AUTORESEARCH_JUDGE_MODEL") or DEFAULT_MODEL
-        self.client = anthropic.Anthropic(api_key=api_key, max_retries=max_retries, timeout=timeout,
-                                          base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None)
+        self.llm = llm.LLMClient("judge", model, api_key=api_key, base_url=base_url,
+                                 retry=llm.RetryPolicy(sdk_max_retries=max_retries, timeout=timeout))
+        self.model = self.llm.model
+        self.client = self.llm.client
 
     def review(self, *, diff: str, hypothesis: str, description: str, figures: dict,
                rule: Opinion, history: list[dict]) -> LLMResult:
@@ -91,18 +90,18 @@ class LLMJudge:
         prompt = build_prompt(diff=diff, hypothesis=hypothesis, description=description, figures=figures,
                               rule=rule, history=history)
         try:
-            msg = self.client.messages.create(
-                model=self.model, max_tokens=MAX_TOKENS, system=SYSTEM, tools=[VERDICT_TOOL],
+            reply = self.llm.create(
+                max_tokens=MAX_TOKENS, system=SYSTEM, tools=[VERDICT_TOOL],
                 tool_choice={"type": "tool", "name": VERDICT_TOOL["name"]},
                 messages=[{"role": "user", "content": prompt}])
-        except anthropic.APIError as e:
-            sdk_logs.report("anthropic", f"LLM judge call failed ({type(e).__name__}: {getattr(e, 'message', e)})")
-            return LLMResult(None, f"{type(e).__name__}: {getattr(e, 'message', e)}",
-                             seconds=time.time() - t0, model=self.model)
-        tokens = usage_dict(msg.usage)
-        res = LLMResult(None, None, tokens, cost_usd(self.model, tokens), time.time() - t0, self.model)
+        except llm.LLMError as e:
+            cause = e.cause or e
+            why = f"{type(cause).__name__}: {getattr(cause, 'message', cause)}"
+            sdk_logs.report("anthropic", f"LLM judge call failed ({why})")
+            return LLMResult(None, why, seconds=time.time() - t0, model=self.model)
+        res = LLMResult(None, None, reply.tokens, reply.cost_usd, time.time() - t0, self.model)
         try:
-            res.opinion = parse_verdict(msg.content)
+            res.opinion = parse_verdict(reply.content)
         except ValueError as e:
             res.error = f"malformed verdict: {e}"
         return res

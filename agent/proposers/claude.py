@@ -7,8 +7,8 @@ train.py to start from. The model reads, edits an in-memory copy (tools.py), and
 
 Failure handling, from the outside in:
 - API errors that can pass (429, 529, other 5xx, 408/409, timeouts, connection errors) are retried:
-  first by the SDK (max_retries), then by our loop with exponential backoff that honours
-  retry-after. Once the API has been down for `api_patience` seconds in a row: ProposerUnavailable
+  first by the SDK (max_retries), then by harness/llm.py's loop with exponential backoff that
+  honours retry-after. Once the API has been down for `api_patience` seconds in a row: ProposerUnavailable
   (the loop then uses the offline proposer for this experiment).
 - 401/403 also mean ProposerUnavailable (a bad key does not heal); other 4xx: ProposalError.
 - A model that loops without submitting: ProposalError after `max_tool_calls` tool calls, or
@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
-import time
 
-import anthropic
-
-from agent import pricing, sdk_logs
+from agent import sdk_logs
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.tools import TOOLS, ToolError, Workspace, condense_history
+from harness import llm, pricing
+from harness.llm import retry_after as _retry_after  # noqa: F401  (tests and callers use this name)
 
-# Default model: Claude Sonnet 4.6 (alias id from Anthropic's models overview; $3/$15 per MTok),
-# a good cost/skill balance for many small code edits overnight. --model overrides it.
-DEFAULT_MODEL = "claude-sonnet-5"  # id confirmed on platform.claude.com (Sonnet 5 model page); $2/$10 per MTok
+# The default model and the retry rules are harness/llm.py's (one for every role); --model or
+# AUTORESEARCH_PROPOSER_MODEL overrides the model.
+DEFAULT_MODEL = llm.DEFAULT_MODEL
 # Output cap per reply: room for a full rewrite of train.py, and low enough that the SDK allows
 # a non-streaming request.
 MAX_TOKENS = 16_000
@@ -40,17 +38,9 @@ MAX_TOOL_CALLS = 30
 MAX_NUDGES = 3
 # Seconds the API may stay down before the loop falls back to the offline proposer.
 API_PATIENCE = 600.0
-# Retries inside the SDK per request (it backs off 0.5 s..8 s and honours retry-after).
-SDK_MAX_RETRIES = 2
-# Seconds one HTTP request may take (a full rewrite at MAX_TOKENS can take minutes).
-REQUEST_TIMEOUT = 300.0
-# Our own backoff between failed requests: BASE * 2**k seconds, capped, with jitter.
-BACKOFF_BASE = 2.0
-BACKOFF_MAX = 60.0
-# Statuses worth retrying (the SDK uses the same set).
-RETRY_STATUSES = (408, 409, 429)
-# Statuses that mean we cannot use the API at all.
-UNAVAILABLE_STATUSES = (401, 403)
+SDK_MAX_RETRIES = llm.SDK_MAX_RETRIES
+REQUEST_TIMEOUT = llm.REQUEST_TIMEOUT_S
+BACKOFF_BASE = llm.BACKOFF_BASE
 
 SYSTEM_PROMPT = """\
 You are an autonomous ML researcher working on one file, train.py, a small GPT pretraining
@@ -74,19 +64,6 @@ class _NoSpan:
     """Stands in for a tracing span when no tracer is given."""
     def log(self, **kw):
         pass
-
-
-def _retry_after(response) -> float | None:
-    """Seconds the server asked us to wait (retry-after-ms or retry-after), if it said."""
-    headers = getattr(response, "headers", None) or {}
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        try:
-            value = float(headers.get(name))
-        except (TypeError, ValueError):
-            continue
-        if value >= 0:
-            return value * scale
-    return None
 
 
 def _block_dict(block) -> dict:
@@ -115,7 +92,7 @@ def first_message(req: ProposalRequest) -> str:
 class ClaudeProposer:
     name = "claude"
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, api_key: str | None = None,
+    def __init__(self, model: str | None = None, *, api_key: str | None = None,
                  base_url: str | None = None, api_patience: float = API_PATIENCE,
                  max_tool_calls: int = MAX_TOOL_CALLS, sdk_max_retries: int = SDK_MAX_RETRIES,
                  timeout: float = REQUEST_TIMEOUT, backoff_base: float = BACKOFF_BASE,
@@ -123,15 +100,16 @@ class ClaudeProposer:
         api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not api_key:
             raise ProposerUnavailable("ANTHROPIC_API_KEY is not set; use --proposer offline")
-        self.model = model
         self.api_patience = api_patience
         self.max_tool_calls = max_tool_calls
-        self.backoff_base = backoff_base
         self.max_tokens = max_tokens
         self.tracer = tracer
-        self.client = anthropic.Anthropic(api_key=api_key,
-                                          base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
-                                          max_retries=sdk_max_retries, timeout=timeout)
+        retry = llm.RetryPolicy(sdk_max_retries=sdk_max_retries, timeout=timeout, patience=api_patience,
+                                backoff_base=backoff_base)
+        self.llm = llm.LLMClient("proposer", model, api_key=api_key, base_url=base_url, retry=retry,
+                                 on_retry=lambda line: sdk_logs.report("anthropic", line))
+        self.model = self.llm.model
+        self.client = self.llm.client
 
     # ---- one proposal ----
     def propose(self, req: ProposalRequest) -> Proposal:
@@ -212,41 +190,16 @@ class ClaudeProposer:
         span = (self.tracer.span("claude.messages", input={"model": self.model, "messages": len(messages)})
                 if self.tracer else None)
         with span or contextlib.nullcontext(_NoSpan()) as sp:
-            resp = self._create_with_retries(kwargs, acct)
-            tokens = pricing.usage_dict(resp.usage)
-            cost = pricing.cost_usd(self.model, tokens)
-            pricing.add_tokens(acct["tokens"], {k: v for k, v in tokens.items() if k != "cache_write_1h"})
-            acct["cost"] += cost
-            acct["calls"] += 1
-            sp.log(output={"stop_reason": resp.stop_reason,
-                           "tools": [b.name for b in resp.content if b.type == "tool_use"]},
-                   tokens=tokens, cost=cost)
-            return resp
-
-    def _create_with_retries(self, kwargs: dict, acct: dict):
-        down_since: float | None = None
-        failures = 0
-        while True:
-            attempt_start = time.monotonic()
             try:
-                return self.client.messages.create(**kwargs)
-            except anthropic.APIStatusError as e:
-                status = e.status_code
-                if status in UNAVAILABLE_STATUSES:
-                    raise ProposerUnavailable(f"Anthropic API refused our key ({status}): {e.message}") from e
-                if status not in RETRY_STATUSES and status < 500:
-                    raise ProposalError(f"Anthropic API rejected the request ({status}): {e.message}") from e
-                wait, last = _retry_after(e.response), f"{status} {e.message}"
-            except anthropic.APIConnectionError as e:      # includes APITimeoutError
-                wait, last = None, f"{type(e).__name__}: {e}"
-            failures += 1
-            acct["retries"] += 1
-            sdk_logs.report("anthropic", f"proposer call failed, retry {failures}: {last}")
-            down_since = attempt_start if down_since is None else down_since
-            down = time.monotonic() - down_since
-            if down >= self.api_patience:
-                raise ProposerUnavailable(f"Anthropic API down for {down:.0f}s (patience "
-                                          f"{self.api_patience:.0f}s); last error: {last}")
-            if wait is None:
-                wait = min(self.backoff_base * 2 ** (failures - 1), BACKOFF_MAX) * random.uniform(0.75, 1.0)
-            time.sleep(max(0.0, min(wait, self.api_patience - down)))
+                reply = self.llm.create(**kwargs)
+            except llm.LLMUnavailable as e:
+                raise ProposerUnavailable(str(e)) from e
+            except llm.LLMRequestError as e:
+                raise ProposalError(str(e)) from e
+            pricing.add_tokens(acct["tokens"], {k: v for k, v in reply.tokens.items() if k != "cache_write_1h"})
+            acct["cost"] += reply.cost_usd
+            acct["calls"] += 1
+            acct["retries"] += reply.retries
+            sp.log(output={"stop_reason": reply.stop_reason, "tools": [c.name for c in reply.tool_calls]},
+                   tokens=reply.tokens, cost=reply.cost_usd)
+            return reply

@@ -1,4 +1,5 @@
-"""Arms: does the search learn? Random vs Hyperband vs + prior vs + SNIP vs screen-K (vs + Claude).
+"""Arms: does the search learn? Random vs Hyperband vs + prior vs + SNIP vs screen-K vs Optuna
+vs the hybrid (Claude's code ideas + Optuna's knobs) (vs + Claude).
 
     uv run python -m harness.search.arms run --quick [--warm-prior prior_store.json]
 
@@ -10,7 +11,9 @@ An arm's quality after s steps is the best val_bpb of any model it had evaluated
 
 The screen-K arm (harness/search/arms_screen.py) is the loop's `--screen K`: K candidates screened by
 successive halving, only the winner trained to the full budget; its screen steps are charged
-but only full runs count as results, as in the loop.
+but only full runs count as results, as in the loop. The Optuna arms (harness/search/optuna_arm.py)
+and the hybrid (harness/search/hybrid.py) ask a real Optuna study for each full-budget run, at
+random search's cost per run.
 
 Headline, per seed: steps an arm needed to reach random search's final quality, divided by the
 steps random itself needed (< 1: the arm gets there faster; null: it never got there). Across
@@ -32,9 +35,11 @@ import sys
 import time
 from pathlib import Path
 
+from harness.search.arms_llm import ClaudePolicy  # noqa: F401  (the claude arm; tests import it here)
 from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
 from harness.search.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
                                 format_headline, headline_stats, pairwise, plans_json, spread)
+from harness.search.hybrid import HYBRID_ARM, OPTUNA_ARMS, hybrid_setup, run_sampler_arm
 from harness.search.sweep import SweepSettings, run_sweep
 
 # Quality is reported at these fractions of the budget.
@@ -46,9 +51,10 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 QUICK = dict(seeds=[0, 1, 2], max_steps=9, min_steps=1, eta=3, budget_steps=None)
 FULL = dict(seeds=[0, 1, 2], max_steps=81, min_steps=3, eta=3, budget_steps=None)
 QUICK_PROFILE = "tiny"
-# Default arms, in this order; "claude" joins when ANTHROPIC_API_KEY is set. "screen" is the
-# screen-K arm (K = --screen-k); "screen-5" names K directly.
-ARMS = ("random", "hyperband", "prior", "snip", "screen")
+# Default arms, in this order; "claude" joins when ANTHROPIC_API_KEY is set; "hybrid" is skipped
+# (saying so) without ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL. "screen" is the screen-K arm
+# (K = --screen-k); "screen-5" names K directly. "optuna-cmaes" runs only when asked for.
+ARMS = ("random", "hyperband", "prior", "snip", "screen", "optuna", "hybrid")
 
 
 # ---- metrics (pure functions over trajectories) ----
@@ -176,75 +182,11 @@ def console_summary(report: dict) -> list[str]:
     return lines
 
 
-# ---- the Claude policy (only with a key) ----
-
-class ClaudePolicy:
-    """Asks Claude for n configurations given every result so far; random fills any shortfall."""
-
-    def __init__(self, space, model: str | None = None, client=None):
-        import anthropic
-        self.space = space
-        self.model = model or os.environ.get("AUTORESEARCH_ARMS_MODEL", "claude-sonnet-4-6")
-        self.client = client or anthropic.Anthropic()
-        self.tokens = {"input": 0, "output": 0}
-        self.errors: list[str] = []
-
-    def prompt(self, n: int, history: list[dict]) -> str:
-        ranges = "\n".join(f"- {k}: {v[0]} in {v[1:]}" for k, v in self.space.to_json().items())
-        done = sorted((h for h in history if h.get("val_bpb") is not None), key=lambda h: h["val_bpb"])
-        lines = [json.dumps({"config": h["config"], "steps": h["steps"], "val_bpb": round(h["val_bpb"], 5)})
-                 for h in done[:30]]
-        crashed = [json.dumps(h["config"]) for h in history if h.get("val_bpb") is None][:10]
-        return (f"You are tuning hyperparameters of a small GPT pretraining script (train.py). "
-                f"Lower val_bpb is better; results at fewer steps are noisier, earlier views.\n"
-                f"Search space:\n{ranges}\n\nBest results so far (up to 30):\n"
-                + ("\n".join(lines) or "(none yet)")
-                + ("\n\nConfigs that crashed:\n" + "\n".join(crashed) if crashed else "")
-                + f"\n\nPropose {n} new, diverse configurations likely to reach a lower val_bpb. "
-                f"Reply with only a JSON array of {n} objects, each with exactly the keys "
-                f"{', '.join(self.space.names)}.")
-
-    def __call__(self, n: int, history: list[dict]) -> list[dict]:
-        try:
-            msg = self.client.messages.create(model=self.model, max_tokens=4000,
-                                              messages=[{"role": "user", "content": self.prompt(n, history)}])
-            self.tokens["input"] += msg.usage.input_tokens
-            self.tokens["output"] += msg.usage.output_tokens
-            text = "".join(b.text for b in msg.content if getattr(b, "type", "") == "text")
-            return self.parse(text)[:n]
-        except Exception as e:                       # API down or a malformed reply: random fills in
-            self.errors.append(f"{type(e).__name__}: {e}")
-            return []
-
-    def parse(self, text: str) -> list[dict]:
-        start, end = text.find("["), text.rfind("]")
-        if start < 0 or end < start:
-            raise ValueError("no JSON array in the reply")
-        items = json.loads(text[start:end + 1])
-        out = []
-        for item in items:
-            if isinstance(item, dict) and set(self.space.names) <= set(item):
-                out.append(self.clip(item))
-        return out
-
-    def clip(self, item: dict) -> dict:
-        cfg = {}
-        for name, spec in self.space.specs.items():
-            v = item[name]
-            if spec.kind == "choice":
-                cfg[name] = v if v in spec.choices else spec.choices[0]
-            elif spec.kind == "int":
-                cfg[name] = int(min(spec.high, max(spec.low, round(float(v)))))
-            else:
-                cfg[name] = float(min(spec.high, max(spec.low, float(v))))
-        return cfg
-
-
 # ---- running the arms ----
 
 def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget_steps,
              workers: int, arms=ARMS, warm_prior: Path | None = None, log=print, pool_env=None,
-             base_knobs: dict | None = None, screen_k_default: int = SCREEN_K) -> dict:
+             base_knobs: dict | None = None, screen_k_default: int = SCREEN_K, ideas=None) -> dict:
     import prepare
     from harness.search.pool import Pool
     from harness.search.prior import CheapPrior
@@ -258,6 +200,7 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     space = Space.for_source(source)
     arms = [f"screen-{screen_k(a, screen_k_default)}" if screen_k(a) is not None else a for a in arms]
     arms = list(arms) + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") and "claude" not in arms else [])
+    arms, ideas = hybrid_setup(arms, ideas, log)
     settings = dict(max_steps=max_steps, min_steps=min_steps, eta=eta, budget_steps=budget_steps)
     for arm in arms:                          # a screen that cannot fit under R fails before any run
         if screen_k(arm) is not None:
@@ -284,6 +227,15 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
                     screens.setdefault(arm, {})[seed] = acct
                     walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)
                     continue
+                if arm in OPTUNA_ARMS or arm == HYBRID_ARM:
+                    log(f"arms: seed {seed}, arm {arm}")
+                    ta = time.time()
+                    recs, extras[f"{seed}/{arm}"] = run_sampler_arm(
+                        arm, source, space, pool, out / f"seed{seed}" / arm, seed=seed, decay_steps=decay,
+                        ideas=ideas, log=lambda m: log("  " + m), **settings)
+                    runs[seed][arm] = recs
+                    walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)
+                    continue
                 policy = {"random": "random", "hyperband": "hyperband", "prior": "prior",
                           "snip": "snip", "claude": "proposer"}[arm]
                 st = SweepSettings(seed=seed, policy=policy, **settings)
@@ -303,7 +255,8 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
                 runs[seed][arm] = res.records
                 walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)
                 if proposer is not None:
-                    extras[f"{seed}/claude"] = {"tokens": proposer.tokens, "errors": proposer.errors[:5]}
+                    extras[f"{seed}/claude"] = {"tokens": proposer.tokens, "errors": proposer.errors[:5],
+                                                "cost_usd": round(proposer.llm.totals["cost_usd"], 6)}
                 if arm == "prior" and warm_prior:
                     prior.save(warm_prior)
     for arm, per_seed in screens.items():       # did the screen pick what full runs would have?
@@ -356,6 +309,17 @@ def print_report(report: dict, jpath: Path, hpath: Path) -> None:
             f"seed {s}: {a['rounds']} rounds, {a['screen_steps']} screen + {a['full_steps']} full-run steps"
             + (f", picked the full-run best in {a['fidelity']['hits']}/{a['fidelity']['rounds_checked']} "
                f"checkable rounds" if "fidelity" in a else "") for s, a in per_seed.items()))
+    for key, x in (report.get("extras") or {}).items():
+        seed, arm = key.split("/", 1)
+        best = (x.get("study") or {}).get("best") or {}
+        parts = [f"best trial {best['number']} of {x['study']['trials']} ({x['study']['sampler']})"] if best else []
+        if "tokens" in x:
+            parts.append(f"{x['tokens'].get('input', 0)} in / {x['tokens'].get('output', 0)} out tokens, "
+                         f"${x.get('cost_usd', 0.0):.4f}")
+        if "ideas" in x:
+            parts.append(f"{len(x['ideas'])} idea(s): " + "; ".join(i["description"] for i in x["ideas"]))
+        parts += [f"error: {e}" for e in (x.get("errors") or [])[:3]]
+        print(f"arms: {arm} seed {seed}: " + "; ".join(parts))
     print(f"arms: wrote {jpath} and {hpath}")
 
 

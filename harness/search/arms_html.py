@@ -13,7 +13,7 @@ from harness.search.arms_stats import describe_pairs
 # Plot geometry (px) and the number of points sampled along the step axis.
 W, H, PAD, GRID = 720, 360, 56, 120
 # One colour per arm, in ARMS order (colour-blind-safe Okabe-Ito palette).
-COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00"]
+COLOURS = ["#000000", "#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442"]
 
 
 def regret_curves(report: dict) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -170,6 +170,33 @@ and in how many the screen's winner was the best of them (mean val_bpb lost to t
 """
 
 
+def samplers_section(report: dict) -> str:
+    """The Optuna studies' summaries and what each LLM-backed arm asked and paid, per seed."""
+    rows = []
+    for key, x in (report.get("extras") or {}).items():
+        seed, arm = key.split("/", 1)
+        study = x.get("study") or {}
+        best = study.get("best") or {}
+        tokens = x.get("tokens") or {}
+        ideas = "; ".join(f"{i['name']}: {i['description']}" for i in x.get("ideas") or [])
+        errors = "; ".join(x.get("errors") or [])
+        rows.append(f"<tr><td>{html.escape(arm)}</td><td>{html.escape(seed)}</td>"
+                    f"<td>{html.escape(str(study.get('sampler', '&mdash;')))}</td>"
+                    f"<td>{best.get('number', '&mdash;')}</td>"
+                    f"<td>{tokens.get('input', 0)} / {tokens.get('output', 0)}</td>"
+                    f"<td>{x.get('cost_usd', 0.0):.4f}</td><td>{html.escape(ideas) or '&mdash;'}</td>"
+                    f"<td>{html.escape(errors) or '&mdash;'}</td></tr>")
+    if not rows:
+        return ""
+    return f"""<h2>Samplers and LLM use</h2>
+<p>Optuna arms: one study per seed, its first trials the random arm's own configurations; "best trial"
+is the trial number of the study's best. LLM-backed arms: tokens (input / output) and dollars per seed;
+the hybrid's code ideas, and why any were left out.</p>
+<table><tr><th>arm</th><th>seed</th><th>sampler</th><th>best trial</th><th>tokens in / out</th><th>$</th>
+<th>ideas</th><th>errors</th></tr>{''.join(rows)}</table>
+"""
+
+
 def render_html(report: dict) -> str:
     s = report["settings"]
     arms = report["arms"]
@@ -207,6 +234,6 @@ seed counting as worse than any reached one; it reads "not reached" when half th
 {svg_plot(report)}
 <h2>Quality (best val_bpb, mean [min&ndash;max] over seeds) at fractions of the budget</h2>
 <table><tr><th>arm</th>{fracs}</tr>{q_rows}</table>
-{screen_section(report)}<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
+{screen_section(report)}{samplers_section(report)}<p>Generated {html.escape(str(report.get('created_at', '')))}; load average {html.escape(str(report.get('load_avg', '')))}.</p>
 </body></html>
 """

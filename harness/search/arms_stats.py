@@ -26,6 +26,9 @@ from harness.search.hyperband import Bracket, Rung, bracket_cost, hyperband_brac
 UNUSED_FRAC = 0.10
 # Arms that run Hyperband brackets (the others: random search, and screen-K rounds).
 HYPERBAND_ARMS = ("hyperband", "prior", "snip", "claude")
+# Arms whose every configuration gets one full-budget run (random search's shape): random and the
+# samplers that pick configurations one at a time (harness/search/optuna_arm.py, hybrid.py).
+FULL_RUN_ARMS = ("random", "optuna", "optuna-cmaes", "hybrid")
 
 
 # ---- headline across seeds ----
@@ -171,7 +174,7 @@ class ArmPlan:
 
 def arm_brackets(arm: str, max_steps: int, min_steps: int, eta: int) -> list[Bracket]:
     from harness.search.arms_screen import round_bracket, screen_k
-    if arm == "random":
+    if arm in FULL_RUN_ARMS:
         return [Bracket(0, (Rung(1, max_steps),))]
     if screen_k(arm) is not None:
         return [round_bracket(screen_k(arm), min_steps, max_steps, eta)]
