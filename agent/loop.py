@@ -212,11 +212,11 @@ class Loop:
                 run_experiment(self, a, committed=True)
         if self.best is None and self.args.reviewer == "hierarchy" and self.baseline_repeats > 1:
             self.console.event(summary.first_row_note(self.baseline_repeats, self.budget))
-        self.ensure_baseline()
         if self.args.workers > 1 or self.args.executor == "ray":
             from agent import workers   # N experiments in flight; same guarantees per worker
-            self.stop_reason = workers.run_parallel(self, deadline)
+            self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
+        self.ensure_baseline()
         while True:
             n = self.next_n()
             if self.args.max_experiments is not None and n > self.args.max_experiments:

@@ -183,9 +183,12 @@ def run_parallel(loop, deadline: float | None) -> str | None:
     """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
     count = max(1, int(loop.args.workers))
     executor, where = open_executor(loop.args, count)
+    loop.executor = executor   # the baseline runs where the experiments will (a Ray node, a slot)
     try:
+        loop.ensure_baseline()
         return _run_workers(loop, count, executor, where, deadline)
     finally:
+        loop.executor = None
         executor.close()
 
 
@@ -270,6 +273,7 @@ def open_executor(args, count: int) -> tuple[SharedExecutor, str]:
         gpus = float(ray.cluster_resources().get("GPU", 0))
         inner = RayExecutor(args.ray_address, slots=count, num_gpus_per_job=1 if gpus >= 1 else 0)
         inner._owns_ray = started   # shut down at close() only if this loop started it
+        inner.warm()                # every slot's Ray worker up before the first jobs
         nodes = len([n for n in ray.nodes() if n.get("Alive")])
         return SharedExecutor(inner), (f"Ray ({args.ray_address or 'local runtime'}, {nodes} node(s), "
                                        f"{gpus:g} GPU(s){', one per job' if gpus >= 1 else ', CPU jobs'})")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -207,7 +209,10 @@ def test_real_tiny_runs_on_two_ray_workers_sealed_and_judged(tiny_cache, tmp_pat
     repo = make_repo(tmp_path / "repo", files)
     env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
     env.pop("ANTHROPIC_API_KEY", None)
-    ray_before = set(ray_processes_left())   # another test's Ray runtime may be up in this session
+    # the loop's own Ray runtime lives under this folder (short: Ray's socket paths are limited);
+    # another test's Ray runtime may be up meanwhile and is not counted
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    env["RAY_TMPDIR"] = ray_tmp
     p = run_loop(repo, env, "--tag", "rt", "--budget", "2", "--max-experiments", "4", "--reviewer", "hierarchy",
                  "--baseline-repeats", "1", "--workers", "2", "--executor", "ray", timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -223,11 +228,12 @@ def test_real_tiny_runs_on_two_ray_workers_sealed_and_judged(tiny_cache, tmp_pat
         assert rec["sealed"] is True and rec["summary"]["num_steps"] == 2
         assert (repo / ".autoresearch" / "rt" / rec["log"]).exists(), "the node's log came back"
     assert not no_process_left(repo)
-    assert not set(ray_processes_left()) - ray_before, "the loop's Ray runtime ended with it"
+    assert not ray_processes_left(ray_tmp), "the loop's Ray runtime ended with it"
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def ray_processes_left() -> list[str]:
-    """Ray's own processes (raylet, gcs_server, workers) still running on this machine."""
+def ray_processes_left(marker: str) -> list[str]:
+    """Ray's processes (raylet, gcs_server, workers) of the runtime whose temp folder is `marker`."""
     left = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -235,7 +241,6 @@ def ray_processes_left() -> list[str]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if ("raylet" in cmd or "gcs_server" in cmd or "ray::" in cmd or "default_worker.py" in cmd) \
-                    and _alive(int(pid)):
+            if marker in cmd and _alive(int(pid)):
                 left.append(f"{pid} {cmd[:80]}")
     return left

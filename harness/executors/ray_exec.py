@@ -38,6 +38,10 @@ from harness.executors.node import run_job, tail
 
 # How long cancel() waits for Ray to report a force-cancelled task as ended.
 CANCEL_WAIT_S = 30.0
+# warm(): how long each slot's first task holds its slot (so N tasks get N processes), and how
+# long to wait for them all (a cluster still adding nodes is not waited for).
+WARM_HOLD_S = 0.5
+WARM_TIMEOUT_S = 120.0
 # ray.init options that keep a local runtime quiet and small.
 QUIET = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
 HARNESS_DIR = Path(__file__).resolve().parent.parent
@@ -73,6 +77,14 @@ def _no_uv_packaging() -> None:
         ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] not in ("0", "false", "False")
     except (ImportError, AttributeError):
         pass
+
+
+def _warm(hold: float) -> str:
+    """A worker process's first task: import what a job runs, hold the slot briefly so every
+    slot gets a process of its own."""
+    from harness.executors import node  # noqa: F401  (the import is the point)
+    time.sleep(hold)
+    return os.getpid()
 
 
 def _node_task(job: TrainJob):
@@ -112,14 +124,26 @@ class RayExecutor:
         self._owns_ray = start_ray(address, num_cpus=num_cpus, runtime_env=runtime_env)
         import ray
         self._ray = ray
-        self._remote = ray.remote(_node_task).options(num_cpus=num_cpus_per_job, num_gpus=num_gpus_per_job,
-                                                      max_retries=0)
+        self._options = dict(num_cpus=num_cpus_per_job, num_gpus=num_gpus_per_job, max_retries=0)
+        self._remote = ray.remote(_node_task).options(**self._options)
         self._ids = itertools.count(1)
         self._jobs: dict[str, TrainJob] = {}
         self._refs: dict[str, object] = {}          # running: job id -> ObjectRef
         self._queue: deque[str] = deque()
         self._results: dict[str, JobResult] = {}
         self._closed = False
+
+    def warm(self, timeout: float = WARM_TIMEOUT_S) -> float:
+        """Start the Ray worker processes of all slots now (each imports the job code once), so
+        the first jobs do not pay it side by side; returns the seconds it took."""
+        t0 = time.monotonic()
+        probe = self._ray.remote(_warm).options(**self._options)
+        refs = [probe.remote(WARM_HOLD_S) for _ in range(self.slots)]
+        try:
+            self._ray.get(refs, timeout=timeout)
+        except Exception:   # a slow or small cluster: the jobs will simply wait for their workers
+            pass
+        return time.monotonic() - t0
 
     def submit(self, job: TrainJob) -> str:
         if self._closed:
