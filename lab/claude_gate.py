@@ -8,13 +8,8 @@ failed call abstains (counted as keep: the gate never loses data because the API
 """
 from __future__ import annotations
 
-import os
+from harness.llm import LLMClient, LLMError, RetryPolicy
 
-import anthropic
-
-from harness.pricing import cost_usd, usage_dict
-
-DEFAULT_MODEL = "claude-sonnet-5"  # as agent/judges/llm_judge.py; AUTORESEARCH_JUDGE_MODEL overrides
 BATCH = 12  # samples per call: a few thousand tokens of context, few calls
 SAMPLE_CHARS = 600  # characters of a sample shown (seed tail + continuation)
 MAX_TOKENS = 512
@@ -39,25 +34,25 @@ def prompt(batch: list[dict]) -> str:
 
 class ClaudeGate:
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None):
-        self.model = model or os.environ.get("AUTORESEARCH_JUDGE_MODEL") or DEFAULT_MODEL
-        self.client = anthropic.Anthropic(api_key=api_key, max_retries=2, timeout=120.0,
-                                          base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or None)
+        # the judges' model (AUTORESEARCH_JUDGE_MODEL overrides), through the one LLM client
+        self.llm = LLMClient("judge", model, api_key=api_key, base_url=base_url, retry=RetryPolicy(timeout=120.0))
+        self.model = self.llm.model
         self.cost_usd, self.calls, self.errors = 0.0, 0, 0
 
     def _vote(self, persona: str, batch: list[dict]) -> set[int] | None:
         """Indices one judge keeps, or None when it abstains (a failed or malformed call)."""
         self.calls += 1
         try:
-            msg = self.client.messages.create(model=self.model, max_tokens=MAX_TOKENS, system=persona,
-                                              tools=[TOOL], tool_choice={"type": "tool", "name": TOOL["name"]},
-                                              messages=[{"role": "user", "content": prompt(batch)}])
-        except anthropic.APIError:
+            reply = self.llm.create(max_tokens=MAX_TOKENS, system=persona, tools=[TOOL],
+                                    tool_choice={"type": "tool", "name": TOOL["name"]},
+                                    messages=[{"role": "user", "content": prompt(batch)}])
+        except LLMError:
             self.errors += 1
             return None
-        self.cost_usd += cost_usd(self.model, usage_dict(msg.usage))
-        for block in msg.content:
-            if getattr(block, "type", None) == "tool_use" and isinstance(block.input, dict):
-                keep = block.input.get("keep")
+        self.cost_usd += reply.cost_usd
+        for call in reply.tool_calls:
+            if call.name == TOOL["name"] and isinstance(call.input, dict):
+                keep = call.input.get("keep")
                 if isinstance(keep, list):
                     return {k for k in keep if isinstance(k, int) and 0 <= k < len(batch)}
         self.errors += 1
