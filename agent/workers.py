@@ -182,7 +182,8 @@ def _pop(items: list, lock):
 def run_parallel(loop, deadline: float | None) -> str | None:
     """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
     count = max(1, int(loop.args.workers))
-    executor, where = open_executor(loop.args, count)
+    # local slots beside the workers' worktrees: reused after a kill -9, hidden from sealed runs
+    executor, where = open_executor(loop.args, count, slots_root=worker_root(loop) / "slots")
     loop.executor = executor   # the baseline runs where the experiments will (a Ray node, a slot)
     try:
         loop.ensure_baseline()
@@ -263,7 +264,7 @@ class SharedExecutor:
         self.inner.close()
 
 
-def open_executor(args, count: int) -> tuple[SharedExecutor, str]:
+def open_executor(args, count: int, slots_root: Path | None = None) -> tuple[SharedExecutor, str]:
     """The executor --executor names, with `count` slots; and a line saying where jobs run."""
     if args.executor == "ray":
         import ray
@@ -278,7 +279,7 @@ def open_executor(args, count: int) -> tuple[SharedExecutor, str]:
         return SharedExecutor(inner), (f"Ray ({args.ray_address or 'local runtime'}, {nodes} node(s), "
                                        f"{gpus:g} GPU(s){', one per job' if gpus >= 1 else ', CPU jobs'})")
     gpus = gpu_ids(getattr(args, "gpus", None))
-    inner = LocalExecutor(count, gpus=gpus or None)
+    inner = LocalExecutor(count, gpus=gpus or None, root=slots_root)
     return SharedExecutor(inner), (f"this machine, GPUs {','.join(gpus)} (one per slot)" if gpus
                                    else "this machine, CPU")
 
@@ -297,9 +298,14 @@ def gpu_ids(flag: str | None) -> list[str]:
     return []
 
 
+def worker_root(loop) -> Path:
+    """<worktree-root>/<tag>.workers: the workers' worktrees and the local executor's slots."""
+    return loop.worktree.parent / f"{loop.tag}.workers"
+
+
 def worker_worktree(loop, wid: int) -> Path:
     """<worktree-root>/<tag>.workers/w<wid>: a detached worktree of the repository, reused on resume."""
-    path = loop.worktree.parent / f"{loop.tag}.workers" / f"w{wid}"
+    path = worker_root(loop) / f"w{wid}"
     if not (path / ".git").exists():
         with contextlib.suppress(gitops.GitError):
             gitops.git(loop.repo, "worktree", "prune")

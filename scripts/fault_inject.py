@@ -1,7 +1,7 @@
 """Fault injection: kill -9 the loop at random instants, --resume each time, then count what was lost.
 
     uv run scripts/fault_inject.py [--kills 8] [--seed 0] [--budget 5] [--experiments 6]
-        [--max-wait 120] [--keep]
+        [--max-wait 120] [--workers N] [--keep]
 
 Builds a throwaway git repo with the real prepare.py / train.py / program.md (train.py shrunk to
 a small model), prepares the tiny profile's data from a few standard-library files, then runs
@@ -11,7 +11,7 @@ time, SIGKILL the loop process alone (its children are left as a real kill -9 wo
 noting the phase it was in. A last --resume runs to --experiments. Then it prints:
 
 - rows / journal records / matched one to one / duplicates (an experiment recorded twice),
-- orphans: live processes left in any process group the loop recorded (child.pid) or ran in,
+- orphans: live processes left in any process group the loop recorded (child*.pid) or ran in,
 - leftovers: untracked files in the worktree (`git status`) and temp folders left in the
   loop's TMPDIR,
 - whether the branch tip is the last kept commit.
@@ -94,6 +94,8 @@ def build(root: Path) -> tuple[Path, dict]:
 def loop_cmd(args, resume: bool) -> list[str]:
     cmd = [sys.executable, str(REPO / "agent" / "loop.py"), "--tag", TAG, "--budget", f"{args.budget:g}",
            "--max-experiments", str(args.experiments), "--proposer", "offline", "--seed", str(args.seed)]
+    if args.workers > 1:
+        cmd += ["--workers", str(args.workers)]
     return cmd + (["--resume"] if resume else [])
 
 
@@ -115,13 +117,19 @@ def members(pgids: set[int]) -> list[tuple[int, int, str]]:
     return out
 
 
-def phase_of(wt: Path, pid: int) -> str:
-    """The phase the loop `pid` shows in state.json; "setup" until it wrote its own state."""
+def phase_of(wt: Path, pid: int, target: str | None = None) -> str:
+    """The phase the loop `pid` shows in state.json ("setup" until it wrote its own state); with
+    --workers, `target` when any worker is in it, else the first worker's phase."""
     try:
         state = json.loads((wt / "state.json").read_text())
     except (OSError, ValueError):
         return "setup"
-    return state.get("phase", "?") if state.get("pid") == pid else "setup"
+    if state.get("pid") != pid:
+        return "setup"
+    phases = [w.get("phase") for w in state.get("workers") or [] if isinstance(w, dict)]
+    if phases:
+        return target if target in phases else (phases[0] or "?")
+    return state.get("phase", "?")
 
 
 def one_cycle(args, repo, env, wt, rng, resume, pgids, log) -> str:
@@ -135,17 +143,18 @@ def one_cycle(args, repo, env, wt, rng, resume, pgids, log) -> str:
     when = time.monotonic() + rng.uniform(0.0, 3.0) if target == "setup" else None
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-        try:
-            pgids.add(int(json.loads((wt / "child.pid").read_text())["pgid"]))
-        except (OSError, ValueError, KeyError):
-            pass
-        if when is None and phase_of(wt, proc.pid) == target:
+        for pid_file in wt.glob("child*.pid"):   # child.pid, or one per executor slot (--workers)
+            try:
+                pgids.add(int(json.loads(pid_file.read_text())["pgid"]))
+            except (OSError, ValueError, KeyError):
+                pass
+        if when is None and phase_of(wt, proc.pid, target) == target:
             when = time.monotonic() + rng.uniform(0.0, IN_PHASE_JITTER)
         if when is not None and time.monotonic() >= when:
             break
     if proc.poll() is not None:
         return f"(exited {proc.returncode} first)"
-    phase = phase_of(wt, proc.pid)
+    phase = phase_of(wt, proc.pid, target)
     proc.send_signal(signal.SIGKILL)   # the loop alone, as `kill -9 <pid>` does
     proc.wait()
     time.sleep(0.2)
@@ -161,9 +170,10 @@ def summarize(repo: Path, wt: Path, root: Path, pgids: set[int]) -> dict:
     ns = [r.get("n") for r in records]
     dup_records = len(ns) - len(set(ns))
     rows = [(r["commit"], r["status"]) for r in table.rows]
-    recs = [(str(r.get("commit"))[:7], r.get("status")) for r in sorted(records, key=lambda r: r.get("n", 0))]
+    # journal order = decision order (with --workers, not the order of the numbers)
+    recs = [(str(r.get("commit"))[:7], r.get("status")) for r in records]
     matched = sum(1 for a, b in zip(rows, recs) if a == b)
-    kept = [r["commit"] for r in sorted(records, key=lambda r: r.get("n", 0)) if r.get("status") == "keep"]
+    kept = [r["commit"] for r in records if r.get("status") == "keep"]
     tip = git(repo, "rev-parse", f"autoresearch/{TAG}")
     base = git(repo, "rev-parse", "master")
     untracked = [l for l in git(wt, "status", "--porcelain", "--untracked-files=all").splitlines() if l.strip()]
@@ -185,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--experiments", type=int, default=6, help="experiments in all, baseline included")
     p.add_argument("--max-wait", type=float, default=120.0,
                    help="longest wait for the aimed phase before the kill comes anyway, seconds")
+    p.add_argument("--workers", type=int, default=1, help="experiments in flight at once (--workers N)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
