@@ -24,13 +24,17 @@ class Coordinator:
         self.lock = threading.RLock()
         # Proposers are never called concurrently (an LLM conversation, an Optuna study).
         self.proposer_lock = threading.Lock()
-        self._claimed = 0
 
     def next_n(self) -> int:
-        """The next experiment number, without claiming it (the single loop asks this often)."""
+        """The lowest experiment number neither decided nor in flight, without claiming it. A
+        number handed out but never committed (a kill -9 while proposing) is handed out again,
+        so --max-experiments N ends with experiments 1..N, none missing."""
         with self.lock:
-            done = max((r.get("n", 0) for r in self.history), default=0)
-            return max(done, self._claimed, max(self.in_flight, default=0)) + 1
+            taken = {r.get("n") for r in self.history} | set(self.in_flight)
+            n = 1
+            while n in taken:
+                n += 1
+            return n
 
     def claim(self, worker: int, parent: str | None, limit: int | None = None) -> int | None:
         """Hand out the next number to `worker` and mark it in flight; None once `limit` is reached."""
@@ -38,15 +42,14 @@ class Coordinator:
             n = self.next_n()
             if limit is not None and n > limit:
                 return None
-            self._claimed = n
             self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
                                  "commit": None, "description": "(being proposed)"}
             return n
 
     def adopt(self, worker: int, n: int, parent: str | None, commit: str | None, description: str) -> None:
-        """An experiment resumed from a pending file: in flight under its old number."""
+        """An experiment resumed from a pending file: in flight under its old number (worker 0:
+        queued for the first free worker)."""
         with self.lock:
-            self._claimed = max(self._claimed, n)
             self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
                                  "commit": commit, "description": description}
 

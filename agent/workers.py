@@ -199,7 +199,8 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     loop.console.event(f"{count} workers on {where}; each experiment in its own worktree under "
                        f"{loop.workers[0].worktree.parent}")
     resumed = pending_attempts(loop)
-    for a, _ in resumed:
+    for a, _ in resumed:   # their numbers are taken before any worker claims one
+        loop.coord.adopt(0, a.n, a.parent, a.commit, a.proposal.description)
         loop.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
     limit = loop.args.max_experiments
     for w in loop.workers:
