@@ -12,6 +12,7 @@ With one worker (the default) the loop is the only client and nothing changes; w
 from __future__ import annotations
 
 import threading
+import time
 
 
 class Coordinator:
@@ -86,3 +87,19 @@ class LockedProposer:
 
     def __getattr__(self, name):   # name, cheap_redo, close, ... of the proposer itself
         return getattr(self._inner, name)
+
+
+class Phased:
+    """The phase shown on the panel and in state.json (the loop's, or one worker's)."""
+    phase: str
+    experiment: int | None
+    phase_started_at: float
+    run_started_at: float | None
+
+    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
+        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
+            self.phase_started_at = time.time()
+        self.phase, self.experiment = phase, n if n is not None else self.experiment
+        if run_started_at is not None:
+            self.run_started_at = run_started_at
+        self.refresh(force=True)

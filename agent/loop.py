@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from agent import cli, summary
-from agent.coordinator import Coordinator
+from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
@@ -127,7 +127,7 @@ def deadline_of(until: str | None) -> float | None:
     return when.timestamp()
 
 
-class Loop:
+class Loop(Phased):
     def __init__(self, args):
         self.coord = Coordinator()   # the tag's decided state and the decision lock
         self.args, self.tag, self.budget = args, args.tag, float(args.budget)
@@ -339,13 +339,6 @@ class Loop:
             self.console.event(f"exp {n}: {decision.reason}")
         self.refresh(force=True)
 
-    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
-        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
-            self.phase_started_at = time.time()
-        self.phase, self.experiment = phase, n if n is not None else self.experiment
-        if run_started_at is not None:
-            self.run_started_at = run_started_at
-        self.refresh(force=True)
 
     def refresh(self, force: bool = False) -> None:
         if not force and time.time() - self._last_state < 1.0:

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.coordinator import LockedProposer
+from agent.coordinator import LockedProposer, Phased
 from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
@@ -55,7 +55,7 @@ class _NoPrefetch:
         return None
 
 
-class Worker:
+class Worker(Phased):
     """One worker's view of the loop: what experiment.py needs, nothing more. Its own worktree,
     pending file, pid file, GPU and phase; the tag's state through the coordinator."""
 
@@ -94,13 +94,6 @@ class Worker:
         if self.loop.stop_event.is_set():
             raise WorkerStopped()
 
-    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
-        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
-            self.phase_started_at = time.time()
-        self.phase, self.experiment = phase, n if n is not None else self.experiment
-        if run_started_at is not None:
-            self.run_started_at = run_started_at
-        self.loop.refresh(force=True)
 
     def refresh(self, force: bool = False) -> None:
         self.loop.refresh(force)
