@@ -106,6 +106,14 @@ LOCAL_MAX_CHARS = 2_000_000_000  # local text is shuffled in memory; stop readin
 OFFLINE_ROOTS = [Path(sysconfig.get_paths()["stdlib"])]  # the Python installation: sources + docs
 OFFLINE_EXTENSIONS = (".py", ".rst", ".txt")
 OFFLINE_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+# The offline fallback's validation documents come from the stdlib's own test suite, a folder no
+# program needs at run time: the sandbox hides it (and every Python test suite) from train.py,
+# which must read the rest of the standard library to run at all.
+OFFLINE_VAL_DIR = "test"
+
+
+def offline_val_dirs():
+    return [r / OFFLINE_VAL_DIR for r in OFFLINE_ROOTS]
 
 # Tokenizer: GPT-4 style split with \p{N}{1,2}, as the reference.
 SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
@@ -321,9 +329,8 @@ def _doc_hash(text):
     return hashlib.blake2b(text.encode("utf-8", errors="replace"), digest_size=16).digest()
 
 
-def _write_shards(files, data_dir, source, signature):
-    """Read, cut, dedupe, split (by hash) and shuffle (by hash) the documents; write the shards."""
-    docs, chars = {}, 0
+def _read_docs(files, docs, chars=0):
+    """Documents of these files into `docs` (hash -> text); returns the chars read so far."""
     for f in files:
         for text in _texts_of(f):
             for doc in _split_doc(text):
@@ -332,9 +339,26 @@ def _write_shards(files, data_dir, source, signature):
         if chars > LOCAL_MAX_CHARS:
             _warn(f"stopped reading after {chars:,} chars (LOCAL_MAX_CHARS); the rest is unused")
             break
-    keys = sorted(docs)  # hash order: a deterministic shuffle, independent of file order
-    val = [k for k in keys if int.from_bytes(k[:4], "little") % 100 < VAL_PERCENT]
-    train = [k for k in keys if int.from_bytes(k[:4], "little") % 100 >= VAL_PERCENT]
+    return chars
+
+
+def _write_shards(files, data_dir, source, signature, val_files=None):
+    """Read, cut, dedupe, split and shuffle (by hash) the documents; write the shards. The split:
+    documents whose hash falls in the first VAL_PERCENT are validation, or, with `val_files`,
+    exactly the documents of those files (and no training document equals one of them)."""
+    docs = {}
+    chars = _read_docs(files, docs)
+    if val_files is None:
+        keys = sorted(docs)  # hash order: a deterministic shuffle, independent of file order
+        val = [k for k in keys if int.from_bytes(k[:4], "little") % 100 < VAL_PERCENT]
+        train = [k for k in keys if int.from_bytes(k[:4], "little") % 100 >= VAL_PERCENT]
+    else:
+        held = {}
+        _read_docs(val_files, held, chars)
+        val = sorted(held)
+        train = sorted(k for k in docs if k not in held)
+        docs.update(held)
+        keys = sorted(docs)
     if len(keys) < 2:
         raise PrepareError(f"{source}: {len(keys)} document(s) of text found; need at least 2")
     if not val:
@@ -360,16 +384,16 @@ def _write_shards(files, data_dir, source, signature):
     return manifest
 
 
-def _build(key, files, source):
+def _build(key, files, source, val_files=None):
     """Our own shards for these files, reused while the files are unchanged. Returns (dir, signature)."""
-    data_dir, signature = CACHE_DIR / "data" / key, _signature(files)
+    data_dir, signature = CACHE_DIR / "data" / key, _signature(files + (val_files or []))
     manifest = _read_json(data_dir / "manifest.json") or {}
     if manifest.get("signature") == signature and _shards_ok(data_dir):
         print(f"Data: {source} already written to {data_dir}")
         return data_dir, signature
     if manifest.get("signature") == signature:
         _warn(f"shards in {data_dir} are missing, corrupt or partial; writing them again")
-    _write_shards(files, data_dir, source, signature)
+    _write_shards(files, data_dir, source, signature, val_files)
     return data_dir, signature
 
 
@@ -389,11 +413,15 @@ def build_local(path):
 def build_offline():
     files = [f for r in OFFLINE_ROOTS for f in _walk(r, OFFLINE_EXTENSIONS, OFFLINE_SKIP_DIRS)
              if not f.name.startswith("_sysconfigdata")]  # holds this machine's build paths
+    val_files = [f for d in offline_val_dirs() if d.is_dir() for f in _walk(d, (".py",), {"__pycache__"})]
     if not files:
         raise PrepareError(f"offline fallback: no Python sources under {OFFLINE_ROOTS}; "
                            f"use `{RUN_PREPARE} --source PATH` with a folder of text")
-    key = f"offline-py{sys.version_info[0]}{sys.version_info[1]}-d{DOC_CHARS}"
-    return (key, "offline-fallback") + _build(key, files, "offline-fallback")
+    if not val_files:
+        raise PrepareError(f"offline fallback: this Python has no test suite ({', '.join(map(str, offline_val_dirs()))}), "
+                           f"the only stdlib text a sealed run cannot read; use `{RUN_PREPARE} --source PATH`")
+    key = f"offline-tests-py{sys.version_info[0]}{sys.version_info[1]}-d{DOC_CHARS}"
+    return (key, "offline-fallback") + _build(key, files, "offline-fallback", val_files)
 
 
 def list_shards(split, data_dir=None):
@@ -600,10 +628,17 @@ def describe():
 
 def data_paths():
     """Where this profile's data lives (absolute): what a sandbox shows or hides, and the inputs
-    the metric depends on (the harness pins those by content)."""
+    the metric depends on (the harness pins those by content). "hide": the folders the validation
+    documents were read from (a --source folder, the offline fallback's test suite)."""
     val = DATA_DIR / VAL_FILENAME
+    if (SOURCE or "").startswith("local:"):
+        hide = [SOURCE[len("local:"):]]
+    elif SOURCE == "offline-fallback":
+        hide = [str(d.resolve()) for d in offline_val_dirs() if d.is_dir()]
+    else:
+        hide = []
     return {"cache": str(CACHE_DIR.resolve()), "data": str(DATA_DIR.resolve()), "val": str(val.resolve()),
-            "tokenizer": str(TOKENIZER_DIR.resolve()), "pointer": str(_pointer_path().resolve())}
+            "tokenizer": str(TOKENIZER_DIR.resolve()), "pointer": str(_pointer_path().resolve()), "hide": hide}
 
 # ---------------------------------------------------------------------------
 # Dataloader: BOS-aligned best-fit packing, resumable

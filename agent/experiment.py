@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,12 +18,15 @@ from typing import Protocol
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposing import call_proposer
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
-from agent.tracing import scrub
 from harness import gitops, knobs
+from harness.clock import ClockReference
 from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
 from harness.results import append_journal, append_result, write_json_atomic
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
+from harness.executors.node import materialise
 from harness.runner import RunResult, run_train
+from harness.secrets import scrub
+from harness.verify import eval_rows
 
 TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (noise); at most this many times.
@@ -54,7 +58,7 @@ class ExperimentHost(Protocol):
     def refresh(self, force: bool = False) -> None: ...
     def request(self, n, source, feedback="", fix_of=None, extra_history=()) -> ProposalRequest: ...
     def prefetch_next(self, a: "Attempt", new_source: str) -> None: ...
-    def startup_reference(self) -> float | None: ...
+    def clock_reference(self) -> ClockReference: ...
     def after_record(self, rec: dict, bpb) -> None: ...
     def check_stop(self) -> None: ...                             # raises KeyboardInterrupt to stop
 
@@ -74,8 +78,8 @@ class Attempt:
 
 
 def commit_message(p: Proposal) -> str:
-    return (f"{p.description}\n\nHypothesis: {p.hypothesis}\n\n"
-            f"Proposer: {p.proposer}\nModel: {p.model or '-'}\n")
+    return scrub(f"{p.description}\n\nHypothesis: {p.hypothesis}\n\n"
+                 f"Proposer: {p.proposer}\nModel: {p.model or '-'}\n")
 
 
 def context(loop, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
@@ -94,11 +98,11 @@ def _timed_git(a: Attempt, fn, *args):
 
 
 def write_pending(loop, a: Attempt) -> None:
-    write_json_atomic(loop.pending_path, {
+    write_json_atomic(loop.pending_path, scrub({
         "n": a.n, "parent": a.parent, "commit": a.commit, "description": a.proposal.description,
         "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
-        "model": a.proposal.model, "notes": a.proposal.notes, "info": scrub(a.info),
-        "attempts": a.attempts, "started_at": a.started_at})
+        "model": a.proposal.model, "notes": a.proposal.notes, "info": a.info,
+        "attempts": a.attempts, "started_at": a.started_at}))
 
 
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
@@ -230,15 +234,10 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
         # A confirming rerun uses another seed, so the noise band measures seed noise, not
         # a bit-identical replay of the same run.
         env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else {}
-        seal = loop.seal
         if getattr(loop, "executor", None) is not None:   # --workers: the run and its evaluation as a job
             run = execute(loop, a, log_name, env)
         else:
-            run = run_train(loop.worktree, loop.run_dir, a.n, loop.budget, timeout=loop.timeout,
-                            env=env or None, log_name=log_name, on_tick=lambda el, log: _tick(loop, a, log),
-                            sealed=loop.sealed, sandbox=seal.sandbox if seal else None,
-                            data=seal.data if seal else None, data_mode="train" if loop.sealed else "open",
-                            startup_reference=loop.startup_reference(), clean=True)
+            run = run_sealed(loop, a.n, a.commit, log_name, env, on_tick=lambda el, log: _tick(loop, a, log))
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": (run.summary or {}).get("val_bpb")})
     loop.set_phase("judging", a.n)
@@ -246,7 +245,7 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
         decision = loop.reviewer.judge(ctx, run)
         sp.log(output={"status": decision.status, "reason": decision.reason})
     if decision.rerun and len(reruns) < MAX_RERUNS:
-        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path)})
+        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.extra.get("clock")})
         raise _Rerun(run, decision)
     if reruns:
         decision.verdicts.setdefault("reruns", reruns)
@@ -271,7 +270,7 @@ def execute(loop, a: Attempt, log_name: str, env: dict) -> RunResult:
                                train_source=files[TRAIN], profile=profile)
     job = TrainJob(n=a.n, files=files, budget=loop.budget, run_dir=str(loop.run_dir), log_name=log_name,
                    commit=a.commit, timeout=loop.timeout, env=env, sealed=loop.sealed,
-                   data_mode="train" if loop.sealed else "open", startup_reference=loop.startup_reference(),
+                   data_mode="train" if loop.sealed else "open", clock_reference=vars(loop.clock_reference()),
                    evaluation=evaluation, **seal_fields(loop.seal))
     jid = loop.executor.submit(job, on_tick=lambda el, log: _tick(loop, a, log))
     try:
@@ -289,6 +288,28 @@ def execute(loop, a: Attempt, log_name: str, env: dict) -> RunResult:
     if verified is not None:   # the judge takes it instead of evaluating again (agent/judges/hierarchy.py)
         run.extra["verify_result"] = verified
     return run
+
+
+# Where the single loop materialises a commit's run files (in the run folder, git-ignored; a
+# sandboxed run sees this folder and nothing else of the project).
+RUN_SRC = ".runs"
+
+
+def run_sealed(loop, n: int, commit: str, log_name: str, env: dict | None, on_tick=None) -> RunResult:
+    """One run of `commit` on this machine, the single loop's way: its files materialised in a
+    folder of their own, the loop's seal, the tag's clock reference. The hierarchy's queue
+    re-measurements use it too."""
+    seal = loop.seal
+    folder = materialise(sources_at(loop.repo, commit), Path(loop.run_dir) / RUN_SRC / "src")
+    profile = (getattr(loop, "run_info", None) or {}).get("profile") or os.environ.get("AUTORESEARCH_PROFILE")
+    try:
+        return run_train(folder, loop.run_dir, n, loop.budget, timeout=loop.timeout, env=env or None,
+                         log_name=log_name, on_tick=on_tick, sealed=loop.sealed,
+                         sandbox=seal.sandbox if seal else None, data=seal.data if seal else None,
+                         data_mode="train" if loop.sealed else "open", clock_reference=loop.clock_reference(),
+                         eval_rows=eval_rows(profile))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _tick(loop, a: Attempt, log_path) -> None:
@@ -409,7 +430,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         append_journal(loop.journal_path, rec)
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result.
-        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, a.proposal.description)
+        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, rec["description"])
         t0 = time.monotonic()
         if status == "keep":
             branch = getattr(loop, "branch_worktree", loop.worktree)   # a worker's own worktree is not the branch's
@@ -421,8 +442,8 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
             gitops.reset_hard(loop.worktree, loop.last_kept)
         loop.pending_path.unlink(missing_ok=True)
         try:   # under the lock too: workers' notes share one ref
-            gitops.add_note(loop.repo, commit, f"autoresearch {loop.tag} exp {a.n}: {status} "
-                            f"val_bpb={bpb} ({decision.reason})")
+            gitops.add_note(loop.repo, commit, scrub(f"autoresearch {loop.tag} exp {a.n}: {status} "
+                                                     f"val_bpb={bpb} ({decision.reason})"))
         except gitops.GitError as exc:
             loop.console.event(f"warning: could not write git note: {exc}")
         rec["timings"]["git"] += time.monotonic() - t0

@@ -39,6 +39,7 @@ from agent.sealing import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops, knobs
 from harness.appendlog import is_out_of_space
+from harness.clock import ClockReference, reference_of
 from harness.records import RunState
 from harness.results import append_journal, read_json, write_state
 from harness.runner import timeout_for
@@ -250,13 +251,10 @@ class Loop(Phased):
             self.check_space()
             run_experiment(self, self.baseline())
 
-    def startup_reference(self) -> float | None:
-        """The baseline's startup by the harness clock: later runs' startup allowance scales it."""
-        for rec in self.history:
-            startup = (rec.get("clock") or {}).get("startup_s")
-            if rec.get("proposer") == "baseline" and startup:
-                return float(startup)
-        return None
+    def clock_reference(self) -> ClockReference:
+        """The baseline's startup and post by the harness clock (the median over its runs): what
+        later runs are not charged for (harness/clock.py)."""
+        return reference_of(self.history)
 
     def check_space(self) -> None:
         """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""

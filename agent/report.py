@@ -200,18 +200,26 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{budget:g}")
     info = workspace.describe_data(scratch.path, env, data["run"] / REPORT_DIR / "prepare.log")
     judge = JudgeHierarchy(budget=budget)
-    judge.seal = make_seal(data["run"], info, dict(data["info"]), "auto", print)
-    shim = _Loop(scratch.path, data["run"], budget, n)
+    mode = "none" if (data["info"].get("sandbox") or {}).get("kind") == "none" else "auto"
+    judge.seal = make_seal(data["run"], info, dict(data["info"]), mode, print)
+    shim = _Loop(scratch.path, data["run"], budget, n, judge.seal, data)
     out = judge.measure(shim, commit)
     return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
             "log": out.get("log")}
 
 
 class _Loop:
-    """What JudgeHierarchy.measure reads of the loop."""
+    """What JudgeHierarchy.measure (agent/experiment.run_sealed) reads of the loop."""
 
-    def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int):
+    def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int, seal=None, data=None):
         self.worktree, self.run_dir, self.budget, self._n, self.timeout = worktree, run_dir, budget, n, None
+        self.repo, self.seal, self.sealed = worktree, seal, True
+        self.run_info = dict((data or {}).get("info") or {})
+        self._records = list((data or {}).get("records") or [])
+
+    def clock_reference(self):
+        from harness.clock import reference_of
+        return reference_of(self._records)
 
     def next_n(self) -> int:
         return self._n

@@ -5,19 +5,29 @@ candidate for a few hundred steps at most through harness/search/halving.py (ste
 promotion, a short cool-down branch before each rung's evaluation), so it costs a fraction of one
 full run. Every screened candidate is journaled (kind "screen", with its experiment number), so
 the losers are never lost: their sources sit under the run folder's screen/NNNN/candidates/.
+Sealed, each rung is scored by the trusted evaluator on a proxy split held out from every
+candidate (harness/proxy.py), never by a figure a candidate printed.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
 from harness import knobs
+from harness.proxy import make_proxy
 from harness.results import append_journal
+from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
 
 # Steps of the screen's first rung (later rungs multiply it by the screen's eta).
 SCREEN_MIN_STEPS = 20
+
+
+def proxy_tokens(profile: str | None) -> int | None:
+    """Tokens of a proxy evaluation: the profile's EVAL_TOKENS, capped (a screen ranks, it does not measure)."""
+    return PROXY_EVAL_TOKENS_MAX if profile == "gpu" else None
 
 
 def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> list[tuple[Proposal, dict]]:
@@ -76,10 +86,14 @@ def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Propo
     with loop.tracer.span("screen", input={"n": n, "k": len(candidates), "labels": labels}) as sp:
         try:
             seal = loop.seal
+            sealed = seal is not None and seal.sealed and seal.data is not None
+            proxy = make_proxy(seal.data, loop.run_dir / ".sealed" / "proxy") if sealed else None
+            profile = loop.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE")
             res = screen([p.source for p, _ in candidates], workdir=loop.run_dir / "screen" / f"{n:04d}",
                          prepare_dir=loop.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
                          seed=loop.args.seed, log=loop.console.event,
-                         sandbox=seal.sandbox if seal else None, data=seal.data if seal else None)
+                         sandbox=seal.sandbox if sealed else None, data=seal.data if sealed else None,
+                         proxy=proxy, rows=eval_rows(profile), eval_tokens=proxy_tokens(profile))
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
             loop.console.event(f"screen failed ({exc}); running the first candidate unscreened")
             sp.log(output={"error": str(exc)})

@@ -1,6 +1,8 @@
 """The tag's seal at setup: which sandbox its runs get, and the pinned copy of the eval inputs.
 
-Called once by the loop after the data is ready and run.json exists. A new tag pins the inputs
+Called once by the loop after the data is ready and run.json exists. Without a working sandbox
+the tag does not start unless the user asked for --sandbox none (then run.json, the console, the
+end summary and the dashboard say the results are unsealed). A new tag pins the inputs
 (harness/pinned.py) and records their hashes and the sandbox in run.json; a resumed tag checks
 that its pinned copy still holds what run.json recorded, restoring it from the shared cache if
 it can, and refusing to go on if it cannot (one tag is never measured on two versions of data).
@@ -13,7 +15,7 @@ from pathlib import Path
 from harness import pinned
 from harness.pinned import PinnedError, Seal
 from harness.results import write_json_atomic
-from harness.sandbox import DataView, detect, warning
+from harness.sandbox import DataView, detect, refusal, warning
 
 
 class SealError(RuntimeError):
@@ -26,6 +28,8 @@ def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal
         box = detect(mode)
     except RuntimeError as exc:
         raise SealError(str(exc)) from None
+    if mode != "none" and not box.sealed:   # no sandbox is no trust: only an explicit --sandbox none
+        raise SealError(refusal(box))
     loud = warning(box)
     if loud:
         say(loud)
@@ -62,9 +66,10 @@ def clear_leftovers(run_dir: Path) -> list[str]:
     """Folders of trusted evaluations that a killed loop left behind (their processes are ended
     first by harness.runner.kill_leftover)."""
     gone = []
-    verify_dir = Path(run_dir) / ".verify"
-    if verify_dir.is_dir():
-        for p in verify_dir.iterdir():
-            shutil.rmtree(p, ignore_errors=True)
-            gone.append(p.name)
+    for folder in (Path(run_dir) / ".verify", Path(run_dir) / ".runs"):   # evaluations; runs' files
+        if folder.is_dir():
+            for p in folder.iterdir():
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                    gone.append(p.name)
     return gone

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent.console import clock
 from harness.records import experiment_records
-from harness.results import read_journal
+from harness.results import read_journal, read_json
 
 # Wall time of a baseline run per second of budget: startup, evaluation and the trusted
 # re-evaluation come on top (two 300 s baselines took ~11 minutes on the idle CPU box: 1.1x).
@@ -32,6 +32,7 @@ class EndSummary:
     cost_usd: float = 0.0
     results_path: Path | None = None
     dashboard: str = ""
+    unsealed: str | None = None        # why the runs had no sandbox (--sandbox none), else None
 
 
 def dashboard_command(run_dir: Path, tag: str) -> str:
@@ -43,6 +44,9 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float) -> EndSu
     records, _problems = read_journal(Path(run_dir) / "journal.jsonl")
     out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
                      results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag))
+    box = (read_json(Path(run_dir) / "run.json") or {}).get("sandbox")
+    if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
+        out.unsealed = str(box.get("reason") or box.get("kind"))
     for rec in experiment_records(records):
         if rec.status in out.counts:
             out.counts[rec.status] += 1
@@ -63,6 +67,8 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float) -> EndSu
 def render(s: EndSummary) -> str:
     total = sum(s.counts.values())
     lines = [f"== autoresearch {s.tag}: stopped, {s.reason}"]
+    if s.unsealed:
+        lines.append(f"UNSEALED      these runs had no sandbox ({s.unsealed}): the results are NOT trusted")
     if s.best:
         gain = ""
         if s.baseline is not None and s.best["n"] != 1:

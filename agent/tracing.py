@@ -15,9 +15,8 @@ Nesting: `parent` is a Span or a span id; when it is None the span nests under t
 open in the current context (thread / task), if any, so a proposer's own spans sit under the
 loop's "propose" span without the loop passing anything down.
 
-Secrets: everything written goes through `scrub`, which replaces the values of environment
-variables whose names contain KEY, TOKEN or SECRET, and sk-/sk-ant- shaped strings, by
-"[redacted]". Other writers (journal, git notes) should call `scrub` too.
+Secrets: everything written goes through harness.secrets.scrub (the one scrubber: the loop's
+own secret values and the shapes of keys), as does everything else the loop writes.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import contextvars
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -38,53 +36,14 @@ from harness.appendlog import append_line, is_json_object, is_out_of_space
 
 log = logging.getLogger(__name__)
 
-REDACTED = "[redacted]"
-# Env var names with any of these words hold secrets; their values are scrubbed.
-SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET")
-# Shorter values are too likely to be ordinary words ("false", "1") to scrub safely.
-MIN_SECRET_LEN = 8
-# API-key shapes even when not in the environment (Anthropic sk-ant-..., OpenAI-style sk-...).
-SECRET_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{4,}|sk-[A-Za-z0-9_\-]{16,}")
+from harness.secrets import REDACTED, scrub  # noqa: F401  (the one scrubber; re-exported for old callers)
+
 # Strings longer than this are cut in traces: spans hold summaries, the journal holds the rest.
 MAX_STRING_CHARS = 4000
 # Braintrust project used when BRAINTRUST_API_KEY is set and no project was named.
 DEFAULT_BT_PROJECT = "autoresearch"
 
 _current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trace_span", default=None)
-
-
-def _env_secrets() -> list[str]:
-    secrets = [v for k, v in os.environ.items()
-               if any(w in k.upper() for w in SECRET_NAME_WORDS) and len(v) >= MIN_SECRET_LEN]
-    return sorted(set(secrets), key=len, reverse=True)   # longest first: no partial leftovers
-
-
-def _scrub_str(s: str, secrets: list[str], limit: int | None) -> str:
-    for secret in secrets:
-        if secret in s:
-            s = s.replace(secret, REDACTED)
-    s = SECRET_PATTERN.sub(REDACTED, s)
-    if limit is not None and len(s) > limit:
-        s = s[:limit] + f"...[{len(s) - limit} chars cut]"
-    return s
-
-
-def scrub(obj: Any, limit: int | None = None, _secrets: list[str] | None = None) -> Any:
-    """A copy of `obj` with secrets replaced, recursively through dicts, lists and tuples.
-
-    Non-JSON leaves (paths, numpy scalars...) become their str() so they can be scrubbed too.
-    `limit` cuts long strings (None: keep them whole).
-    """
-    secrets = _env_secrets() if _secrets is None else _secrets
-    if isinstance(obj, str):
-        return _scrub_str(obj, secrets, limit)
-    if isinstance(obj, dict):
-        return {_scrub_str(str(k), secrets, None): scrub(v, limit, secrets) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [scrub(v, limit, secrets) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float)):
-        return obj
-    return _scrub_str(str(obj), secrets, limit)
 
 
 class Span:

@@ -111,8 +111,8 @@ class Worker(Phased):
     def prefetch_next(self, a, new_source) -> None:
         pass
 
-    def startup_reference(self):
-        return self.loop.startup_reference()
+    def clock_reference(self):
+        return self.loop.clock_reference()
 
     def state(self) -> WorkerState:
         entry = self.coord.in_flight.get(self.experiment) or {}

@@ -170,6 +170,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
             total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
             run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
+            seal_warning=runview.seal_warning(run_json),
             chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
             serving_chart=Markup(serving.scatter_svg(serving.points(run, res.rows))),
             flywheel=serving.flywheel_rows(run),
@@ -183,7 +184,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             abort(404, description=f"tag {run.tag} has no experiment #{n}")
         run_json, _ = data.read_json(run.file("run.json"))
         return render_template("experiment.html", run=run, runs=index.all(), e=exp,
-                               data_warning=runview.data_warning(run_json))
+                               data_warning=runview.data_warning(run_json),
+                               seal_warning=runview.seal_warning(run_json))
 
     @app.get("/t/<key>/chart.svg")
     def chart_file(key):

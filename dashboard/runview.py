@@ -57,6 +57,15 @@ def data_warning(run_json: dict | None) -> str | None:
     return None
 
 
+def seal_warning(run_json: dict | None) -> str | None:
+    """What to say when the run's experiments ran without a sandbox (--sandbox none)."""
+    box = run_json.get("sandbox") if isinstance(run_json, dict) else None
+    if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
+        return ("unsealed: these runs had no sandbox (" + str(box.get("reason") or box.get("kind")) + "), so a "
+                "train.py could read the validation data and the network: the results are not trusted")
+    return None
+
+
 def is_baseline(record: dict | None) -> bool:
     """The loop's baseline record: the unmodified train.py, judged with basis "baseline"."""
     return isinstance(record, dict) and ExperimentRecord.from_dict(record).is_baseline

@@ -155,7 +155,7 @@ def read_note(repo: Path, commit: str) -> str | None:
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
              "queue.sqlite*", "optuna.sqlite*", "pending.json", "pending-w*.json", "child*.pid", "verify*.pid", "loop.lock",
              "*.torn-*", "*.json.*.tmp", "results.tsv.*.tmp", "run.log",
-             "logs", "artifacts", "screen", ".sealed", ".verify", "out", "report*",
+             "logs", "artifacts", "screen", ".sealed", ".verify", ".runs", "out", "report*",
              "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
 
 

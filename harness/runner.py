@@ -14,13 +14,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import gitops
-from harness.clock import KILL_MARGIN_S, LogClock, limit_for, startup_allowance
-from harness.sandbox import DataView, Sandbox, scrub_env
+from harness.clock import KILL_MARGIN_S, ClockReference, LogClock, limit_for, slack
+from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
+from harness.secrets import known_values, scrub_text
 from harness.summary import parse_summary
 
 # A run may take this many times the training budget (startup + eval fit easily) before it is
@@ -37,17 +38,31 @@ TAIL_LINES = 50
 # The pid file of the running child's process group, at the top of the run folder.
 PID_FILE = "child.pid"
 
+# What a run may write: its log (as read from its output), any one line of it, and its output
+# folder (bytes and entries). Beyond any of them the run is ended as a flood.
+LOG_CAP_BYTES = 32 << 20
+LINE_CAP_BYTES = 16 << 10
+OUT_CAP_BYTES = 8 << 30
+OUT_MAX_ENTRIES = 1000
+READ_CHUNK = 1 << 16
+# The tail of the log read back for the proposer (bytes, then lines).
+TAIL_BYTES = 256 << 10
+# How long to wait for the output reader once the child's group is gone.
+READER_JOIN_S = 10.0
+
 # Markers in the log, checked in this order after timeouts. OOM first: the kernel's OOM killer
 # also shows up as SIGKILL, and a CUDA OOM is a Python exception.
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "MemoryError",
                "DefaultCPUAllocator: can't allocate memory", "std::bad_alloc")
 SYNTAX_MARKERS = ("SyntaxError", "IndentationError", "TabError")
+# faulthandler's own words for a crash by signal: the process died of it, whatever the exit status says.
+SIGNAL_MARKERS = ("Fatal Python error: Segmentation fault", "Fatal Python error: Bus error")
 FAIL_PREFIX = "FAIL:"
 
 # Crash classes recorded in the journal (crash_class).
 TIMEOUT, OOM, SEGFAULT, KILLED = "timeout", "oom", "segfault", "killed"
 SYNTAX, NAN, EXCEPTION, MISSING = "syntax_error", "nan_divergence", "exception", "missing_summary"
-OVER_BUDGET, NO_ARTIFACT = "over_budget", "missing_artifact"
+OVER_BUDGET, NO_ARTIFACT, FLOOD = "over_budget", "missing_artifact", "output_flood"
 
 
 @dataclass
@@ -84,6 +99,8 @@ def classify(returncode: int | None, timed_out: bool, text: str, summary: dict |
         return OOM
     if returncode is not None and returncode < 0:
         return SEGFAULT if -returncode in (signal.SIGSEGV, signal.SIGBUS) else KILLED
+    if returncode not in (0, None) and any(m in text for m in SIGNAL_MARKERS):
+        return SEGFAULT
     # the exception's own line ("SyntaxError: invalid syntax"), at the start of a line: a syntax
     # error in train.py itself has no Traceback header, one in an imported module does
     if any(line.startswith(m + ":") for line in text.splitlines() for m in SYNTAX_MARKERS):
@@ -131,63 +148,83 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: float | None = None,
+def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: float | None = None,
               env: dict | None = None, log_name: str | None = None, on_tick=None,
               script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
-              sealed: bool = False, data_mode: str = "train", startup_reference: float | None = None,
-              clean: bool = False, pid_name: str = PID_FILE) -> RunResult:
-    """Run `sys.executable train.py` in `worktree`; return what happened (never raises on crash).
+              sealed: bool = False, data_mode: str = "train", clock_reference: ClockReference | None = None,
+              clean: bool = False, pid_name: str = PID_FILE, stand_ins: dict | None = None,
+              eval_rows: int | None = None, log_path: Path | None = None, out_dir: Path | None = None,
+              extra_readonly: list | None = None, extra_writable: list | None = None) -> RunResult:
+    """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
 
-    sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode`; the only
-    writable place is the run's output folder artifacts/exp-NNNN/ (model.pt, any state).
+    folder: the run's own files (harness/executors materialise a commit's train.py, prepare.py
+    and runtime.py there): with a sandbox it is all of the project the run sees, read-only.
+    sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode` ("train",
+    "open"; `stand_ins` replace training shards, for screening); the only writable place is the
+    run's output folder artifacts/exp-NNNN/ (model.pt, any state), size-capped. Without one
+    (kind "none"), the environment is still scrubbed of secrets.
     sealed: loop mode (AUTORESEARCH_SEALED=1): train.py saves its model and does not evaluate;
-    the harness clock (harness/clock.py) times the training and ends a run far past its budget.
-    clean: afterwards, anything the run left in the worktree is removed (gitops.clean_worktree);
-    the loop asks for it (a tag's worktree is the harness's own), nothing else does by default.
+    the harness clock (harness/clock.py, against `clock_reference`, the tag's baseline) times the
+    training and ends a run far past its budget.
+    The child's output is read through a pipe: lines are cut at LINE_CAP_BYTES, secrets removed,
+    step lines stamped, and the log stops at LOG_CAP_BYTES, where the run ends as a flood.
+    clean: afterwards, anything left in `folder` beyond its own files is removed.
     pid_name: the file in run_dir that records the child's process group while it runs (one per
     worker or executor slot when several runs share a run folder: child.pid, child-w2.pid, ...).
+    log_path, out_dir: instead of run_dir/logs/exp-NNNN.log and run_dir/artifacts/exp-NNNN/;
+    extra_readonly, extra_writable: more of the view (a Hyperband state to resume, a folder to save one).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
-    worktree, run_dir = Path(worktree), Path(run_dir)
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    out_dir = run_dir / "artifacts" / f"exp-{n:04d}"
+    folder, run_dir = Path(folder), Path(run_dir)
+    log_path = Path(log_path) if log_path is not None else run_dir / "logs" / (log_name or f"exp-{n:04d}.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "artifacts" / f"exp-{n:04d}"
     shutil.rmtree(out_dir, ignore_errors=True)   # never let an old artifact pass for this run's
     out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = logs / (log_name or f"exp-{n:04d}.log")
     artifact = out_dir / "model.pt"
     timeout = timeout_for(budget) if timeout is None else timeout
+    reference = clock_reference or ClockReference()
+    box = sandbox if sandbox is not None else Sandbox("none", "not sandboxed")
     child_env = dict(os.environ)
     child_env.update({"AUTORESEARCH_TIME_BUDGET": f"{budget:g}",
                       "AUTORESEARCH_ARTIFACT": str(artifact),
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
                       "PYTHONDONTWRITEBYTECODE": "1"})
+    if eval_rows:
+        child_env["AUTORESEARCH_EVAL_BATCH"] = str(eval_rows)
     if sealed:
         child_env["AUTORESEARCH_SEALED"] = "1"
     else:
         child_env.pop("AUTORESEARCH_SEALED", None)
     child_env.update(env or {})
-    argv = [sys.executable, script]
-    if sandbox is not None and sandbox.sealed:
-        child_env = scrub_env(child_env)
-        child_env["TMPDIR"] = "/tmp"
-        argv = sandbox.wrap(argv, cwd=worktree, writable=[out_dir], data=data, data_mode=data_mode,
-                            run_dir=run_dir)
     steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
-
     started = time.time()
+    if sealed and not steps_mode:
+        child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started, "startup_ref": reference.startup_s,
+                                                     "slack": slack(budget)})
+    readonly, binds, hide = data_view(data, data_mode, stand_ins=stand_ins)
+    view = View(cwd=folder, readonly=readonly + list(extra_readonly or []),
+                writable=[out_dir] + list(extra_writable or []), binds=binds,
+                hide=hide + [run_dir.resolve()] + ([data.cache] if data is not None else []),
+                gpus=gpus_of(child_env))
+    argv = [sys.executable, script]
+    before = set(os.listdir(folder)) if clean else set()
+
     t0 = time.monotonic()
-    clock = LogClock(log_path, t0, startup_allowance(startup_reference))
+    clock = LogClock(t0, reference)
     kill_at = limit_for(budget) + KILL_MARGIN_S
     timed_out = over_budget = False
+    flood = None
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=worktree, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
+        proc = box.popen(argv, view, child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
         pid_file = run_dir / pid_name
-        pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(worktree),
+        pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),
                                         "started_at": started}))
+        reader = OutputReader(proc.stdout, log, clock)
+        reader.start()
         try:
             while True:
                 try:
@@ -196,59 +233,168 @@ def run_train(worktree: Path, run_dir: Path, n: int, budget: float, *, timeout: 
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
-                clock.poll(now)
                 if now - t0 > timeout:
                     timed_out = True
                     break
                 if sealed and not steps_mode and clock.live_charge(now) > kill_at:
                     over_budget = True
                     break
+                flood = reader.flood or _out_flood(out_dir)
+                if flood:
+                    break
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
         except BaseException:
             kill_group(proc.pid, proc)
             proc.wait()
+            reader.join(READER_JOIN_S)
             pid_file.unlink(missing_ok=True)
             raise
         ended = time.monotonic()
         # The leader may be done while its children live on (or it timed out): end the group.
         kill_group(proc.pid, proc)
         proc.wait()
+        reader.join(READER_JOIN_S)
+        flood = flood or reader.flood
         pid_file.unlink(missing_ok=True)
     wall = time.monotonic() - t0
-    clock.poll(ended)
-    figures = clock.figures(ended if not (timed_out or over_budget) else None)
+    stopped = timed_out or over_budget or bool(flood)
+    figures = clock.figures(ended if not stopped else None)
     if clean:
-        _clean(worktree)
+        _clean_folder(folder, before)
 
-    text = log_path.read_text(errors="replace")
+    text = _read_capped(log_path)
     summary = parse_summary(text)
-    returncode = None if (timed_out or over_budget) else proc.returncode
-    crash = OVER_BUDGET if over_budget else \
+    returncode = None if stopped else _exit_status(proc.returncode, box.sealed)
+    crash = FLOOD if flood else OVER_BUDGET if over_budget else \
         classify(returncode, timed_out, text, summary, sealed=sealed, artifact=artifact.exists())
-    note = _runner_note(crash, returncode, wall, timeout, budget)
+    note = _runner_note(crash, returncode, wall, timeout, budget, flood)
     if note:   # a killed process says nothing itself: the log (and the proposer) must still know why
         with open(log_path, "a") as log:
             log.write(f"\n[runner] {note}\n")
-    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-TAIL_LINES:])
+    tail = "\n".join(_read_capped(log_path, TAIL_BYTES).splitlines()[-TAIL_LINES:])
     return RunResult(returncode=returncode, summary=summary, crash_class=crash, log_path=log_path,
                      wall_seconds=wall, timed_out=timed_out,
                      artifact=artifact if artifact.exists() else None, log_tail=tail,
                      started_at=started, ended_at=time.time(),
-                     extra={"clock": figures.as_dict(), "sealed": sealed,
-                            "sandbox": sandbox.kind if sandbox is not None else "none",
+                     extra={"clock": figures.as_dict(), "sealed": sealed, "sandbox": box.kind,
                             "steps_mode": steps_mode})
 
 
-def _clean(worktree: Path) -> None:
-    """Anything train.py left in the worktree goes; a failure here must not lose the run."""
+class OutputReader(threading.Thread):
+    """Copies a child's output into its log as it comes: lines cut at LINE_CAP_BYTES, secrets
+    removed, step lines stamped on the clock; past LOG_CAP_BYTES nothing more is written and
+    `flood` says why (the runner then ends the run)."""
+
+    def __init__(self, stream, log, clock: LogClock):
+        super().__init__(daemon=True)
+        self.stream, self.log, self.clock = stream, log, clock
+        self.written, self.read, self.flood = 0, 0, None
+        self._partial, self._cut = b"", False
+        self._secrets = known_values()
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = self.stream.read1(READ_CHUNK) if hasattr(self.stream, "read1") else self.stream.read(READ_CHUNK)
+                if not chunk:
+                    break
+                self.read += len(chunk)
+                if self.read > LOG_CAP_BYTES and not self.flood:   # lines cut away count too
+                    self.flood = f"its output passed {LOG_CAP_BYTES >> 20} MiB"
+                    self.log.write(f"[runner] output cut at {LOG_CAP_BYTES >> 20} MiB\n".encode())
+                self._take(chunk, time.monotonic())
+            if self._partial:
+                self._line(self._partial, time.monotonic())
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                self.log.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _take(self, chunk: bytes, now: float) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            if self._cut:              # the rest of a line already cut
+                self._cut = False
+                continue
+            self._line(raw, now)
+        if len(self._partial) > LINE_CAP_BYTES:
+            self._line(self._partial[:LINE_CAP_BYTES] + f" [runner: line cut at {LINE_CAP_BYTES} bytes]".encode(), now)
+            self._partial, self._cut = b"", True
+
+    def _line(self, raw: bytes, now: float) -> None:
+        if len(raw) > LINE_CAP_BYTES:
+            raw = raw[:LINE_CAP_BYTES] + f" [runner: line cut at {LINE_CAP_BYTES} bytes]".encode()
+        line = scrub_text(raw.decode("utf-8", errors="replace"), self._secrets)
+        self.clock.feed(line, now)
+        if self.flood:
+            return
+        data = (line + "\n").encode()
+        if self.written + len(data) > LOG_CAP_BYTES:
+            self.flood = f"its output passed {LOG_CAP_BYTES >> 20} MiB"
+            self.log.write(f"[runner] output cut at {LOG_CAP_BYTES >> 20} MiB\n".encode())
+            return
+        self.log.write(data)
+        self.written += len(data)
+        self.log.flush()
+
+
+def _out_flood(out_dir: Path) -> str | None:
+    """Why the run's output folder is over its caps, or None."""
+    total = entries = 0
     try:
-        gitops.clean_worktree(worktree)
-    except gitops.GitError:
-        pass
+        for root, dirs, files in os.walk(out_dir):
+            entries += len(dirs) + len(files)
+            if entries > OUT_MAX_ENTRIES:
+                return f"its output folder holds more than {OUT_MAX_ENTRIES} entries"
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue
+            if total > OUT_CAP_BYTES:
+                return f"its output folder passed {OUT_CAP_BYTES >> 30} GiB"
+    except OSError:
+        return None
+    return None
 
 
-def _runner_note(crash, returncode, wall, timeout, budget) -> str | None:
+def _read_capped(path: Path, limit: int | None = None) -> str:
+    """The log's text (its last `limit` bytes when given): logs are capped, so this is bounded."""
+    try:
+        with open(path, "rb") as f:
+            if limit is not None:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _exit_status(code: int | None, sandboxed: bool) -> int | None:
+    """bubblewrap exits 128 + N when its child dies of signal N: report the signal, as Popen does."""
+    if sandboxed and code is not None and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
+
+
+def _clean_folder(folder: Path, keep: set) -> None:
+    """Remove what a run left in its folder beyond the files it was given."""
+    for name in set(os.listdir(folder)) - keep:
+        target = folder / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def _runner_note(crash, returncode, wall, timeout, budget, flood=None) -> str | None:
+    if crash == FLOOD:
+        return f"ended after {wall:.1f}s: {flood} (a flood; the run's limits are in docs/contracts.md)"
     if crash == TIMEOUT:
         return f"killed after {wall:.1f}s: timeout {timeout:.0f}s (budget {budget:g}s)"
     if returncode is not None and returncode < 0:

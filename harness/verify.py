@@ -1,25 +1,29 @@
-"""The trusted metric: re-evaluate a run's saved model in a separate, isolated process.
+"""The trusted metric: evaluate a run's saved model as data, in a clean process that runs none of its code.
 
-train.py prints its own val_bpb, and train.py is written by the proposer, so that number is a
-claim. The runner sets AUTORESEARCH_ARTIFACT; train.py saves {"config", "state_dict",
-"train_py_sha"} there. `verify()` copies a pristine prepare.py and the *committed* train.py into a
-fresh folder, starts `python -I harness/verify_worker.py` there (isolated mode: no user site, no
-PYTHON* variables, no script folder on sys.path), and reads back:
+train.py is written by the proposer, so anything it computes is a claim. In loop mode it saves
+its model with runtime.save_model: the weights and the forward pass as recorded aten operators.
+`verify()` copies three trusted files into a fresh folder (harness/eval_worker.py,
+harness/graph.py, and prepare.py as committed at the tag's base), starts
+`python -I eval_worker.py` there in a sandbox that sees that folder, the pinned evaluation inputs
+and the artifact (nothing writable), and reads the verdict back from the worker's stdout pipe:
 
-- trusted_bpb: prepare.evaluate_bpb on the saved weights, model fed a copy of the tokens and
-  asked for logits only;
-- a causality probe (future tokens and other rows must not move earlier logits);
-- whether evaluation-relevant functions were replaced while train.py was imported or ran;
+- trusted_bpb: prepare.evaluate_bpb on the replayed graph (the fixed metric);
+- causality on the evaluation's own data (rows' futures replaced by other validation text);
+- the serving figures of the graph (KV bytes and decode FLOPs per token);
 - whether the artifact's train_py_sha is the committed file's.
 
-`VerifyResult.ok` is False on any disagreement; `.reason` says which. Cost: one extra evaluation
-plus process start and model build; `.seconds` reports it (see the final report / journal).
+`VerifyResult.ok` is False on any failure; `.reason` says which. Nothing of train.py is imported
+here or there: a train.py that patches json, builtins or prepare at import time patches a
+process the verdict never passes through. Cost: one process start, one evaluation (+1/4 for the
+causality check); `.seconds` reports it (journal: verify_seconds).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -28,27 +32,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.knobs import read_knobs
 from harness.runner import kill_group
-from harness.sandbox import DataView, Sandbox, scrub_env
+from harness.sandbox import Sandbox, View, detect, gpus_of
 
-WORKER = Path(__file__).with_name("verify_worker.py")
+HERE = Path(__file__).parent
+WORKER_FILES = (HERE / "eval_worker.py", HERE / "graph.py")
 # The worker's process group while it runs, in the run folder (next to the runner's child.pid).
 VERIFY_PID_FILE = "verify.pid"
 # The printed val_bpb may differ from the trusted one by this much (absolute, or relative to the
-# value, whichever is larger) before we call it a disagreement. The keep decision always uses the
-# trusted value, so this only has to separate rounding and kernel differences (fused attention in
-# the run vs SDPA here, bf16) from a claim that is simply wrong.
+# value, whichever is larger) before we call it a disagreement (unsealed runs only: a sealed run
+# prints none). The decision always uses the trusted value.
 ABS_TOL = 0.005
 REL_TOL = 0.005
-# Seconds the worker may take (import torch + build + one evaluation + probe); generous on CPU.
+# Seconds the worker may take (import torch + load + one evaluation + the check); generous on CPU.
 DEFAULT_TIMEOUT_S = 900
-# Lines of the worker's output kept in the result when it fails.
+# Characters of the worker's stderr kept in the result when it fails; its verdict line's limit.
 TAIL_CHARS = 3000
-# Most rows per evaluation batch on a GPU. The re-evaluation runs eagerly (train.py's own eval is
-# compiled, which fuses the logit softcap), so its logit intermediates are several full copies of
-# [B, T, V]; a divisor of the run's batch covers exactly the same validation tokens.
-GPU_MAX_ROWS = 32
+MAX_VERDICT_BYTES = 1 << 20
+# Rows of the evaluation batch per profile: the graph is recorded at [rows, MAX_SEQ_LEN] and the
+# evaluation reads rows x MAX_SEQ_LEN tokens per step whatever train.py's own batch is. On a GPU
+# the reference's 128 rows would hold several copies of [B, T, V] logits; 32 covers the same tokens.
+EVAL_ROWS = {"gpu": 32, "cpu": 8, "tiny": 8}
+# Tokens of a proxy evaluation (screening) at most: a screen ranks candidates, it does not measure them.
+PROXY_EVAL_TOKENS_MAX = 2 * 524288
 
 
 @dataclass
@@ -67,131 +73,133 @@ class VerifyResult:
                 "seconds": round(self.seconds, 3), "details": self.details}
 
 
-def batch_size_for(train_source: str, profile: str) -> int:
-    """The batch train.py evaluates with (DEVICE_BATCH_SIZE, times GPU_BATCH_MULT on gpu), or on a
-    GPU its largest divisor <= GPU_MAX_ROWS: same tokens, bounded memory."""
-    k = read_knobs(train_source)
-    rows = int(k["DEVICE_BATCH_SIZE"].value) if "DEVICE_BATCH_SIZE" in k else 8
-    if profile == "gpu":
-        rows *= int(k["GPU_BATCH_MULT"].value) if "GPU_BATCH_MULT" in k else 1
-        rows = max(d for d in range(1, min(rows, GPU_MAX_ROWS) + 1) if rows % d == 0)
-    return max(1, rows)
+def eval_rows(profile: str | None) -> int:
+    return EVAL_ROWS.get(profile or "", EVAL_ROWS["cpu"])
 
 
 def tolerance(bpb: float) -> float:
     return max(ABS_TOL, REL_TOL * abs(bpb))
 
 
-def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
-           batch_size: int = 8, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-           python: str | None = None, sandbox: Sandbox | None = None, eval_cache: Path | None = None,
-           work_root: Path | None = None, sealed: bool = False,
-           pid_name: str = VERIFY_PID_FILE) -> VerifyResult:
-    """Re-evaluate `artifact` with `train_source`'s build_model and `prepare_source`'s evaluation.
+def source_sha(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
 
+
+def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
+           rows: int, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+           python: str | None = None, sandbox: Sandbox | None = None, eval_cache: Path | None = None,
+           work_root: Path | None = None, sealed: bool = False, pid_name: str = VERIFY_PID_FILE,
+           eval_tokens: int | None = None) -> VerifyResult:
+    """Evaluate `artifact` (runtime.save_model's file) with `prepare_source`'s evaluation.
+
+    train_source: the committed train.py, hashed only (compared with the artifact's claim).
     eval_cache: the pinned copy of the evaluation inputs (harness/pinned.py), read through
-    AUTORESEARCH_CACHE; sandbox: the worker imports train.py, so it runs sealed too (no network,
-    nothing writable but its own folder, only the pinned inputs and the artifact visible).
-    work_root: where the worker's folder goes (the run folder's .verify/), with verify.pid, so a
+    AUTORESEARCH_CACHE. sandbox: default detect("auto"); kind none runs it unsandboxed.
+    work_root: where the worker's folder goes (the run folder's .verify/), with its pid file, so a
     loop killed mid-evaluation leaves nothing that --resume cannot end and remove.
     sealed: train.py printed no val_bpb (loop mode): this evaluation is the only figure.
-    pid_name: the pid file's name in work_root (verify-K.pid for executor slot K).
+    eval_tokens: fewer tokens than the profile's EVAL_TOKENS (a proxy evaluation).
     """
     t0 = time.time()
     artifact = Path(artifact) if artifact else None
     if artifact is None or not artifact.is_file():
         return VerifyResult(False, f"no model artifact at {artifact}: train.py did not save one "
-                                   "(AUTORESEARCH_ARTIFACT), so its val_bpb cannot be verified",
+                                   "(AUTORESEARCH_ARTIFACT), so it cannot be evaluated",
                             printed_bpb=printed_bpb, seconds=time.time() - t0)
     if work_root is not None:
         Path(work_root).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="verify-", dir=work_root))
+    box = sandbox if sandbox is not None else detect("auto")
     try:
         (work / "prepare.py").write_text(prepare_source)
-        (work / "train.py").write_text(train_source)
-        spec = {"dir": str(work), "artifact": str(artifact.resolve()), "out": str(work / "result.json"),
-                "batch_size": int(batch_size)}
+        for f in WORKER_FILES:       # never run from a folder train.py could have written to
+            shutil.copy(f, work / f.name)
+        spec = {"dir": str(work), "artifact": str(artifact.resolve()), "rows": int(rows),
+                "train_sha": source_sha(train_source), "eval_tokens": eval_tokens}
         (work / "spec.json").write_text(json.dumps(spec))
-        # The worker script is copied too, so the process never runs code from a folder train.py
-        # could have written to.
-        shutil.copy(WORKER, work / "verify_worker.py")
         child_env = dict(os.environ if env is None else env)
         child_env.pop("AUTORESEARCH_SEALED", None)
-        if eval_cache is not None:
-            child_env["AUTORESEARCH_CACHE"] = str(eval_cache)
-        argv = [python or sys.executable, "-I", str(work / "verify_worker.py"), str(work / "spec.json")]
-        if sandbox is not None and sandbox.sealed:
-            child_env = scrub_env(child_env)
-            child_env["TMPDIR"] = "/tmp"
-            view = DataView(cache=Path(env_cache(env)))
-            argv = sandbox.wrap(argv, cwd=work, writable=[work], data=view, data_mode="eval",
-                                run_dir=_run_dir_of(work_root),
-                                readonly=[p for p in (eval_cache, artifact) if p is not None])
-        code, tail, timed_out = _run_group(argv, work, child_env, timeout_s, work_root, pid_name)
-        if timed_out:
-            return VerifyResult(False, f"trusted re-evaluation timed out after {timeout_s:.0f}s",
-                                printed_bpb=printed_bpb, seconds=time.time() - t0)
-        try:
-            out = json.loads((work / "result.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return VerifyResult(False, f"trusted re-evaluation died (exit {code}) without a "
-                                       f"result: {tail[-300:]}", printed_bpb=printed_bpb,
-                                seconds=time.time() - t0, details={"log_tail": tail})
+        if eval_cache is None:      # no pinned copy (a tool, a test): the data cache itself, read-only
+            eval_cache = Path(child_env.get("AUTORESEARCH_CACHE") or Path.home() / ".cache" / "autoresearch")
+        child_env["AUTORESEARCH_CACHE"] = str(Path(eval_cache).resolve())
+        argv = [python or sys.executable, "-I", str(work / "eval_worker.py"), str(work / "spec.json")]
+        view = View(cwd=work, readonly=[p for p in (eval_cache, artifact) if p is not None],
+                    gpus=gpus_of(child_env))
+        code, verdict, tail, timed_out = _run_group(box, argv, view, child_env, timeout_s, work,
+                                                    work_root, pid_name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if timed_out:
+        return VerifyResult(False, f"trusted evaluation timed out after {timeout_s:.0f}s",
+                            printed_bpb=printed_bpb, seconds=time.time() - t0)
+    try:
+        out = json.loads(verdict.strip().splitlines()[-1])
+        if not isinstance(out, dict):
+            raise ValueError("not an object")
+    except (ValueError, IndexError):
+        return VerifyResult(False, f"trusted evaluation died (exit {code}) without a verdict: {tail[-300:]}",
+                            printed_bpb=printed_bpb, seconds=time.time() - t0, details={"log_tail": tail})
     return judge_worker_output(out, printed_bpb, time.time() - t0, sealed=sealed)
 
 
-def env_cache(env: dict | None) -> str:
-    e = os.environ if env is None else env
-    return e.get("AUTORESEARCH_CACHE") or str(Path.home() / ".cache" / "autoresearch")
-
-
-def _run_dir_of(work_root: Path | None) -> Path | None:
-    """The run folder a worker folder lives in (run_dir/.verify), for the sandbox's view."""
-    return Path(work_root).resolve().parent if work_root is not None else None
-
-
-def _run_group(argv, cwd: Path, env: dict, timeout_s: float, pid_dir: Path | None,
-               pid_name: str = VERIFY_PID_FILE):
-    """Run the worker in its own process group, recorded in pid_dir/verify.pid while it runs;
-    returns (exit code, output tail, timed out)."""
-    log = cwd / "worker.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+def _run_group(box: Sandbox, argv, view: View, env: dict, timeout_s: float, cwd: Path,
+               pid_dir: Path | None, pid_name: str):
+    """Run the worker in its own process group (recorded in pid_dir/pid_name while it runs);
+    returns (exit code, its stdout (the verdict), its stderr's tail, timed out)."""
+    err_path = cwd / "worker.err"
+    with open(err_path, "wb") as err:
+        proc = box.popen(argv, view, env, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                         start_new_session=True)
         pid_file = Path(pid_dir) / pid_name if pid_dir is not None else None
         if pid_file is not None:
             pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(cwd), "started_at": time.time(),
                                             "n": "verify"}))
-        timed_out = False
+        chunks, size, timed_out = [], 0, False
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
+            while True:                    # read the pipe as it fills, bounded
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([proc.stdout], [], [], min(left, 1.0))
+                if ready:
+                    data = proc.stdout.read1(65536)
+                    if not data:
+                        break
+                    if size < MAX_VERDICT_BYTES:
+                        chunks.append(data[:MAX_VERDICT_BYTES - size])
+                        size += len(data)
+            if not timed_out:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
             kill_group(proc.pid, proc)
             proc.wait()
+            proc.stdout.close()
             if pid_file is not None:
                 pid_file.unlink(missing_ok=True)
-    tail = log.read_text(errors="replace")[-TAIL_CHARS:]
-    return proc.returncode, tail, timed_out
+    tail = err_path.read_text(errors="replace")[-TAIL_CHARS:]
+    return proc.returncode, b"".join(chunks).decode(errors="replace"), tail, timed_out
 
 
 def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float, sealed: bool = False) -> VerifyResult:
     """Turn the worker's JSON into a verdict: every check must pass."""
-    details = {k: out.get(k) for k in ("timings", "probe", "patched", "patched_at_import", "sha_match",
-                                       "stage", "error")}
+    details = {k: out.get(k) for k in ("timings", "causality", "serving", "sha_match", "stage", "error")}
     trusted = out.get("trusted_bpb")
-    probe = out.get("probe") or {}
-    causal = probe.get("causal") if probe else None
+    if not isinstance(trusted, (int, float)) or isinstance(trusted, bool):
+        trusted = None
+    check = out.get("causality") or {}
+    causal = check.get("causal") if check else None
     r = VerifyResult(False, "", trusted, printed_bpb, causal, seconds, details)
     if not out.get("ok"):
-        r.reason = f"trusted re-evaluation failed at {out.get('stage')}: {out.get('error')}"
-        return r
-    if out.get("patched_at_import") or out.get("patched"):
-        names = out.get("patched_at_import") or out.get("patched")
-        r.reason = f"train.py replaced functions the evaluation relies on: {', '.join(names[:8])}"
+        r.trusted_bpb = None
+        error = str(out.get("error") or "")
+        if check and check.get("causal") is False and check.get("failure"):
+            r.reason = f"causality check failed: {check['failure']}"
+        else:
+            r.reason = f"trusted evaluation failed at {out.get('stage')}: {error}"
         return r
     if not out.get("sha_match"):
         r.reason = "the artifact's train_py_sha is not the committed train.py: the run used other code"
@@ -200,23 +208,24 @@ def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float, se
         r.reason = f"trusted val_bpb is {trusted}"
         return r
     if not causal:
-        r.reason = (f"causality probe failed: changing tokens at positions >= {probe.get('at')} moved earlier "
-                    f"logits by {probe.get('max_future_leak'):.3g} (other rows: "
-                    f"{probe.get('max_cross_row_leak'):.3g}; limit {probe.get('limit'):.3g})")
+        r.reason = (f"causality check did not pass ({check.get('checked_batches', 0)} batches checked, "
+                    f"largest change before a cut {check.get('max_leak')}, limit {check.get('limit')})")
         return r
     if sealed:   # loop mode: nothing printed to compare; this evaluation is the result
         r.ok = True
-        r.reason = f"trusted val_bpb {trusted:.6f} (sealed run: the only evaluation), causal, {seconds:.1f}s"
+        r.reason = (f"trusted val_bpb {trusted:.6f} (sealed run: the only evaluation), causal on "
+                    f"{check.get('checked_rows')} spliced rows, {seconds:.1f}s")
         return r
     if printed_bpb is None or not math.isfinite(printed_bpb):
         r.reason = f"printed val_bpb is {printed_bpb}; trusted is {trusted:.6f}"
         return r
     gap = abs(printed_bpb - trusted)
     if gap > tolerance(trusted):
-        r.reason = (f"printed val_bpb {printed_bpb:.6f} disagrees with the trusted re-evaluation "
+        r.reason = (f"printed val_bpb {printed_bpb:.6f} disagrees with the trusted evaluation "
                     f"{trusted:.6f} (gap {gap:.6f} > tolerance {tolerance(trusted):.6f})")
         return r
     r.ok = True
     r.reason = (f"verified: trusted val_bpb {trusted:.6f} (printed {printed_bpb:.6f}), causal, "
                 f"{seconds:.1f}s")
     return r
+

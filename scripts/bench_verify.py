@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.runner import run_train  # noqa: E402
-from harness.verify import batch_size_for, tolerance, verify  # noqa: E402
+from harness.verify import eval_rows, tolerance, verify  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -36,22 +36,27 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as d:
         run_dir = Path(d)
         t0 = time.time()
-        run = run_train(REPO, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),
-                        env={"AUTORESEARCH_STEPS": str(args.steps)})
+        src = run_dir / "src"
+        src.mkdir()
+        for name in ("train.py", "prepare.py", "runtime.py"):
+            (src / name).write_text((REPO / name).read_text())
+        profile = os.environ.get("AUTORESEARCH_PROFILE")
+        run = run_train(src, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),
+                        env={"AUTORESEARCH_STEPS": str(args.steps)}, eval_rows=eval_rows(profile))
         if run.crash_class is not None:
             print(f"the run crashed ({run.crash_class}):\n{run.log_tail}")
             return 2
         s = run.summary
         print(f"run: {time.time() - t0:.1f}s wall, profile {s.get('profile')}, device {s.get('device')}, "
               f"attention {s.get('attn_backend')}, val_bpb {s['val_bpb']:.6f}, eval_seconds {s.get('eval_seconds')}")
-        rows = batch_size_for(train_src, s.get("profile"))
+        rows = eval_rows(s.get("profile") or profile)
         results = [verify(run.artifact, train_source=train_src, prepare_source=prepare_src,
-                          printed_bpb=s["val_bpb"], batch_size=rows) for _ in range(args.repeats)]
+                          printed_bpb=s["val_bpb"], rows=rows) for _ in range(args.repeats)]
     ok = True
     for i, r in enumerate(results, 1):
         t = r.details.get("timings") or {}
         stages, prev = [], 0.0
-        for name in ("start", "load_artifact", "import_prepare", "import_train", "build", "evaluate", "probe"):
+        for name in ("start", "load_artifact", "import_prepare", "load_graph", "evaluate", "serving"):
             if name in t:
                 stages.append(f"{name} {t[name] - prev:.1f}s")
                 prev = t[name]
@@ -60,10 +65,10 @@ def main(argv=None) -> int:
             gap = abs(r.trusted_bpb - s["val_bpb"])
             print(f"  trusted {r.trusted_bpb:.6f} vs printed {s['val_bpb']:.6f}: gap {gap:.6f} "
                   f"(tolerance {tolerance(r.trusted_bpb):.6f})")
-        p = r.details.get("probe") or {}
+        p = r.details.get("causality") or {}
         if p:
-            print(f"  probe: future leak {p['max_future_leak']:.3g}, cross-row {p['max_cross_row_leak']:.3g}, "
-                  f"limit {p['limit']:.3g}")
+            print(f"  causality: {p['checked_rows']} spliced rows in {p['checked_batches']} batches, largest "
+                  f"change before a cut {p['max_leak']:.3g} (limit {p['limit']:.3g})")
         if not r.ok:
             print(f"  reason: {r.reason}")
             ok = False

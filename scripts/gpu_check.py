@@ -453,7 +453,7 @@ def step_recipe(spec, label):
     sys.path.insert(0, str(REPO))
     import re
     from harness.runner import run_train
-    from harness.verify import batch_size_for, verify
+    from harness.verify import eval_rows, verify
     profile = os.environ["AUTORESEARCH_PROFILE"]
     budget = SMOKE_RECIPE_BUDGET if spec["smoke"] else spec["budget"]
     run_dir = Path(spec["scratch"]) / label
@@ -491,7 +491,7 @@ def step_recipe(spec, label):
     train_source = (REPO / "train.py").read_text()
     v = call_with_known_kwargs(verify, res.artifact, train_source=train_source,
                                prepare_source=(REPO / "prepare.py").read_text(), printed_bpb=None, sealed=True,
-                               batch_size=batch_size_for(train_source, profile), env=dict(os.environ), timeout_s=400,
+                               rows=eval_rows(profile), env=dict(os.environ), timeout_s=400,
                                sandbox=box, eval_cache=Path(os.environ.get("AUTORESEARCH_CACHE") or view.cache),
                                work_root=run_dir / ".verify")
     r["sandbox"] = box.describe()

@@ -1,9 +1,10 @@
 """Cheating edits of the real train.py, each caught by the judge hierarchy before a keep.
 
 Guard (no run spent): monkeypatched evaluation, training on the validation split, a changed budget,
-a changed seed. Trusted metric (after the run): non-causal attention (causality probe) and a
-printed fake val_bpb (disagreement) — both look honest to the guard, so the guard passes them and
-verify must catch them. The fake print goes through a real tiny training run (harness.runner).
+a changed seed. Trusted metric (after the run): non-causal attention (the spliced causality check)
+and a printed fake val_bpb (disagreement) — both look honest to the guard, so the guard passes
+them and the trusted evaluation must catch them. The fake print goes through a real tiny training
+run (harness.runner).
 """
 import json
 import subprocess
@@ -35,6 +36,7 @@ def repo(tmp_path, monkeypatch):
     wt.mkdir()
     (wt / "train.py").write_text(SRC)
     (wt / "prepare.py").write_text((REPO / "prepare.py").read_text())
+    (wt / "runtime.py").write_text((REPO / "runtime.py").read_text())
     (wt / ".gitignore").write_text("results.tsv\njournal.jsonl\nqueue.sqlite*\nlogs/\nartifacts/\nrun.json\n"
                                    "__pycache__/\nchild.pid\n")
     git(wt, "init", "-q")
@@ -81,16 +83,16 @@ def test_guard_catches_before_any_run(repo, name):
     assert not v.ok and v.reason.startswith("guard:"), v.reason
 
 
-def test_non_causal_attention_passes_guard_but_not_the_probe(repo, tiny_cache, tmp_path):
+def test_non_causal_attention_passes_guard_but_not_the_causality_check(repo, tiny_cache, tmp_path):
     wt, base = repo
-    cheat = swap(*NON_CAUSAL)
+    cheat = swap(*NON_CAUSAL["bidirectional attention"])
     h = JudgeHierarchy()
     assert h.guard(ctx_for(wt, base, cheat)).ok
     sha = commit(wt, cheat)
     art, bpb = make_artifact(cheat, tmp_path, "noncausal")
     run = RunResult(0, {"val_bpb": bpb}, None, tmp_path / "log", 1.0, False, art)
     d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
-    assert d.status == "discard" and d.reason.startswith("integrity: causality probe failed")
+    assert d.status == "discard" and d.reason.startswith("integrity: causality check failed"), d.reason
     assert d.trusted_bpb is None
     items = QueueStore(wt / "queue.sqlite").list("pending")
     assert [(i["kind"], i["commit"]) for i in items] == [("integrity", sha)]
@@ -104,11 +106,11 @@ def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
     h = JudgeHierarchy(budget=5)
     assert h.guard(ctx_for(wt, base, cheat)).ok
     sha = commit(wt, cheat)
-    run = run_train(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"})
+    run = run_train(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"}, eval_rows=8)
     assert run.crash_class is None, run.log_tail
     assert run.artifact is not None and run.artifact.exists()
     d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
-    assert d.status == "discard" and "disagrees with the trusted re-evaluation" in d.reason
+    assert d.status == "discard" and "disagrees with the trusted evaluation" in d.reason
     v = d.verdicts["verify"]
     assert v["printed_bpb"] == pytest.approx(0.8 * v["trusted_bpb"], rel=1e-4)
     assert v["seconds"] > 0

@@ -12,7 +12,7 @@ import pytest
 from harness import gitops, pinned, runner
 from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
 from harness.sandbox import DataView, detect
-from harness.verify import batch_size_for
+from harness.verify import eval_rows
 from tests.loop_fixtures import REPO, pid_alive
 
 # A stand-in train.py: prints when it ran, where, on which GPU; saves a "model"; or hangs with a
@@ -250,10 +250,11 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/sealing.make_seal does for a tag
     seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
-    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep}, budget=2, run_dir=str(run_dir),
+    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, "runtime.py": (REPO / "runtime.py").read_text()},
+                  budget=2, run_dir=str(run_dir),
                   env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", **seal_fields(seal),
                   evaluation=eval_spec(seal, prepare_source=prep, train_source=train, profile="tiny"))
-    assert tj.evaluation.inputs == inputs and tj.evaluation.batch_size == batch_size_for(train, "tiny")
+    assert tj.evaluation.inputs == inputs and tj.evaluation.batch_size == eval_rows("tiny")
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=600)[jid]

@@ -147,7 +147,7 @@ def test_a_run_far_past_its_budget_is_an_integrity_failure(tmp_path, monkeypatch
     # with the harness clock, the wall clock (startup, evaluation) no longer counts: charged time does
     clock = {"startup_s": 200.0, "train_s": 10.5, "charged_s": 10.5, "allowance_s": 300.0, "pace_s": 0.1}
     assert h._over_budget(ctx, SimpleNamespace(wall_seconds=500, extra={"clock": clock, "sealed": True})) is None
-    over = dict(clock, charged_s=25.0, train_s=25.0)
+    over = dict(clock, charged_s=40.0, train_s=40.0)   # beyond the budget + max(5%, 15 s)
     assert "harness's clock" in h._over_budget(ctx, SimpleNamespace(wall_seconds=40, extra={"clock": over}))
     silent = {"startup_s": None}     # a sealed run without step lines cannot be timed, so not kept
     assert "no step lines" in h._over_budget(ctx, SimpleNamespace(wall_seconds=40, extra={"clock": silent,

@@ -285,15 +285,18 @@ def test_prefetched_proposal_is_rebased_when_its_parent_is_discarded(tmp_path, m
 
 def test_claude_proposer_through_the_loop_with_an_outage(tmp_path):
     """The real anthropic client against the local Messages API server: experiment 2 is Claude's
-    edit; then the API stays down past --api-patience and experiment 3 falls back to offline."""
+    edit; then the API stays down past --api-patience and experiment 3 falls back to offline.
+    Its proposal quotes the loop's own API key: no file, commit message or note the loop writes
+    carries it."""
     from tests.fake_anthropic import FakeAnthropic
     repo = fake_repo(tmp_path / "repo")
     user_head = git(repo, "rev-parse", "HEAD")
     with FakeAnthropic() as fake:
         fake.push(FakeAnthropic.tool_use("str_replace", {"path": "train.py", "old_str": "DEPTH = 4  #",
                                                           "new_str": "DEPTH = 5  #"}),
-                  FakeAnthropic.tool_use("submit", {"description": "one more layer",
-                                                    "hypothesis": "the stand-in is under-deep"}))
+                  FakeAnthropic.tool_use("submit", {"description": "one more layer sk-ant-test-not-a-real-key-000",
+                                                    "hypothesis": "the stand-in is under-deep; "
+                                                                  "sk-ant-test-not-a-real-key-000"}))
         fake.default = FakeAnthropic.error(529, "overloaded")
         env = fake_env(tmp_path, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000",
                        ANTHROPIC_BASE_URL=fake.base_url)
@@ -303,7 +306,7 @@ def test_claude_proposer_through_the_loop_with_an_outage(tmp_path):
     assert "proposer claude" in p.stdout
     records, _ = check_run(repo, "c", 3, user_head)
     claude, fallback = records[1], records[2]
-    assert claude["proposer"] == "claude" and claude["description"] == "one more layer"
+    assert claude["proposer"] == "claude" and claude["description"] == "one more layer [redacted]"
     assert claude["model"] and claude["tokens"]["input"] > 0 and claude["status"] == "keep"
     assert "+DEPTH = 5  #" in claude["diff"]
     assert fallback["fallback"] == "offline" and fallback["proposer"] == "offline"
@@ -311,3 +314,7 @@ def test_claude_proposer_through_the_loop_with_an_outage(tmp_path):
     wt = repo / ".autoresearch" / "c"
     for name in ("journal.jsonl", "traces.jsonl", "results.tsv", "state.json"):
         assert "sk-ant-test-not-a-real-key-000" not in (wt / name).read_text()
+    messages = git(repo, "log", "--all", "--format=%B")
+    notes = git(repo, "log", "--all", "--notes=*", "--format=%N")
+    assert "one more layer [redacted]" in messages and "Hypothesis: the stand-in is under-deep; [redacted]" in messages
+    assert "sk-ant-test-not-a-real-key-000" not in messages + notes and "exp 2" in notes

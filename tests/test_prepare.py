@@ -71,8 +71,9 @@ print(json.dumps(out))
                           "paths"}
         assert d["profile"] == name and d["fingerprint"] is None and d["source"] is None
         # where the sandbox shows or hides data (harness/sandbox.py): all under this profile's cache
-        assert set(d["paths"]) == {"cache", "data", "val", "tokenizer", "pointer"}
-        assert all(v.startswith(str(tmp_path)) for v in d["paths"].values())
+        assert set(d["paths"]) == {"cache", "data", "val", "tokenizer", "pointer", "hide"}
+        assert all(v.startswith(str(tmp_path)) for k, v in d["paths"].items() if k != "hide")
+        assert d["paths"]["hide"] == []              # not prepared: no validation source to hide
         assert d["paths"]["pointer"].endswith(f"prepared-{name}.json")
     assert "h100" in out["bad"] and "gpu, cpu, tiny" in out["bad"]
     assert "`uv run prepare.py`" in out["no_data"]  # what a fresh train.py process would say

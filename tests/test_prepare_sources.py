@@ -138,8 +138,12 @@ def test_unreachable_hub_fails_fast_and_falls_back_loudly(fresh, monkeypatch, tm
     assert "CLIMBMIX IS NOT AVAILABLE (ConnectionError" in out and "USING THE OFFLINE FALLBACK" in out
     assert "attempt" not in out and sleeps == []  # one refused probe, no retry storm
     assert fresh.describe()["source"] == "offline-fallback" and fresh.describe()["fingerprint"]
-    texts = "".join(shard_texts(fresh.DATA_DIR))
-    assert "def heappush" in texts and "SKIPPED" not in texts
+    train = "".join(t for p in fresh.list_shards("train") for t in pq.read_table(p)["text"].to_pylist())
+    val = "".join(pq.read_table(fresh.DATA_DIR / fresh.VAL_FILENAME)["text"].to_pylist())
+    assert "def heappush" in train and "SKIPPED" not in train
+    # the validation documents are the stdlib's test suite, the one folder a sealed run cannot see
+    assert val == "SKIPPED_TEST_DIR = 1\n" and "SKIPPED_SITE_PACKAGES" not in train + val
+    assert fresh.data_paths()["hide"] == [str((root / "test").resolve())]
     # asked for explicitly, an unreachable ClimbMix is an error, not a silent fallback
     assert fresh.main(["--source", "climbmix"]) == 1
     assert "ClimbMix is not reachable" in capsys.readouterr().err

@@ -67,7 +67,7 @@ def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path):
     assert s["data"] == prepare.data_fingerprint()
     # the artifact rebuilds into the same model: evaluating it again gives the printed val_bpb
     saved = torch.load(artifact, weights_only=True)
-    assert set(saved) == {"config", "state_dict", "train_py_sha"}
+    assert set(saved) == {"config", "state_dict", "train_py_sha", "graph", "constants"}
     assert saved["train_py_sha"] == hashlib.sha256((REPO / "train.py").read_bytes()).hexdigest()
     model = train.build_model(saved["config"])
     model.load_state_dict(saved["state_dict"])
@@ -75,6 +75,13 @@ def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path):
     with torch.no_grad():
         bpb = prepare.evaluate_bpb(model, prepare.Tokenizer.from_directory(), train.DEVICE_BATCH_SIZE)
     assert abs(bpb - float(s["val_bpb"])) < 2e-6
+    # ...and so does its recorded graph, replayed as the trusted evaluator replays it
+    from harness import graph
+    g = graph.load(saved["graph"], saved["state_dict"], saved["constants"], rows=8,
+                   seq_len=prepare.MAX_SEQ_LEN, device="cpu")
+    with torch.no_grad():
+        replayed = prepare.evaluate_bpb(g, prepare.Tokenizer.from_directory(), 8)
+    assert abs(replayed - float(s["val_bpb"])) < 2e-6
 
 
 def test_build_model_round_trip(tmp_path):

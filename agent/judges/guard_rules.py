@@ -24,7 +24,7 @@ ALLOWED_IMPORTS = frozenset({
     "enum", "functools", "gc", "glob", "hashlib", "heapq", "inspect", "itertools", "json", "logging",
     "math", "numpy", "operator", "os", "pathlib", "platform", "prepare", "random", "re", "resource",
     "statistics", "string", "sys", "textwrap", "time", "torch", "traceback", "typing", "warnings",
-    "kernels", "triton", "tiktoken", "einops",
+    "kernels", "triton", "tiktoken", "einops", "runtime",
 })
 # Named categories, so a rejection says *why* a module is refused.
 NETWORK_MODULES = frozenset({"socket", "urllib", "urllib3", "requests", "http", "httpx", "aiohttp",
@@ -97,6 +97,7 @@ class Violation:
 class _Checker(ast.NodeVisitor):
     def __init__(self):
         self.aliases: dict[str, str] = {}   # local name -> dotted module/object it was imported as
+        self.refs: dict[str, str] = {}      # local name -> what an assignment made it (`j = json`)
         self.from_names: set[str] = set()   # names bound by `from X import name` (not modules)
         self.out: list[Violation] = []
         self.seed_consts: dict[str, str] = {}
@@ -115,8 +116,8 @@ class _Checker(ast.NodeVisitor):
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
-        if isinstance(node, ast.Name) and node.id in self.aliases:
-            return ".".join([self.aliases[node.id], *reversed(parts)])
+        if isinstance(node, ast.Name) and (node.id in self.aliases or node.id in self.refs):
+            return ".".join([self.aliases.get(node.id) or self.refs[node.id], *reversed(parts)])
         return None
 
     def root_name(self, node) -> str | None:
@@ -163,8 +164,11 @@ class _Checker(ast.NodeVisitor):
 
     # -- names, attributes, bindings ---------------------------------------------------------------
     def _check_name(self, node, full: str):
-        if any(full == p or full.startswith(p + ".") or (p.endswith(("exec", "spawn")) and full.startswith(p))
-               for p in FORBIDDEN_NAMES):
+        # every tail of the chain too: logging.handlers.os.system reaches os.system
+        parts = full.split(".")
+        tails = [".".join(parts[i:]) for i in range(len(parts))]
+        if any(t == p or t.startswith(p + ".") or (p.endswith(("exec", "spawn")) and t.startswith(p))
+               for t in tails for p in FORBIDDEN_NAMES):
             self.flag("forbidden", node, f"{full} is not allowed in train.py")
         if full.startswith("prepare."):
             name = full.split(".")[1]
@@ -179,8 +183,8 @@ class _Checker(ast.NodeVisitor):
             self.flag("dynamic", node, f"{node.id} can run or rebind code by name; not allowed in train.py")
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             self._binding(node, node.id)
-        elif node.id in self.aliases:
-            self._check_name(node, self.aliases[node.id])
+        elif node.id in self.aliases or node.id in self.refs:
+            self._check_name(node, self.aliases.get(node.id) or self.refs[node.id])
 
     def visit_Attribute(self, node):
         if node.attr in FORBIDDEN_ATTRS:
@@ -197,6 +201,16 @@ class _Checker(ast.NodeVisitor):
             return
         self.generic_visit(node)
 
+    def visit_Assign(self, node):
+        """`j = json` or `h = logging.handlers`: the new name is the module under another name."""
+        source = node.value
+        full = self.dotted(source) if isinstance(source, (ast.Attribute, ast.Name)) else None
+        self.generic_visit(node)              # the targets' own bindings first (a reassignment forgets)
+        if full is not None:
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id not in self.aliases:
+                    self.refs[t.id] = full
+
     def visit_Subscript(self, node):
         full = self.dotted(node.value)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and full is not None:
@@ -209,6 +223,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _binding(self, node, name):
+        self.refs.pop(name, None)
         if name in PROTECTED_NAMES:
             self.flag("budget", node, f"train.py may not bind {name}: it belongs to prepare.py's fixed setup")
         elif name in self.aliases and not self._rebindable(name):
@@ -247,11 +262,17 @@ class _Checker(ast.NodeVisitor):
         full = self.dotted(func) or (self.aliases.get(fname) if isinstance(func, ast.Name) else None) or fname
         if fname in ("setattr", "delattr") and node.args:
             target = self.root_name(node.args[0])
-            if target in self.aliases or not isinstance(node.args[0], ast.Name):
+            if target in self.aliases or target in self.refs or not isinstance(node.args[0], ast.Name):
                 self.flag("monkeypatch", node, f"{fname} on {ast.unparse(node.args[0])} patches an imported object")
         if fname == "getattr" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
                 and node.args[1].value in FORBIDDEN_ATTRS:
             self.flag("dynamic", node, f"getattr of {node.args[1].value} reaches interpreter internals")
+        if fname == "getattr" and len(node.args) > 1 and self.dotted(node.args[0]) is not None:
+            name = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            if not isinstance(name, str):
+                self.flag("dynamic", node, f"getattr on {ast.unparse(node.args[0])} with a computed name")
+            else:
+                self._check_name(node, f"{self.dotted(node.args[0])}.{name}")
         if full.endswith("make_dataloader"):
             self._check_split(node)
         if full.endswith("evaluate_bpb"):

@@ -27,15 +27,14 @@ from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.queue_apply import apply_decided
 from agent.judges.reviewer import GuardVerdict
-from agent.tracing import scrub
+from harness.secrets import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
 from harness.records import Basis, Decision, experiment_records
-from harness.runner import run_train
 from harness import pinned
 from harness.clock import limit_for
 from harness.pinned import PinnedError, Seal
-from harness.verify import VerifyResult, batch_size_for, verify
+from harness.verify import VerifyResult, eval_rows, verify
 
 # The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
 VERIFY_DIR = ".verify"
@@ -145,7 +144,7 @@ class JudgeHierarchy:
         lines = diff_lines(ctx.diff)
         similar = near_duplicates(ctx.diff, ctx.history)
         best = ctx.best.get("val_bpb")
-        serving = serving_savings(*self._serving_costs(ctx))
+        serving = serving_savings(*self._serving_costs(ctx, v))
         rule = rule_opinion(trusted_bpb=mean, best_bpb=best, band=eff, lines=lines, similar_to=similar,
                             serving=serving)
         jd = {"best_before": best, "threshold": eff.threshold, "spread": band.spread, "runs": list(runs),
@@ -204,17 +203,16 @@ class JudgeHierarchy:
         return Decision("discard", reason, None, verdicts, basis=Basis.INTEGRITY)
 
     # ---- pieces ------------------------------------------------------------------------------
-    def _serving_costs(self, ctx) -> tuple[dict | None, dict | None]:
-        """Serving figures (inference/cost.py) of this experiment's artifact and of the best's."""
-        from inference.cost import artifact_cost
+    def _serving_costs(self, ctx, v: VerifyResult) -> tuple[dict | None, dict | None]:
+        """Serving figures of this experiment's model and of the best's, both as the trusted
+        evaluator measured them from the recorded graphs (never from a config train.py wrote)."""
         best = (ctx.best or {}).get("commit")
-        n_best = next((r.get("n") for r in reversed(ctx.history)
-                       if r.get("status") == "keep" and r.get("commit") == best), None)
-        if n_best is None:
+        best_rec = next((r for r in reversed(experiment_records(ctx.history))
+                         if r.status == "keep" and r.commit == best), None)
+        if best_rec is None:
             return None, None
-        art = Path(ctx.run_dir) / "artifacts"
-        return (artifact_cost(art / f"exp-{ctx.n:04d}" / "model.pt"),
-                artifact_cost(art / f"exp-{int(n_best):04d}" / "model.pt"))
+        theirs = ((best_rec.verify or {}).get("details") or {}).get("serving")
+        return (v.details or {}).get("serving"), theirs
 
     def _band(self, ctx) -> NoiseBand:
         if self.band is None:
@@ -244,8 +242,7 @@ class JudgeHierarchy:
                 if seal is not None:
                     kw.update(sandbox=seal.sandbox, eval_cache=seal.eval_cache)
                 v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
-                           printed_bpb=None if sealed else printed, sealed=sealed,
-                           batch_size=batch_size_for(ctx.new_source, profile),
+                           printed_bpb=None if sealed else printed, sealed=sealed, rows=eval_rows(profile),
                            work_root=Path(ctx.run_dir) / VERIFY_DIR, **kw)
             sp.log(output={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "seconds": v.seconds})
         return v
@@ -290,12 +287,13 @@ class JudgeHierarchy:
                 return None
             return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
                     f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
-        limit = limit_for(budget, clock.get("pace_s") or 0.0)
+        limit = limit_for(budget)
         if clock["charged_s"] <= limit:
             return None
         return (f"by the harness's clock the run trained {clock['charged_s']:.1f}s for a {budget:g}s budget "
                 f"(limit {limit:.1f}s; step lines {clock['train_s']:.1f}s, startup {clock['startup_s']:.1f}s "
-                f"of {clock['allowance_s']:.0f}s allowed, after the last step {clock.get('post_s') or 0:.1f}s): "
+                f"against the baseline's {clock['allowance_s']:.1f}s, after the last step "
+                f"{clock.get('post_s') or 0:.1f}s against {clock.get('post_allowance_s') or 0:.1f}s): "
                 "it trained past the budget")
 
     def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
@@ -374,11 +372,9 @@ class JudgeHierarchy:
         """Train and verify `commit` (checked out in the worktree) outside the experiment sequence."""
         with contextlib.suppress(Exception):
             loop.set_phase("training")
+        from agent.experiment import run_sealed
         n = loop.next_n()
-        seal = self.seal
-        run = run_train(loop.worktree, loop.run_dir, n, loop.budget, timeout=getattr(loop, "timeout", None),
-                        log_name=f"queue-{commit[:7]}.log", sealed=True, clean=True,
-                        sandbox=seal.sandbox if seal else None, data=seal.data if seal else None)
+        run = run_sealed(loop, n, commit, f"queue-{commit[:7]}.log", None)
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}

@@ -22,8 +22,9 @@ from typing import Protocol, runtime_checkable
 CANCELLED = "cancelled"
 # crash_class of a job whose node could not run it as asked (e.g. no bubblewrap for a sealed run).
 NODE_ERROR = "node_error"
-# Files of a commit a run needs: train.py imports prepare.py from its own folder.
-RUN_SOURCES = ("train.py", "prepare.py")
+# Files of a commit a run needs: train.py imports prepare.py and runtime.py from its own folder
+# (and they are all of the project a sandboxed run sees).
+RUN_SOURCES = ("train.py", "prepare.py", "runtime.py")
 # How often wait() polls the executor.
 WAIT_POLL_S = 0.1
 
@@ -33,7 +34,7 @@ class EvalSpec:
     """The trusted evaluation of the job's saved model (harness/verify.py).
 
     prepare_source: prepare.py as committed at the tag's base (what no experiment touched).
-    batch_size: harness.verify.batch_size_for(train source, profile).
+    batch_size: rows of the evaluation batch, harness.verify.eval_rows(profile) (the graph's input).
     inputs: the pinned evaluation inputs' hashes (run.json "inputs": path relative to the cache ->
     sha256); checked before every evaluation, as agent/judges/hierarchy.py does.
     eval_cache: the pinned copy (<run>/.sealed/cache) where it exists; a node without it pins its
@@ -65,7 +66,8 @@ class TrainJob:
     sandbox: str = "none"                # "bwrap" | "none"
     data: dict | None = None             # harness.sandbox.DataView fields (str paths), for the sandbox
     data_mode: str = "train"
-    startup_reference: float | None = None
+    clock_reference: dict | None = None  # harness.clock.ClockReference fields: the tag's baseline
+    stand_ins: dict | None = None        # training shard -> file shown in its place (screening)
     evaluation: EvalSpec | None = None
     fetch: tuple = ("model.pt",)         # output files a remote node sends back into run_dir/artifacts
     meta: dict = field(default_factory=dict)   # the caller's own tags; returned untouched
@@ -163,9 +165,17 @@ def wait(executor: Executor, ids: list[str], timeout: float | None = None,
 
 
 def sources_at(repo: Path, commit: str, names=RUN_SOURCES) -> dict[str, str]:
-    """The files of `commit` a run needs, read from git (byte-exact)."""
+    """The files of `commit` a run needs, read from git (byte-exact); a name the commit lacks
+    is left out (a stand-in project of the tests has no runtime.py)."""
     from harness import gitops
-    return {name: gitops.show_file(Path(repo), commit, name) for name in names}
+    out = {}
+    for name in names:
+        try:
+            out[name] = gitops.show_file(Path(repo), commit, name)
+        except gitops.GitError:
+            if name == "train.py":
+                raise
+    return out
 
 
 def seal_fields(seal) -> dict:
@@ -173,16 +183,15 @@ def seal_fields(seal) -> dict:
     TrainJob(..., **seal_fields(loop.seal))."""
     if seal is None:
         return {"sandbox": "none", "data": None}
-    data = {k: str(v) if v is not None else None for k, v in vars(seal.data).items()} if seal.data else None
-    return {"sandbox": seal.sandbox.kind, "data": data}
+    return {"sandbox": seal.sandbox.kind, "data": seal.data.as_dict() if seal.data else None}
 
 
 def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
               timeout_s: float | None = None) -> EvalSpec:
     """The EvalSpec agent/judges/hierarchy.py's _verify amounts to: the trusted prepare.py, the
     run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
-    from harness.verify import batch_size_for
-    return EvalSpec(prepare_source=prepare_source, batch_size=batch_size_for(train_source, profile),
+    from harness.verify import eval_rows
+    return EvalSpec(prepare_source=prepare_source, batch_size=eval_rows(profile),
                     inputs=dict(seal.inputs) if seal is not None else {},
                     eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
                     data_cache=str(seal.data.cache) if seal is not None and seal.data else None,

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness import pinned
 from harness.executors.base import NODE_ERROR, JobResult, TrainJob
 from harness.runner import TAIL_LINES, run_train
+from harness.clock import ClockReference
 from harness.sandbox import DataView, detect
 from harness.verify import VerifyResult, verify
 
@@ -63,13 +64,15 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     env = expand_env(job.env, folder, out_dir)
     env.update(extra_env or {})
     try:
-        box = detect(job.sandbox) if job.sandbox != "none" else None
+        box = detect("bwrap") if job.sandbox == "bwrap" else detect("none")
     except RuntimeError as exc:
         return _node_error(job, f"sandbox {job.sandbox}: {exc}", started)
-    data = DataView(**{k: Path(v) if v else None for k, v in job.data.items()}) if job.data else None
+    data = DataView.from_dict(job.data)
+    rows = job.evaluation.batch_size if job.evaluation is not None else None
     run = run_train(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, log_name=job.log_name,
                     on_tick=on_tick, sandbox=box, data=data, sealed=job.sealed, data_mode=job.data_mode,
-                    startup_reference=job.startup_reference, pid_name=f"child-{slot}.pid")
+                    clock_reference=ClockReference(**(job.clock_reference or {})), stand_ins=job.stand_ins,
+                    eval_rows=rows, pid_name=f"child-{slot}.pid")
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
                        wall_seconds=run.wall_seconds, timed_out=run.timed_out,
                        log_text=run.log_path.read_text(errors="replace"), log_tail=run.log_tail,
@@ -98,7 +101,7 @@ def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, 
     kw = {"timeout_s": spec.timeout_s} if spec.timeout_s else {}
     train_source = spec.train_source if spec.train_source is not None else job.files.get("train.py", "")
     return verify(artifact, train_source=train_source, prepare_source=spec.prepare_source,
-                  printed_bpb=printed, sealed=job.sealed, batch_size=spec.batch_size,
+                  printed_bpb=printed, sealed=job.sealed, rows=spec.batch_size,
                   env=dict(os.environ, **env), sandbox=box, eval_cache=cache,
                   work_root=run_dir / VERIFY_DIR, pid_name=f"verify-{slot}.pid", **kw)
 

@@ -27,6 +27,7 @@ Outputs arms_report.json and a self-contained arms_report.html (SVG regret plot,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -184,11 +185,27 @@ def console_summary(report: dict) -> list[str]:
 
 # ---- running the arms ----
 
+@contextlib.contextmanager
+def _sealed_pool(box, view, workers, prepare_dir, out, env, arms):
+    """The hybrid arm's pool: its candidates carry Claude's code, so each runs in its own sandbox
+    without the validation data and is scored by the trusted evaluator (harness/verify.py), on the
+    same validation data the other arms' train.py measures itself on. None without a sandbox."""
+    if box is None or view is None or HYBRID_ARM not in arms:
+        yield None
+        return
+    from harness.search.pool import Pool
+    from harness.verify import eval_rows
+    import prepare
+    with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs-sealed", env=env, sandbox=box, data=view,
+              sealed_tasks=True, eval_cache=view.cache, rows=eval_rows(prepare.PROFILE)) as pool:
+        yield pool
+
+
 def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget_steps,
              workers: int, arms=ARMS, warm_prior: Path | None = None, log=print, pool_env=None,
              base_knobs: dict | None = None, screen_k_default: int = SCREEN_K, ideas=None) -> dict:
     import prepare
-    from harness.search.pool import Pool
+    from harness.search.pool import Pool, worker_seal
     from harness.search.prior import CheapPrior
     from harness.search.snip import SnipFilter
     from harness.search.space import Space
@@ -213,7 +230,9 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     for w in fairness(arms, budget_steps, max_steps, min_steps, eta, decay)[1]:
         log(f"arms: WARNING: {w}")
     t0 = time.time()
-    with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs", env=pool_env) as pool:
+    box, view = worker_seal(log)
+    with Pool(workers, prepare_dir=prepare_dir, log_dir=out / "logs", env=pool_env, sandbox=box, data=view,
+              root=out) as pool, _sealed_pool(box, view, workers, prepare_dir, out, pool_env, arms) as sealed:
         for seed in seeds:
             runs[seed] = {}
             for arm in arms:
@@ -231,7 +250,8 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
                     log(f"arms: seed {seed}, arm {arm}")
                     ta = time.time()
                     recs, extras[f"{seed}/{arm}"] = run_sampler_arm(
-                        arm, source, space, pool, out / f"seed{seed}" / arm, seed=seed, decay_steps=decay,
+                        arm, source, space, sealed if arm == HYBRID_ARM and sealed is not None else pool,
+                        out / f"seed{seed}" / arm, seed=seed, decay_steps=decay,
                         ideas=ideas, log=lambda m: log("  " + m), **settings)
                     runs[seed][arm] = recs
                     walls[f"{seed}/{arm}"] = round(time.time() - ta, 1)

@@ -35,10 +35,13 @@ class ExecutorPool:
 
     def __init__(self, executor, *, prepare_source: str, run_dir: Path, threads: int | None = None,
                  env: dict | None = None, task_timeout: float = TASK_TIMEOUT, sandbox: str = "none",
-                 data: dict | None = None, data_mode: str = "screen"):
+                 data: dict | None = None, data_mode: str = "open", runtime_source: str | None = None):
         self.ex = executor
         self.n = executor.slots
         self.prepare_source = prepare_source
+        if runtime_source is None and (Path(__file__).resolve().parents[2] / "runtime.py").is_file():
+            runtime_source = (Path(__file__).resolve().parents[2] / "runtime.py").read_text()
+        self.runtime_source = runtime_source
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cores = os.cpu_count() or 1
@@ -62,6 +65,8 @@ class ExecutorPool:
 
     def job_for(self, task: Task, n: int) -> TrainJob:
         files = {"train.py": Path(task.source).read_text(), "prepare.py": self.prepare_source}
+        if self.runtime_source is not None:
+            files["runtime.py"] = self.runtime_source
         env = dict(self.env)
         env.update(task_env(task))
         env["AUTORESEARCH_ARTIFACT"] = ""           # no model to save: the task prints its val_bpb

@@ -54,11 +54,14 @@ def screen_bracket(k: int, min_steps: int = MIN_STEPS, eta: int = ETA) -> Bracke
 
 def screen(sources: list[str], *, workdir: Path, prepare_dir: Path, labels: list[str] | None = None,
            min_steps: int = MIN_STEPS, eta: int = ETA, decay_steps: int = DECAY_STEPS, seed: int = 0,
-           pool=None, workers: int | None = None, log=print, sandbox=None, data=None) -> ScreenResult:
+           pool=None, workers: int | None = None, log=print, sandbox=None, data=None, proxy=None,
+           rows: int = 8, eval_tokens: int | None = None) -> ScreenResult:
     """Successive halving over the sources; a pool is created (and closed) when none is given.
-    With a sandbox (harness/sandbox.py) every task runs sealed in its own process; the rungs are
-    then measured on the last training shard standing in for validation (the real validation data
-    is never shown to LLM-written code; only the winner's full run gets the trusted evaluation)."""
+    With a sandbox (harness/sandbox.py) every task runs sealed in its own process, and each rung
+    is scored by the trusted evaluator (harness/verify.py) on the proxy split (harness/proxy.py:
+    training text held out from every candidate), never by a figure a candidate printed; the
+    validation data is never shown to LLM-written code, and only the winner's full run gets the
+    real evaluation."""
     from harness.search.pool import Pool
     from harness.search.throughput import load_profile
 
@@ -77,7 +80,7 @@ def screen(sources: list[str], *, workdir: Path, prepare_dir: Path, labels: list
         prof = load_profile()
         pool = Pool(min(workers or prof["workers"], len(sources)), prepare_dir=prepare_dir,
                     log_dir=workdir / "logs", cores=prof["cores"], sandbox=sandbox, data=data,
-                    data_mode="screen")
+                    sealed_tasks=True, proxy=proxy, rows=rows, eval_tokens=eval_tokens)
     t0 = time.time()
     history: dict[int, list[dict]] = {i: [] for i in range(len(sources))}
 

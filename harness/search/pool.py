@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import time
@@ -91,24 +92,54 @@ def _run_inprocess(task: Task, log: Path, env: dict) -> tuple[int, str | None]:
 
 
 def _run_subprocess(task: Task, log: Path, env: dict, prepare_dir: str,
-                    seal: dict | None = None) -> tuple[int, str | None]:
+                    seal: dict | None = None) -> tuple[int, str | None, float | None]:
+    """Run the candidate as `python train.py` in a child; returns (exit code, error, trusted
+    val_bpb or None). Sealed (LLM-written candidates, screening): harness.runner.run_train in the
+    sandbox, the proxy split hidden, then the trusted evaluation of its saved model on that split."""
+    if seal:
+        return _run_sealed(task, log, env, prepare_dir, seal)
     full = dict(os.environ, **env)
     full["PYTHONPATH"] = prepare_dir + os.pathsep + full.get("PYTHONPATH", "")
-    argv = [sys.executable, str(task.source)]
-    if seal:   # LLM-written candidates (screening): each task in its own sandbox (harness/sandbox.py)
-        from harness.sandbox import DataView, Sandbox, scrub_env
-        box = Sandbox("bwrap", binary=seal["binary"])
-        writable = [Path(task.save).parent] if task.save is not None else []
-        readonly = [Path(task.source), Path(prepare_dir)] + ([Path(task.resume)] if task.resume else [])
-        argv = box.wrap(argv, cwd=log.parent, writable=writable, readonly=readonly,
-                        data=DataView(**{k: Path(v) if v else None for k, v in seal["data"].items()}),
-                        data_mode=seal.get("data_mode", "screen"))
-        full = scrub_env(full)
-        full["TMPDIR"] = "/tmp"
+    from harness.sandbox import child_env
     with open(log, "w") as f:
-        proc = subprocess.run(argv, cwd=log.parent, env=full,
+        proc = subprocess.run([sys.executable, str(task.source)], cwd=log.parent, env=child_env(full, sealed=False),
                               stdout=f, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-    return proc.returncode, None
+    return proc.returncode, None, None
+
+
+def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
+    from harness.executors.node import materialise
+    from harness.proxy import Proxy
+    from harness.runner import run_train
+    from harness.sandbox import DataView, detect
+    from harness.verify import verify
+    box = detect("bwrap")
+    data, proxy = DataView.from_dict(seal["data"]), Proxy.from_dict(seal["proxy"])
+    source = Path(task.source).read_text()
+    files = {"train.py": source, **{name: (Path(prepare_dir) / name).read_text()
+                                    for name in ("prepare.py", "runtime.py") if (Path(prepare_dir) / name).is_file()}}
+    work = materialise(files, log.parent / f".{task.id}.src")
+    out = log.parent / f".{task.id}.out"
+    try:
+        run = run_train(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sandbox=box, data=data,
+                        sealed=True, data_mode="train", stand_ins=proxy.stand_ins if proxy else None,
+                        eval_rows=seal["rows"], log_path=log, out_dir=out, pid_name=f".{task.id}.pid",
+                        extra_readonly=[task.resume] if task.resume is not None else [],
+                        extra_writable=[Path(task.save).parent] if task.save is not None else [])
+        if run.crash_class is not None:
+            return 1, f"crashed: {run.crash_class}", None
+        cache = proxy.cache if proxy else Path(seal["eval_cache"]) if seal.get("eval_cache") else None
+        v = verify(run.artifact, train_source=source, prepare_source=files["prepare.py"], printed_bpb=None,
+                   rows=seal["rows"], sandbox=box, eval_cache=cache, sealed=True,
+                   eval_tokens=seal.get("eval_tokens"), work_root=log.parent / ".verify",
+                   pid_name=f"verify-{task.id}.pid")
+        with open(log, "a") as f:
+            f.write(f"[pool] trusted evaluation on {'the proxy split' if proxy else 'the validation data'}: "
+                    f"{v.reason}\n")
+        return (0, None, v.trusted_bpb) if v.ok else (1, f"trusted evaluation: {v.reason}", None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
@@ -142,11 +173,12 @@ def _worker(inbox: Connection, outbox: Connection, mode: str, prepare_dir: str) 
         task, log, seal = msg
         env = task_env(task)
         t0 = time.time()
+        trusted = None
         if mode == "inprocess":
             code, error = _run_inprocess(task, log, env)
         else:
-            code, error = _run_subprocess(task, log, env, prepare_dir, seal)
-        outbox.send((task.id, code, error, time.time() - t0))
+            code, error, trusted = _run_subprocess(task, log, env, prepare_dir, seal)
+        outbox.send((task.id, code, error, time.time() - t0, trusted))
 
 
 class Pool:
@@ -155,18 +187,28 @@ class Pool:
     def __init__(self, workers: int, *, prepare_dir: Path, log_dir: Path, cores: int | None = None,
                  mode: str = "inprocess", env: dict | None = None, adaptive_threads: bool = True,
                  threads: int | None = None, task_timeout: float = TASK_TIMEOUT, sandbox=None,
-                 data=None, data_mode: str = "screen"):
+                 data=None, sealed_tasks: bool = False, proxy=None, eval_cache: Path | None = None,
+                 rows: int = 8, eval_tokens: int | None = None, root: Path | None = None):
+        """sandbox (harness/sandbox.py), two ways:
+        sealed_tasks=True (LLM-written candidates: screening, the hybrid arm): each task in its own
+        sandbox, training data only (the `proxy` split hidden), scored by the trusted evaluator on
+        the proxy split, or on `eval_cache` (the validation data) when there is no proxy;
+        otherwise (harness-made knob variants of a reviewed train.py: sweeps, arms): every worker
+        process runs inside the sandbox, seeing the data (it evaluates itself), the harness code
+        and `root` (the sweep's folder: logs, candidates, checkpoints) and nothing else."""
         if mode not in ("inprocess", "subprocess"):
             raise ValueError(f"mode must be inprocess or subprocess, got {mode!r}")
         # Sealed tasks each get their own process in their own sandbox: a candidate can neither read
-        # the validation data nor touch another candidate's worker or checkpoints.
+        # the validation data (nor the proxy split it is ranked on) nor touch another candidate's
+        # worker or checkpoints; its score is the trusted evaluation's, never its own.
         self.seal = None
-        if sandbox is not None and sandbox.sealed:
+        self.box = sandbox if sandbox is not None and sandbox.sealed and not sealed_tasks else None
+        self.data, self.root = data, Path(root).resolve() if root is not None else None
+        if sandbox is not None and sandbox.sealed and sealed_tasks:
             mode = "subprocess"
-            self.seal = {"binary": sandbox.binary, "data_mode": data_mode,
-                         "data": {k: str(v) if v else None for k, v in (data.__dict__ if data else {}).items()}}
-            if not self.seal["data"]:
-                self.seal["data"] = {"cache": str(Path.home() / ".cache" / "autoresearch")}
+            self.seal = {"data": data.as_dict() if data else None, "proxy": proxy.as_dict() if proxy else None,
+                         "eval_cache": str(eval_cache) if eval_cache else None,
+                         "rows": rows, "eval_tokens": eval_tokens, "timeout": task_timeout}
         self.n, self.mode = workers, mode
         self.cores = cores or os.cpu_count() or 1
         self.fixed_threads = threads                 # if set, every task gets exactly this
@@ -189,10 +231,19 @@ class Pool:
         env = dict(os.environ, **self.env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (self.prepare_dir, env.get("PYTHONPATH")) if p)
         err = open(self.log_dir / f"worker{i}.stderr", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "harness.search.pool", self.mode, self.prepare_dir,
-                              str(to_child_r), str(from_child_w)],
-                             pass_fds=(to_child_r, from_child_w), env=env,
-                             stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        argv = [sys.executable, "-m", "harness.search.pool", self.mode, self.prepare_dir,
+                str(to_child_r), str(from_child_w)]
+        if self.box is not None:
+            from harness.sandbox import View, data_view
+            readonly, binds, hide = data_view(self.data, "open")
+            view = View(cwd=self.log_dir, writable=[self.root or self.log_dir], binds=binds, hide=hide,
+                        readonly=readonly + [Path(self.prepare_dir), Path(__file__).resolve().parents[1]])
+            p = self.box.popen(argv, view, env, pass_fds=(to_child_r, from_child_w),
+                               stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        else:
+            from harness.sandbox import child_env
+            p = subprocess.Popen(argv, pass_fds=(to_child_r, from_child_w), env=child_env(env, sealed=False),
+                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         err.close()
         os.close(to_child_r)
         os.close(from_child_w)
@@ -250,11 +301,11 @@ class Pool:
                 task, log, started = self.busy[i]
                 if self.conns[i][1] in ready:
                     try:
-                        _, code, error, wall = self.conns[i][1].recv()
+                        _, code, error, wall, trusted = self.conns[i][1].recv()
                     except (EOFError, OSError):
                         return self._lost(i, "worker died: " + self._stderr_tail(i))
                     del self.busy[i]
-                    return _result(task, log, code, error, wall, i)
+                    return _result(task, log, code, error, wall, i, trusted, sealed=self.seal is not None)
                 if time.time() - started > self.timeout:
                     return self._lost(i, f"timeout after {self.timeout:.0f}s")
 
@@ -300,15 +351,28 @@ class Pool:
         self.close()
 
 
-def _result(task: Task, log: Path, code: int, error: str | None, wall: float, worker: int) -> TaskResult:
+def _result(task: Task, log: Path, code: int, error: str | None, wall: float, worker: int,
+            trusted: float | None = None, sealed: bool = False) -> TaskResult:
     text = log.read_text(errors="replace") if log.exists() else ""
     summary = parse_summary(text)
-    val = summary.get("val_bpb") if summary else None
+    val = trusted if sealed else (summary.get("val_bpb") if summary else None)
     if code != 0 or not isinstance(val, (int, float)) or val != val:
         fail = next((ln for ln in text.splitlines() if ln.startswith("FAIL:")), None)
         error = error or fail or (f"exit {code}" if code else "no summary block")
         return TaskResult(task, None, summary, wall, error=error, log=log, worker=worker)
     return TaskResult(task, float(val), summary, wall, log=log, worker=worker)
+
+
+def worker_seal(log=print):
+    """(sandbox, data view) for a sweep's workers, or (None, None) with a loud line when this
+    machine cannot sandbox (the workers then run unsealed: no secrets in their environment)."""
+    import prepare
+    from harness.sandbox import DataView, detect
+    box = detect("auto")
+    if not box.sealed:
+        log(f"WARNING: UNSEALED sweep: {box.reason}; its candidates run with this machine's files and network")
+        return None, None
+    return box, DataView.from_describe({"paths": prepare.data_paths()})
 
 
 def run_tasks(pool: Pool, tasks: list[Task]) -> list[TaskResult]:

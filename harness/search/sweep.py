@@ -169,7 +169,7 @@ def full_evaluation_winner(result: SweepResult, max_steps: int) -> dict | None:
 
 def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sweep") -> int:
     from harness.search.executor_pool import add_executor_args, open_executor_pool
-    from harness.search.pool import Pool
+    from harness.search.pool import Pool, worker_seal
     from harness.search.prior import CheapPrior
     from harness.search.throughput import load_profile
 
@@ -217,8 +217,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sw
           f"decay={settings.decay()} | policy {args.policy} | {workers} workers"
           + ("" if args.executor == "pool" else f" ({args.executor} executor)"))
     if args.executor == "pool":
+        box, view = worker_seal()
         tasks = Pool(workers, prepare_dir=Path(prepare.__file__).parent, log_dir=args.out / "logs",
-                     cores=prof.get("cores"))
+                     cores=prof.get("cores"), sandbox=box, data=view, root=args.out)
     else:   # the loop's executors (harness/executors/): slots here, or Ray tasks on a cluster
         tasks = open_executor_pool(args.executor, workers, prepare_source=Path(prepare.__file__).read_text(),
                                    run_dir=args.out, ray_address=args.ray_address,

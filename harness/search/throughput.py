@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.search.hyperband import (Candidate, Task, bracket_cost, hyperband_brackets, run_schedule)
-from harness.search.pool import Pool, run_tasks
+from harness.search.pool import Pool, run_tasks, worker_seal
 from harness.search.space import Space, config_id, write_candidate
 
 # Where the tuned profile lives (git-ignored); AUTORESEARCH_HARNESS_PROFILE overrides.
@@ -75,8 +75,9 @@ def tune(train: Path, prepare_dir: Path, steps: int = TUNE_STEPS, small: bool = 
     results = {}
     try:
         for workers, threads in splits(cores):
+            box, view = worker_seal(log)
             with Pool(workers, prepare_dir=prepare_dir, log_dir=work / f"w{workers}", cores=cores,
-                      threads=threads) as pool:
+                      threads=threads, sandbox=box, data=view, root=work) as pool:
                 warm = [Task(f"warm{i}", "base", train, 1, 0) for i in range(workers)]
                 run_tasks(pool, warm)                  # workers up, torch imported, data cached
                 tasks = [Task(f"t{i}", "base", train, steps, 0, seed=i) for i in range(workers)]
@@ -146,8 +147,9 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
                                        run_dir=out / name, ray_address=ray_address,
                                        gpus_per_task=gpus_per_task, threads=a["threads"])
         else:
+            box, view = worker_seal(log)
             tasks = Pool(a["workers"], prepare_dir=prepare_dir, log_dir=out / name / "logs", cores=cores,
-                         mode=a["mode"], threads=a["threads"])
+                         mode=a["mode"], threads=a["threads"], sandbox=box, data=view, root=out / name)
         with tasks as pool:
             recs = run_schedule(pool, [bracket], _Fixed(cands), decay_steps=decay_steps,
                                 ckpt_dir=out / name / "ckpt", seed=seed, promotion=a["promotion"],

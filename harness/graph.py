@@ -1,0 +1,375 @@
+"""The model as data: load a recorded graph (runtime.py's format) and replay it, trusting nothing in it.
+
+The trusted evaluator (harness/eval_worker.py) imports this module and torch, never the code of
+the experiment. A graph is a list of aten operator calls; `load()` checks every one before
+anything runs:
+
+- the operator is one of ALLOWED (pure tensor arithmetic, reductions, shape and dtype changes,
+  matmuls, embeddings, norms, attention kernels, factories without randomness), resolved as
+  `torch.ops.aten.<name>.<overload>`; no operator with an `out=` argument, a Generator, or
+  randomness (`nondeterministic_seeded`); nothing outside the aten namespace (a custom kernel,
+  a higher-order op, Python code) is accepted;
+- every reference names the input, a weight, a constant or an earlier node; literals are
+  numbers, strings, lists or the typed literals of the format; devices become the evaluator's;
+- the input is int64 [rows, seq_len] as the caller expects, the output an earlier node.
+
+While it runs, an in-place operator may write only into the graph's own intermediates, never into
+the input, a weight or a constant (checked by storage on every call), so the model carries no
+state from one batch to the next. Values are freed after their last use, as in eager mode.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import torch
+
+GRAPH_FORMAT = "autoresearch-graph/1"
+# Hard limits on what a graph may be: far beyond any model this harness trains.
+MAX_GRAPH_BYTES = 64 << 20
+MAX_NODES = 500_000
+OP_RE = re.compile(r"^aten\.([a-z_][a-z0-9_]*)\.([A-Za-z0-9_]+)$")
+# Operators a transformer needs, by aten name (their in-place `name_` forms are allowed too,
+# under the storage check). Every other operator is refused: a graph that needs one fails its
+# evaluation with that operator's name, and a human can decide to add it here.
+ALLOWED = frozenset("""
+abs acos acosh add addcdiv addcmul addmm addmv addbmm alias alias_copy all amax amin any arange
+argmax argmin as_strided as_strided_copy asin asinh atan atan2 atanh baddbmm bitwise_and
+bitwise_not bitwise_or bitwise_xor bmm broadcast_to cat ceil chunk clamp clamp_max clamp_min clone
+constant_pad_nd contiguous convolution cos cosh cumprod cumsum detach detach_copy diag diagonal
+div dot einsum elu embedding eq erf erfc erfinv exp exp2 expand expand_as expand_copy expm1 eye
+fill flatten flip floor floor_divide fmod frac full full_like gather ge gelu glu group_norm gt
+hardsigmoid hardswish hardtanh index index_select isinf isnan layer_norm le leaky_relu lerp lift_fresh
+lift_fresh_copy linear linspace log log10 log1p log2 log_sigmoid log_softmax logaddexp logical_and
+logical_not logical_or logical_xor logit logsumexp lt masked_fill matmul max maximum mean min
+minimum mish mm mul mv nan_to_num narrow native_group_norm native_layer_norm ne neg new_full
+new_ones new_zeros norm linalg_vector_norm ones ones_like pad permute permute_copy pow prod
+reciprocal relu relu6 remainder repeat repeat_interleave reshape rms_norm roll round rsqrt rsub
+scalar_tensor scaled_dot_product_attention scatter select select_copy selu sigmoid sign silu sin
+sinh slice slice_copy softmax softplus split split_with_sizes sqrt square squeeze squeeze_copy
+stack std sub sum t t_copy tanh tensor_split tile to topk transpose transpose_copy tril triu
+true_divide trunc type_as unbind unflatten unfold unsqueeze unsqueeze_copy var var_mean view
+view_as view_copy where xlogy zeros zeros_like
+_assert_tensor_metadata _log_softmax _reshape_alias _softmax _to_copy _unsafe_view
+_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu
+_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention _fused_rms_norm
+""".split())
+ATTENTION_OPS = frozenset(n for n in ALLOWED if "attention" in n)
+TYPED = {"dtype": lambda v: _torch_enum(v, torch.dtype), "layout": lambda v: _torch_enum(v, torch.layout),
+         "memory_format": lambda v: _torch_enum(v, torch.memory_format)}
+
+
+class GraphError(ValueError):
+    """The graph is malformed or asks for something the evaluator refuses (the message says what)."""
+
+
+def _torch_enum(name, kind):
+    value = getattr(torch, str(name), None) if re.fullmatch(r"[a-z0-9_]+", str(name)) else None
+    if not isinstance(value, kind):
+        raise GraphError(f"unknown {kind.__name__} {name!r}")
+    return value
+
+
+def resolve(op: str):
+    """The OpOverload for "aten.<name>.<overload>", if the evaluator accepts it (else GraphError)."""
+    m = OP_RE.match(op) if isinstance(op, str) else None
+    if m is None:
+        raise GraphError(f"operator {op!r} is not an aten operator")
+    name, overload = m.groups()
+    base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
+    if base not in ALLOWED:
+        raise GraphError(f"operator aten.{name} is not on the evaluator's list (harness/graph.py ALLOWED)")
+    packet = getattr(torch.ops.aten, name, None)
+    target = getattr(packet, overload, None) if packet is not None else None
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        raise GraphError(f"operator {op} does not exist in this torch")
+    schema = target._schema
+    if any(a.is_out for a in schema.arguments):
+        raise GraphError(f"operator {op} writes into an out= argument")
+    if any("Generator" in str(a.type) for a in schema.arguments):
+        raise GraphError(f"operator {op} is random")
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        # Attention kernels are tagged random for their dropout: accepted in their default form,
+        # with dropout_p checked to be 0 where the node is (check_dropout).
+        if base not in ATTENTION_OPS or overload != "default":
+            raise GraphError(f"operator {op} is random")
+    return target
+
+
+def check_dropout(node: dict, op) -> None:
+    """An attention call must not drop anything: its dropout_p is absent or the literal 0."""
+    names = [a.name for a in op._schema.arguments]
+    if "dropout_p" not in names:
+        return
+    i = names.index("dropout_p")
+    p = node["args"][i] if i < len(node["args"]) else node["kwargs"].get("dropout_p", 0.0)
+    if p != 0 and p != 0.0:
+        raise GraphError(f"node {node['name']} ({node['op']}) uses dropout (p={p!r}): the evaluation is deterministic")
+
+
+class Graph(torch.nn.Module):
+    """A loaded graph: graph(tokens) -> logits, replaying the recorded operators."""
+
+    def __init__(self, spec: dict, weights: dict, constants: dict, device: torch.device):
+        super().__init__()
+        self.device = torch.device(device)
+        self.rows, self.seq_len = spec["input"]["shape"]
+        self.nodes = spec["nodes"]
+        self.output = spec["output"]
+        self.ops = [resolve(n["op"]) for n in self.nodes]
+        for node, op in zip(self.nodes, self.ops):
+            check_dropout(node, op)
+        self.writes = [tuple(i for i, a in enumerate(op._schema.arguments)
+                             if a.alias_info is not None and a.alias_info.is_write) for op in self.ops]
+        used = _references(self.nodes, self.output)
+        self.tensors = {}
+        for key in used:
+            if key.startswith(("w:", "c:")):
+                pool = weights if key.startswith("w:") else constants
+                name = key[2:] if key.startswith("w:") else key
+                t = pool.get(name)
+                if not isinstance(t, torch.Tensor):
+                    raise GraphError(f"the graph uses {key}, which the artifact does not have")
+                self.tensors[key] = t.to(self.device)
+        # registered as buffers, so the evaluation finds the model's device the usual way
+        for i, t in enumerate(self.tensors.values()):
+            self.register_buffer(f"t{i}", t, persistent=False)
+        self.protected = {t.untyped_storage().data_ptr() for t in self.tensors.values()} - {0}
+        self.last_use = _last_uses(self.nodes, self.output)
+
+    def forward(self, tokens):
+        if tuple(tokens.shape) != (self.rows, self.seq_len) or tokens.dtype != torch.long:
+            raise GraphError(f"the graph was recorded for int64 [{self.rows}, {self.seq_len}], "
+                             f"got {tokens.dtype} {tuple(tokens.shape)}")
+        values = {"input": tokens}
+        protected = self.protected | ({tokens.untyped_storage().data_ptr()} - {0})
+        for i, (node, op) in enumerate(zip(self.nodes, self.ops)):
+            args = [self._value(a, values) for a in node["args"]]
+            kwargs = {k: self._value(v, values) for k, v in node["kwargs"].items()}
+            for w in self.writes[i]:
+                target = args[w] if w < len(args) else kwargs.get(op._schema.arguments[w].name)
+                if isinstance(target, torch.Tensor) and target.untyped_storage().data_ptr() in protected:
+                    raise GraphError(f"node {node['name']} ({node['op']}) writes into the input, a weight "
+                                     "or a constant: a model may not keep state between batches")
+            values[node["name"]] = op(*args, **kwargs)
+            for name in self.last_use.get(i, ()):
+                values.pop(name, None)
+        out = self._value(self.output, values)
+        if not isinstance(out, torch.Tensor):
+            raise GraphError("the graph's output is not a tensor")
+        return out
+
+    def _value(self, a, values):
+        if isinstance(a, dict):
+            if "ref" in a:
+                key = a["ref"]
+                v = self.tensors[key] if key.startswith(("w:", "c:")) else values[key]
+                return v[a["index"]] if "index" in a else v
+            (kind, v), = a.items()
+            if kind == "device":
+                return self.device
+            if kind == "float":
+                return float(v)
+            return TYPED[kind](v)
+        if isinstance(a, list):
+            return [self._value(x, values) for x in a]
+        return a
+
+
+def _check_literal(a, where: str, known: set) -> None:
+    """Literals are plain data; references name something defined before `where`."""
+    if isinstance(a, dict):
+        if "ref" in a:
+            ref = a["ref"]
+            if not isinstance(ref, str) or not (ref == "input" or ref.startswith(("w:", "c:")) or ref in known):
+                raise GraphError(f"{where} refers to {ref!r}, which is not defined before it")
+            if set(a) - {"ref", "index"} or ("index" in a and (not isinstance(a["index"], int) or a["index"] < 0)):
+                raise GraphError(f"{where}: malformed reference {a!r}")
+            return
+        if len(a) != 1:
+            raise GraphError(f"{where}: malformed literal {a!r}")
+        (kind, v), = a.items()
+        if kind == "float":
+            if v not in ("inf", "-inf", "nan"):
+                raise GraphError(f"{where}: malformed float {v!r}")
+        elif kind == "device":
+            if v not in ("cpu", "cuda", "mps"):
+                raise GraphError(f"{where}: unknown device {v!r}")
+        elif kind in TYPED:
+            TYPED[kind](v)
+        else:
+            raise GraphError(f"{where}: unknown literal kind {kind!r}")
+        return
+    if isinstance(a, list):
+        for x in a:
+            _check_literal(x, where, known)
+        return
+    if not (a is None or isinstance(a, (bool, int, str)) or (isinstance(a, float) and math.isfinite(a))):
+        raise GraphError(f"{where}: literal of type {type(a).__name__} is not allowed")
+
+
+def _references(nodes, output) -> set:
+    out = set()
+
+    def walk(a):
+        if isinstance(a, dict) and "ref" in a:
+            out.add(a["ref"])
+        elif isinstance(a, list):
+            for x in a:
+                walk(x)
+    for n in nodes:
+        walk(n["args"])
+        walk(list(n["kwargs"].values()))
+    walk(output)
+    return out
+
+
+def _last_uses(nodes, output) -> dict[int, list[str]]:
+    """node index -> node names whose last use it is (freed right after it runs)."""
+    last = {}
+
+    def walk(a, i):
+        if isinstance(a, dict) and "ref" in a and a["ref"].startswith("n"):
+            last[a["ref"]] = i
+        elif isinstance(a, list):
+            for x in a:
+                walk(x, i)
+    for i, n in enumerate(nodes):
+        last.setdefault(n["name"], i)           # unused results go at once
+        walk(n["args"], i)
+        walk(list(n["kwargs"].values()), i)
+    keep = set()
+    if isinstance(output, dict) and "ref" in output:
+        keep.add(output["ref"])
+    by_node: dict[int, list[str]] = {}
+    for name, i in last.items():
+        if name not in keep:
+            by_node.setdefault(i, []).append(name)
+    return by_node
+
+
+def parse(text: str, rows: int, seq_len: int) -> dict:
+    """The graph's JSON, checked for shape (not yet for operators: see Graph)."""
+    if not isinstance(text, str) or len(text) > MAX_GRAPH_BYTES:
+        raise GraphError("the artifact has no graph, or one beyond the size limit")
+    try:
+        spec = json.loads(text)
+    except ValueError as exc:
+        raise GraphError(f"the graph is not JSON: {exc}") from None
+    if not isinstance(spec, dict) or spec.get("format") != GRAPH_FORMAT:
+        raise GraphError(f"the graph is not in the {GRAPH_FORMAT} format")
+    inp = spec.get("input") or {}
+    if inp.get("dtype") != "int64" or inp.get("shape") != [rows, seq_len]:
+        raise GraphError(f"the graph takes {inp.get('dtype')} {inp.get('shape')}; the evaluation feeds "
+                         f"int64 [{rows}, {seq_len}]")
+    nodes = spec.get("nodes")
+    if not isinstance(nodes, list) or not 0 < len(nodes) <= MAX_NODES:
+        raise GraphError("the graph has no nodes, or too many")
+    known = set()
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict) or set(n) != {"name", "op", "args", "kwargs"} or n["name"] != f"n{i}" \
+                or not isinstance(n["args"], list) or not isinstance(n["kwargs"], dict) \
+                or not all(isinstance(k, str) and k.isidentifier() for k in n["kwargs"]):
+            raise GraphError(f"node {i} is malformed")
+        _check_literal(n["args"], f"node n{i}", known)
+        _check_literal(list(n["kwargs"].values()), f"node n{i}", known)
+        known.add(n["name"])
+    out = spec.get("output")
+    if not (isinstance(out, dict) and out.get("ref") in known):
+        raise GraphError("the graph's output is not one of its nodes")
+    _check_literal(out, "output", known)
+    return spec
+
+
+def load(text: str, weights: dict, constants: dict, *, rows: int, seq_len: int, device) -> Graph:
+    return Graph(parse(text, rows, seq_len), weights, constants, device)
+
+
+def attention_calls(graph: Graph, tokens) -> list[dict]:
+    """Replay once on `tokens`, recording each attention call: heads and head width of q and k,
+    and the widest span a query may look back (from the mask or causality): the serving figures
+    of the model as it is, not as its config says."""
+    seen = []
+    ops = graph.ops
+    wrapped = []
+    for op in ops:
+        name = op._schema.name.split("::")[1]
+        if name in ATTENTION_OPS:
+            wrapped.append(_Spy(op, seen))
+        else:
+            wrapped.append(op)
+    graph.ops = wrapped
+    try:
+        with torch.no_grad():
+            graph(tokens)
+    finally:
+        graph.ops = ops
+    return seen
+
+
+class _Spy:
+    def __init__(self, op, seen):
+        self.op, self.seen, self._schema = op, seen, op._schema
+
+    def __call__(self, *args, **kwargs):
+        names = [a.name for a in self._schema.arguments]
+        bound = dict(zip(names, args), **kwargs)
+        q, k = bound.get("query"), bound.get("key")
+        mask = bound.get("attn_mask", bound.get("attn_bias"))
+        causal = bool(bound.get("is_causal", False))
+        if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4:
+            T = k.shape[-2]
+            span = T - 1
+            if isinstance(mask, torch.Tensor) and mask.shape[-2:] == (T, T):
+                allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
+                i = torch.arange(T, device=mask.device)
+                look = (i[:, None] - i[None, :]).masked_fill(~allowed.reshape(-1, T, T).any(0), -1)
+                span = int(look.max().item())
+            self.seen.append({"q_heads": int(q.shape[1]), "kv_heads": int(k.shape[1]), "head_dim": int(q.shape[-1]),
+                              "seq_len": int(T), "span": span, "causal": causal or mask is not None})
+        return self.op(*args, **kwargs)
+
+
+def serving_cost(graph: Graph, tokens, kv_dtype_bytes: int = 2) -> dict | None:
+    """kv_bytes_per_token and decode_flops_per_token of the graph itself (None without attention)."""
+    calls = attention_calls(graph, tokens)
+    if not calls:
+        return None
+    kv = sum(2 * c["kv_heads"] * c["head_dim"] * kv_dtype_bytes * min(c["span"] + 1, c["seq_len"]) / c["seq_len"]
+             for c in calls)
+    matmul = _matmul_weights(graph)
+    attn = sum(4 * c["q_heads"] * c["head_dim"] * min(c["span"] + 1, c["seq_len"]) for c in calls)
+    return {"kv_bytes_per_token": kv, "decode_flops_per_token": 2 * matmul + attn,
+            "attention_layers": len(calls)}
+
+
+# Operators that pass a weight through unchanged in content (a cast, a view, a transpose), and
+# those that multiply by it: a weight counts for decode FLOPs when a multiply consumes it.
+PASS_THROUGH = frozenset("_to_copy to view t transpose permute alias contiguous clone detach reshape "
+                         "_unsafe_view expand t_copy transpose_copy permute_copy view_copy alias_copy".split())
+MULTIPLY = frozenset("mm addmm bmm baddbmm matmul linear mv addmv".split())
+
+
+def _matmul_weights(graph: Graph) -> int:
+    """Elements of the 2-D weights the graph multiplies by (embedding tables are lookups)."""
+    derived: dict[str, str] = {}
+    total = 0
+
+    def weight_of(a):
+        if isinstance(a, dict) and "ref" in a and "index" not in a:
+            r = a["ref"]
+            return r if r.startswith("w:") else derived.get(r)
+        return None
+    for node, op in zip(graph.nodes, graph.ops):
+        name = op._schema.name.split("::")[1]
+        if name in PASS_THROUGH and node["args"]:
+            w = weight_of(node["args"][0])
+            if w is not None:
+                derived[node["name"]] = w
+        elif name in MULTIPLY:
+            for a in node["args"]:
+                w = weight_of(a)
+                if w is not None and graph.tensors[w].dim() == 2:
+                    total += graph.tensors[w].numel()
+    return total
