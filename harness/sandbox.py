@@ -244,8 +244,10 @@ def child_env(env: dict, view: View | None = None, *, sealed: bool = True) -> di
 def gpus_of(env: dict) -> list[str] | None:
     """The host GPUs a run's CUDA_VISIBLE_DEVICES names (numbers only), or None for every GPU."""
     v = (env or {}).get("CUDA_VISIBLE_DEVICES")
-    if v is None or v.strip() == "":
+    if v is None:
         return None
+    if v.strip() == "":               # set and empty: no GPU at all
+        return []
     parts = [p.strip() for p in v.split(",") if p.strip()]
     return parts if all(p.isdigit() for p in parts) else None
 
@@ -255,7 +257,7 @@ def gpu_devices(gpus: list[str] | None, dev: Path = Path("/dev"),
     """Device nodes of the given GPUs (CUDA indices in PCI bus order) plus the common ones; every
     /dev/nvidiaN when `gpus` is None or the driver's map cannot be read. [] without NVIDIA GPUs."""
     nodes = sorted(dev.glob("nvidia[0-9]*"), key=lambda p: int(p.name[6:]))
-    if not nodes:
+    if not nodes or gpus == []:
         return []
     chosen = nodes
     if gpus is not None:

@@ -15,7 +15,7 @@ import torch
 
 from harness import runner, secrets
 from harness.runner import run_train
-from harness.sandbox import DataView, Sandbox, View, data_view, detect, gpu_devices
+from harness.sandbox import DataView, Sandbox, View, data_view, detect, gpu_devices, gpus_of
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 from tests.test_cheats import SRC, commit, ctx_for, repo  # noqa: F401  (fixture)
 from tests.test_sealed import propose, run_sealed, sealed_setup
@@ -185,6 +185,8 @@ def test_gpu_nodes_are_the_run_s_own(tmp_path):
     assert gpu_devices(["1", "2"], dev, driver)[:2] == [str(dev / "nvidia1"), str(dev / "nvidia0")]
     assert len(gpu_devices(None, dev, driver)) == 5            # CUDA_VISIBLE_DEVICES unset: every GPU
     assert gpu_devices(["0"], tmp_path / "nodev", driver) == []   # a machine without NVIDIA GPUs
+    assert gpu_devices([], dev, driver) == [] and gpus_of({"CUDA_VISIBLE_DEVICES": ""}) == []   # none asked
+    assert gpus_of({"CUDA_VISIBLE_DEVICES": "2,0"}) == ["2", "0"] and gpus_of({}) is None
 
 
 def test_without_a_sandbox_secrets_still_stay_out(tmp_path):
