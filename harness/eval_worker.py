@@ -8,13 +8,12 @@ and runs this in a sandbox that sees that folder, the pinned evaluation inputs a
    that runs; its "graph" is the model as recorded operators (runtime.py), checked and replayed
    by graph.py;
 2. prepare.evaluate_bpb measures the graph on the pinned validation data (the fixed metric);
-3. causality on the evaluation's own data: batches holding CHECK_CUTS rows in all (every batch of
-   a small evaluation; which ones, the cut positions and the donor rows are drawn from a fresh
-   secret seed) are run a second time with each row's future, from a random cut on, replaced by
+3. causality on the evaluation's own data: a quarter of the batches, and at least enough to hold
+   CHECK_MIN_CUTS rows (which ones, the cut positions and the donor rows are drawn from a fresh
+   secret seed), are run a second time with each row's future, from a random cut on, replaced by
    another row's real validation text at the same positions; a logit before a cut that changes
    beyond the graph's own run-to-run noise fails it. A model that peeks ahead at a fraction p of
-   positions escapes n cuts with probability (1 - p)^n: 2048 cuts leave a 1-in-16 peek a chance of
-   1e-57, a 1-in-256 peek 0.03% (fewer cuts where the evaluation has fewer rows: docs/contracts.md);
+   positions escapes n cuts with probability (1 - p)^n (docs/contracts.md has n per profile);
 4. the serving figures (KV bytes and decode FLOPs per token) of the graph itself.
 
 The verdict is one JSON line on this process's original stdout, a pipe the harness reads: the
@@ -28,9 +27,10 @@ import sys
 import time
 import traceback
 
-# Rows (cut positions) the causality check tests in all: batches are drawn until they hold this
-# many, or every batch of the evaluation when it has fewer.
-CHECK_CUTS = 2048
+# The causality check runs this fraction of the evaluation's batches again (its cost: that much
+# more evaluation), and never fewer than hold CHECK_MIN_CUTS rows (every batch when there are fewer).
+CHECK_FRACTION = 0.25
+CHECK_MIN_CUTS = 256
 # A logit before a cut may move by this much relative to the logits' scale, or by the graph's own
 # run-to-run difference on identical input, whichever is larger (fp32 CPU: exactly 0).
 LEAK_RTOL = 1e-6
@@ -116,7 +116,7 @@ class Checked:
     def __init__(self, torch, graph, seed, steps):
         self.torch, self.graph = torch, graph
         self.gen = torch.Generator().manual_seed(seed)
-        want = min(steps, -(-CHECK_CUTS // max(1, graph.rows)))
+        want = min(steps, max(-(-steps // round(1 / CHECK_FRACTION)), -(-CHECK_MIN_CUTS // max(1, graph.rows))))
         self.chosen = set(torch.randperm(steps, generator=self.gen)[:want].tolist())
         self.calls = self.checked_batches = self.checked_rows = 0
         self.max_leak = self.scale = self.noise = 0.0

@@ -229,6 +229,8 @@ def child_env(env: dict, view: View | None = None, *, sealed: bool = True) -> di
     out.update(HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     if not sealed:
         return out
+    # the data cache defaults to the caller's home (prepare.py), which is another folder inside
+    out.setdefault("AUTORESEARCH_CACHE", str((Path.home() / ".cache" / "autoresearch").resolve()))
     out.update(HOME=HOME_INSIDE, USER=SANDBOX_USER, LOGNAME=SANDBOX_USER, TMPDIR="/tmp",
                TRITON_CACHE_DIR="/tmp/triton-cache", TORCHINDUCTOR_CACHE_DIR="/tmp/inductor-cache")
     hub = _hub_cache()

@@ -189,6 +189,16 @@ def test_gpu_nodes_are_the_run_s_own(tmp_path):
     assert gpus_of({"CUDA_VISIBLE_DEVICES": "2,0"}) == ["2", "0"] and gpus_of({}) is None
 
 
+def test_the_default_data_cache_is_found_from_inside(monkeypatch, tmp_path):
+    """HOME is another folder inside the sandbox: a run of a machine that never set
+    AUTORESEARCH_CACHE still reads the cache the loop prepared under the caller's home."""
+    from harness.sandbox import child_env
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = child_env({"PATH": "/usr/bin"}, View(cwd=tmp_path))
+    assert env["AUTORESEARCH_CACHE"] == str(tmp_path / ".cache" / "autoresearch") and env["HOME"] != str(tmp_path)
+    assert child_env({"AUTORESEARCH_CACHE": "/data/c"}, View(cwd=tmp_path))["AUTORESEARCH_CACHE"] == "/data/c"
+
+
 def test_without_a_sandbox_secrets_still_stay_out(tmp_path):
     """--sandbox none: no isolation, but every child's environment is scrubbed all the same."""
     wt = tmp_path / "wt"
