@@ -2,7 +2,7 @@
 
     uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
         [--proposer claude|offline] [--model M] [--resume] [--fix-tries 2] [--api-patience 600]
-        [--seed 0] [--worktree-root DIR] [--baseline-repeats 2] [--screen K]
+        [--seed 0] [--worktree-root DIR] [--baseline-repeats 5] [--screen K]
         [--workers N] [--executor local|ray] [--ray-address ADDR] [--gpus 0,1,...]
 
 Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
@@ -32,6 +32,7 @@ from agent.proposers.offline import OfflineProposer
 from agent.proposing import Prefetch, call_proposer
 from agent.recovery import reconcile
 from agent import screening
+from agent.judges import stats
 from agent.judges.reviewer import build_reviewer
 from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
@@ -69,8 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds of API outage before the offline proposer stands in")
     p.add_argument("--seed", type=int, default=0, help="seed of the offline search")
     p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
-    p.add_argument("--baseline-repeats", type=int, default=2,
-                   help="baseline runs used by the judges to estimate noise")
+    p.add_argument("--baseline-repeats", type=int, default=stats.BASELINE_RUNS,
+                   help=f"baseline runs used by the judges to estimate noise (default {stats.BASELINE_RUNS})")
     p.add_argument("--reviewer", choices=("hierarchy", "simple"), default="hierarchy",
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
                    "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")

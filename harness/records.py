@@ -254,6 +254,7 @@ class ExperimentRecord:
     screen_error: str | None = None
     recovered: bool | None = None
     rebases: list | None = None          # --workers: the runs on parents the branch moved past
+    evidence: dict | None = None         # the judge's evidence: the runs, the bar, the noise, the test
     worker: int | None = None            # --workers: which worker carried it
     ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
@@ -335,6 +336,10 @@ class ExperimentRecord:
         return NoiseBandFigures([float(v) for v in raw if finite(v)], fnum(judge.get("spread")),
                                 fnum(band.get("k")), fnum(judge.get("threshold")))
 
+    def evidence_figures(self) -> dict:
+        """The judge's evidence (harness hierarchy: runs, bar, noise, test), or {}."""
+        return self.evidence if isinstance(self.evidence, dict) else {}
+
     def token_counts(self) -> dict:
         """{"input", "output"} as ints (0 for anything that is not a finite number)."""
         t = self.tokens if isinstance(self.tokens, dict) else {}
@@ -347,7 +352,7 @@ class ExperimentRecord:
 # record()'s keys in order (optional ones before ended_at, as the loop writes them).
 RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "worker")
+                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "worker")
 _DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
              for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
 
