@@ -239,6 +239,11 @@ class AnnouncingReviewer:
     def guard(self, ctx):
         return self._inner.guard(ctx)
 
+    def stop_llm(self, why: str) -> None:
+        stop = getattr(self._inner, "stop_llm", None)
+        if stop is not None:
+            stop(why)
+
     def judge(self, ctx, run):
         decision = self._inner.judge(ctx, run)
         try:

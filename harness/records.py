@@ -255,6 +255,8 @@ class ExperimentRecord:
     recovered: bool | None = None
     rebases: list | None = None          # --workers: the runs on parents the branch moved past
     evidence: dict | None = None         # the judge's evidence: the runs, the bar, the noise, the test
+    handover: str | None = None          # why the offline proposer had this turn (cost cap, crash streak)
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged to this record)
     worker: int | None = None            # --workers: which worker carried it
     ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
@@ -352,7 +354,8 @@ class ExperimentRecord:
 # record()'s keys in order (optional ones before ended_at, as the loop writes them).
 RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "worker")
+                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "handover",
+                 "dropped_prefetch", "worker")
 _DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
              for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
 

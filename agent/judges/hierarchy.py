@@ -70,6 +70,7 @@ class JudgeHierarchy:
         self.band: Band | None = None
         self._samples: dict[str, list[evidence.Sample]] = {}   # commit -> its trusted runs (the store)
         self._restored = False
+        self.llm_stopped: str | None = None   # why the LLM judge is no longer called (the cost cap)
         self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
         self._audits: list[dict] = []
         self._prepare: str | None = None
@@ -391,7 +392,14 @@ class JudgeHierarchy:
                 f"of {clock['allowance_s']:.0f}s allowed, after the last step {clock.get('post_s') or 0:.1f}s): "
                 "it trained past the budget")
 
+    def stop_llm(self, why: str) -> None:
+        """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""
+        self.llm_stopped = why
+
     def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
+        if self.llm is not None and self.llm_stopped:
+            jd["llm"] = {"skipped": self.llm_stopped}
+            return None
         if self.llm is None:
             return None
         figures = {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")}
