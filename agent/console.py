@@ -214,6 +214,9 @@ class Console:
 
     def decision(self, rec: dict) -> None:
         self.event(decision_line(rec))
+        ev = ExperimentRecord.from_dict(rec).evidence_view()
+        if ev is not None and ev.call != "baseline" and ev.runs:
+            self.event(f"  evidence: {ev.summary()}")
 
     def close(self) -> None:
         if self._live is not None:
