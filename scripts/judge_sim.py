@@ -75,14 +75,15 @@ def night_new(rng, budget=100):
         if kept:
             false, true = false + (mu <= inc_mu), true + (mu > inc_mu)
             inc, inc_mu = name, mu
-    return inc_mu, false, true
+    return inc_mu, false, true, i
 
 
 def night_old(rng, budget=100):
     base = [rng.gauss(0.0, 1.0) for _ in range(2)]
     th = 2 * max(statistics.stdev(base), 0.01)
-    best_mu, best, runs, false, true = 0.0, statistics.fmean(base), 2, 0, 0
+    best_mu, best, runs, false, true, n = 0.0, statistics.fmean(base), 2, 0, 0, 0
     while runs < budget:
+        n += 1
         mu = best_mu + effect(rng)
         y = [rng.gauss(-mu, 1.0)]
         runs += 1
@@ -97,7 +98,7 @@ def night_old(rng, budget=100):
         if keep:
             false, true = false + (mu <= best_mu), true + (mu > best_mu)
             best_mu, best = mu, statistics.fmean(y)
-    return best_mu, false, true
+    return best_mu, false, true, n
 
 
 def main(argv=None) -> int:
@@ -121,7 +122,8 @@ def main(argv=None) -> int:
     for name, f in (("old rule (2 runs, 2 x spread)", night_old), ("new rule (this module)", night_new)):
         out = [f(rng) for _ in range(args.nights)]
         print(f"night of 100 runs x{args.nights}, {name}: final true gain {statistics.fmean(o[0] for o in out):.1f} "
-              f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}")
+              f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "
+              f"experiments {statistics.fmean(o[3] for o in out):.1f}")
     return 0
 
 
