@@ -106,20 +106,23 @@ def main(argv=None) -> int:
     p.add_argument("--benches", type=int, default=300)
     p.add_argument("--nights", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--baseline-runs", type=int, default=stats.BASELINE_RUNS)
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
-    res = [bench(rng) for _ in range(args.benches)]
+    res = [bench(rng, args.baseline_runs) for _ in range(args.benches)]
     nulls = statistics.fmean(f for f, _, _ in res) / 20
     by = {}
     for _, gains, _ in res:
         for g, k in gains:
             by.setdefault(g, []).append(k)
     goal = statistics.fmean((f <= 1) and sum(k for g, k in gains if g >= 3) >= 9 for f, gains, _ in res)
-    print(f"bench x{args.benches} (P_KEEP {stats.P_KEEP}, {stats.BASELINE_RUNS} baseline runs, up to "
+    print(f"bench x{args.benches} (P_KEEP {stats.P_KEEP}, {args.baseline_runs} baseline runs, up to "
           f"{stats.MAX_RUNS} runs a candidate): nulls kept {nulls:.2%}; gains kept "
           + ", ".join(f"{g} sigma {statistics.fmean(v):.1%}" for g, v in sorted(by.items()))
           + f"; goal met in {goal:.1%} of benches; runs {statistics.fmean(r for _, _, r in res):.1f} per bench")
     for name, f in (("old rule (2 runs, 2 x spread)", night_old), ("new rule (this module)", night_new)):
+        if not args.nights:
+            break
         out = [f(rng) for _ in range(args.nights)]
         print(f"night of 100 runs x{args.nights}, {name}: final true gain {statistics.fmean(o[0] for o in out):.1f} "
               f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "

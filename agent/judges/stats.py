@@ -22,8 +22,8 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 
 Why these numbers: scripts/judge_sim.py simulates the bench of scripts/bench_judge.py (20 null
 edits, gains of 1, 2, 3 and 5 sigma) with this module's rule; P_KEEP 0.99 with 5 baseline runs and
-up to 5 runs per candidate kept 1.0% of nulls and 97% of 3-sigma gains, so the bench's goal (at
-most 1 null in 20, at least 9 of 10 gains >= 3 sigma) holds in ~97% of benches (docs/judge.md).
+up to 5 runs per candidate kept 0.97% of nulls and 98.5% of 3-sigma gains, so the bench's goal (at
+most 1 null in 20, at least 9 of 10 gains >= 3 sigma) held in 98.7% of 300 benches (docs/judge.md).
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ import statistics
 from dataclasses import dataclass, field
 
 # Baseline runs before the first decision (--baseline-repeats): 4 degrees of freedom for sigma
-# (t_0.99 = 3.75, falling toward 2.4 as confirming runs add more); 6 met the bench's goal in 98% of
-# simulated benches, 5 in 97%, 4 in 94% (scripts/judge_sim.py); each ~5.5 minutes at 300 s.
+# (t_0.99 = 3.75, falling toward 2.4 as confirming runs add more); fewer make 3-sigma gains hard to
+# keep early (scripts/judge_sim.py --baseline-runs N, docs/judge.md); each ~5.5 minutes at 300 s.
 BASELINE_RUNS = 5
 # A keep needs this posterior probability that the candidate beats the incumbent: 1% false keeps
 # per null edit, so 20 nulls give 2 or more false keeps in under 2% of nights.
