@@ -282,3 +282,7 @@ def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(t
     old = [{"n": 1, "commit": BASE, "status": "keep", "proposer": "baseline",
             "verdicts": {"judge": {"basis": "baseline", "baseline_values": [1.4, 1.41]}}}]
     assert [s.bpb for s in evidence.restore(old)[BASE]] == [1.4, 1.41]
+    hostile = [{"n": 2, "commit": CAND, "status": "keep", "evidence": {"candidate": "x"}},
+               {"n": 3, "commit": OTHER, "status": "keep", "evidence": {"candidate": {"runs": [1, {"bpb": "x"},
+                                                                                             {"bpb": 1.3, "seed": "s"}]}}}]
+    assert [s.bpb for s in evidence.restore(hostile).get(OTHER, [])] == [1.3]

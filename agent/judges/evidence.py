@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.judges import pace, stats
+from agent.judges.judge import Opinion
+from harness.records import Basis
 from harness.records import experiment_records, finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
@@ -106,12 +108,13 @@ def restore(history: list[dict]) -> dict[str, list[Sample]]:
     for rec in experiment_records(history):
         if not isinstance(rec.commit, str):
             continue
-        ev = rec.evidence_figures()
-        runs = ((ev or {}).get("candidate") or {}).get("runs")
+        cand = rec.evidence_figures().get("candidate")
+        runs = cand.get("runs") if isinstance(cand, dict) else None
         if isinstance(runs, list):
             for r in runs:
                 if isinstance(r, dict) and finite(r.get("bpb")):
-                    s = Sample(rec.commit, float(r["bpb"]), r.get("seed"), rec.number, r.get("log"),
+                    s = Sample(rec.commit, float(r["bpb"]), r.get("seed") if isinstance(r.get("seed"), int) else None,
+                               rec.number, r.get("log") if isinstance(r.get("log"), str) else None,
                                r.get("pace_s") if finite(r.get("pace_s")) else None)
                     s.disturbed = r.get("why") if isinstance(r.get("why"), str) else None
                     out.setdefault(rec.commit, []).append(s)
@@ -163,3 +166,20 @@ class Band:
     def as_dict(self) -> dict:
         return {"values": self.values, "spread": self.spread, "k": self.k, "threshold": self.threshold,
                 "measured": self.measured, "df": self.df, "p_keep": stats.P_KEEP}
+
+
+def with_call(rule: Opinion, said: str, why: str, n: int) -> Opinion | None:
+    """The sequential test's call and the rule judge's opinion as one Opinion (None: run again).
+    Keeps on simplicity or efficiency ("an equal result") are confirmed like metric keeps."""
+    equal_keep = rule.status == "keep" and rule.basis in (Basis.SIMPLICITY, Basis.EFFICIENCY)
+    if said == "more" or (equal_keep and n < stats.MIN_KEEP_RUNS):
+        return None
+    if equal_keep:
+        return rule
+    if said == "keep":   # the metric: rule_opinion sees the same margin (or a simplicity discard)
+        return rule
+    if said == "undecided":
+        return Opinion("rule", "contested", f"{why}; {rule.reason}", rule.confidence, rule.details, rule.basis)
+    if rule.status in ("discard", "crash"):
+        return Opinion("rule", "discard", f"{rule.reason} ({why})", rule.confidence, rule.details, rule.basis)
+    return Opinion("rule", "discard", f"not kept: {why} ({rule.reason})", rule.confidence, rule.details, Basis.METRIC)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import statistics
 import threading
@@ -228,7 +227,7 @@ class JudgeHierarchy:
         jd.update(threshold=cmp.margin, improvement=cmp.gain, rule=rule.as_dict(), p_better=cmp.p_better)
         if latest.disturbed and len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and said != "keep":
             said, why = "more", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again"
-        op = self._sequential(rule, said, why, cmp.n)
+        op = evidence.with_call(rule, said, why, cmp.n)
         if op is None:   # more runs: the decision waits for them
             ev["call"] = "more"
             jd.update(status="discard", basis=Basis.METRIC.value)
@@ -256,23 +255,6 @@ class JudgeHierarchy:
         self._audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
         self._note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
-
-    @staticmethod
-    def _sequential(rule: Opinion, said: str, why: str, n: int) -> Opinion | None:
-        """The sequential test's call and the rule judge's opinion as one Opinion (None: run again).
-        Keeps on simplicity or efficiency ("an equal result") are confirmed like metric keeps."""
-        equal_keep = rule.status == "keep" and rule.basis in (Basis.SIMPLICITY, Basis.EFFICIENCY)
-        if said == "more" or (equal_keep and n < stats.MIN_KEEP_RUNS):
-            return None
-        if equal_keep:
-            return rule
-        if said == "keep":   # the metric: rule_opinion sees the same margin (or a simplicity discard)
-            return rule
-        if said == "undecided":
-            return Opinion("rule", "contested", f"{why}; {rule.reason}", rule.confidence, rule.details, rule.basis)
-        if rule.status in ("discard", "crash"):
-            return Opinion("rule", "discard", f"{rule.reason} ({why})", rule.confidence, rule.details, rule.basis)
-        return Opinion("rule", "discard", f"not kept: {why} ({rule.reason})", rule.confidence, rule.details, Basis.METRIC)
 
     def _combine(self, rule: Opinion, llm: dict | None):
         """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""

@@ -28,7 +28,7 @@ import math
 import random
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
-from agent.proposers.offline import SAMPLERS, OfflineProposer, neighbors
+from agent.proposers.offline import SAMPLERS, OfflineProposer
 from harness import knobs
 from harness.results import MAX_DESCRIPTION
 from harness.search.space import DEFAULT_SPECS
