@@ -99,13 +99,43 @@ NULL_EDITS = [
     ("MUON_MOMENTUM -0.01%", _nudge("MUON_MOMENTUM", 0.9999)),
     ("WARMDOWN_RATIO +0.1%", _nudge("WARMDOWN_RATIO")),
     ("GRAD_CLIP +0.1%", _nudge("GRAD_CLIP")),
-    ("LOGIT_SOFTCAP +0.1%", _nudge("LOGIT_SOFTCAP")),
+    ("NORMUON_BETA2 -0.01% (unused by the cpu Muon)", _nudge("NORMUON_BETA2", 0.9999)),
     ("ADAM_BETA1 -0.1%", _nudge("ADAM_BETA1", 0.999)),
     ("WEIGHT_DECAY 0 -> 1e-6", _nudge("WEIGHT_DECAY")),
     ("FINAL_LR_FRAC 0 -> 1e-6", _nudge("FINAL_LR_FRAC")),
     ("SHORT_WINDOW_FRAC +0.1%", _nudge("SHORT_WINDOW_FRAC")),
     ("a docstring sentence", _sub(r"^(Usage: uv run train.py)$", "Bench note: nothing here changes what is learnt.\n\\1")),
 ]
+
+
+# Each gain also renames one local of main() (a no-op): the guard refuses an edit that repeats or
+# nearly repeats one already run from the same parent, and every gain starts from the baseline.
+GAIN_RENAMES = ("loss_f", "counted_steps", "t_train", "explode_at", "num_params", "eval_model", "save_path",
+                "resume_path", "loader_state", "t_start", "train_loss", "loss_fn", "flops_per_step", "mfu", "accum",
+                "compile_on")
+
+
+def _rename(name: str):
+    return _sub(rf"\b{name}\b", f"{name}_v", count=0)
+
+
+def preflight(edits: dict[int, Edit], base_source: str) -> None:
+    """Every planned edit must pass the guard against the ones before it (no run is spent to learn
+    that the guard refuses a bench edit as a repeat)."""
+    import difflib
+    from types import SimpleNamespace
+    from agent.judges.guard import check_source, repeat_of
+    history, parent = [], "base"
+    for n, e in sorted(edits.items()):
+        new = e.apply(base_source)
+        diff = "".join(difflib.unified_diff(base_source.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py"))
+        ctx = SimpleNamespace(history=history, parent=parent, diff=diff, new_source=new)
+        verdict = check_source(base_source, new)
+        verdict = repeat_of(ctx) or verdict if verdict.ok else verdict
+        if not verdict.ok:
+            raise SystemExit(f"bench edit {n} ({e.label}) would be refused: {verdict.reason}")
+        history.append({"n": n, "parent": parent, "status": "discard", "diff": diff,
+                        "code": knobs.code_fingerprint(new), "config": knobs.values(new)})
 
 
 # ---- calibration -------------------------------------------------------------------------------
@@ -214,10 +244,11 @@ def plan(cfg: dict, curve: Curve, seed: int = 0) -> dict[int, Edit]:
     gains = [k for k, count in sorted(cfg["gains"].items()) for _ in range(count)]
     random.Random(seed).shuffle(gains)
     name = HANDICAP[0]
-    for k in gains:
+    for i, k in enumerate(gains):
         x = curve.level_for(k * curve.sigma)
-        edits[n] = Edit("gain", f"{name} {HANDICAP[1]:g} -> {x:g} (a {k:g} sigma gain)",
-                        lambda src, x=x: knobs.set_knobs(src, {name: x}), on_base=True, size=k)
+        rename = _rename(GAIN_RENAMES[i])
+        edits[n] = Edit("gain", f"{name} {HANDICAP[1]:g} -> {x:g} (a {k:g} sigma gain; renames {GAIN_RENAMES[i]})",
+                        lambda src, x=x, rename=rename: rename(knobs.set_knobs(src, {name: x})), on_base=True, size=k)
         n += 1
     return edits
 
@@ -325,15 +356,18 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, wall: f
             continue
         kept = sum(x["status"] == "keep" for x in sel)
         measured = [x["gain_measured"] for x in sel if isinstance(x["gain_measured"], (int, float))]
+        sizes = {x["size"] for x in sel}
         table.append({"what": name, "trials": len(sel), "kept": kept, "rate": kept / len(sel),
                       "runs_per_decision": statistics.fmean(x["runs"] for x in sel),
                       "seconds_per_decision": statistics.fmean(x["seconds"] for x in sel),
-                      "planned_gain": (sel[0]["size"] * curve.sigma) if sel[0]["kind"] == "gain" else 0.0,
+                      "refused": sum(1 for x in sel if x["runs"] == 0),
+                      "planned_gain": (sizes.pop() * curve.sigma) if sel[0]["kind"] == "gain" and len(sizes) == 1
+                      else (0.0 if sel[0]["kind"] == "null" else None),
                       "measured_gain": statistics.fmean(measured) if measured else None})
     nulls = next(t for t in table if t["what"] == "null edits")
     big = next((t for t in table if t["what"] == "gains >= 3 sigma"), None)
     bev = base.get("evidence") or {}
-    last = rows[-1] if rows else {}
+    last = next((x for x in reversed(rows) if x.get("sigma") is not None), {})
     return {"table": table, "rows": rows, "wall_seconds": wall,
             "baseline": {"val_bpb": base.get("trusted_bpb"), "runs": len((bev.get("candidate") or {}).get("runs") or []),
                          "band": (base.get("verdicts") or {}).get("judge", {}).get("band"),
@@ -350,8 +384,10 @@ def render(s: dict) -> str:
            f"{'planned gain':>14s}{'measured gain':>15s}"]
     for t in s["table"]:
         mg = f"{t['measured_gain']:.5f}" if t["measured_gain"] is not None else "-"
+        pg = f"{t['planned_gain']:.5f}" if t["planned_gain"] is not None else "3-5 sigma"
         out.append(f"{t['what']:22s}{t['trials']:7d}{t['kept']:6d}{t['rate']:7.0%}{t['runs_per_decision']:10.2f}"
-                   f"{t['seconds_per_decision']:11.0f}{t['planned_gain']:14.5f}{mg:>15s}")
+                   f"{t['seconds_per_decision']:11.0f}{pg:>14s}{mg:>15s}"
+                   + (f"  ({t['refused']} refused by the guard)" if t["refused"] else ""))
     b, c, e = s["baseline"], s["calibration"], s["noise_at_end"]
     band = b.get("band") or {}
     out.append(f"baseline: {b['runs']} runs, val_bpb {b['val_bpb']:.6f}, {b['seconds'] or 0:.0f} device-s; "
@@ -413,6 +449,7 @@ def main(argv=None) -> int:
         repo = make_repo(root, base_source)
         curve = Curve(calibrate(repo, env, base_source, args.calibrate))
         edits = plan(cfg, curve)
+        preflight(edits, base_source)
         print(f"bench: {sum(e.kind == 'null' for e in edits.values())} null edits, "
               f"{sum(e.kind == 'gain' for e in edits.values())} gains; sigma {curve.sigma:.5f} from the calibration",
               flush=True)
