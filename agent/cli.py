@@ -65,9 +65,12 @@ def validate(parser, args) -> None:
     for flag, value in positive.items():
         if value is not None and not (value > 0 and value != float("inf")):
             parser.error(f"{flag} must be a positive number of seconds, got {value:g}")
+    cap = getattr(args, "max_cost", None)
+    if cap is not None and not (cap >= 0 and cap != float("inf")):
+        parser.error(f"--max-cost must be a number of dollars >= 0, got {cap:g}")
     at_least = {"--max-experiments": (args.max_experiments, 1), "--baseline-repeats": (args.baseline_repeats, 1),
                 "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0),
-                "--workers": (getattr(args, "workers", 1), 1)}
+                "--workers": (getattr(args, "workers", 1), 1), "--crash-streak": (getattr(args, "crash_streak", 0), 0)}
     for flag, (value, low) in at_least.items():
         if value is not None and value < low:
             parser.error(f"{flag} must be at least {low}, got {value}")

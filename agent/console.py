@@ -214,6 +214,9 @@ class Console:
 
     def decision(self, rec: dict) -> None:
         self.event(decision_line(rec))
+        ev = ExperimentRecord.from_dict(rec).evidence_view()
+        if ev is not None and ev.call != "baseline" and ev.runs:
+            self.event(f"  evidence: {ev.summary()}")
 
     def close(self) -> None:
         if self._live is not None:
@@ -238,6 +241,11 @@ class AnnouncingReviewer:
 
     def guard(self, ctx):
         return self._inner.guard(ctx)
+
+    def stop_llm(self, why: str) -> None:
+        stop = getattr(self._inner, "stop_llm", None)
+        if stop is not None:
+            stop(why)
 
     def judge(self, ctx, run):
         decision = self._inner.judge(ctx, run)

@@ -29,9 +29,14 @@ from harness.secrets import scrub
 from harness.verify import eval_rows
 
 TRAIN = "train.py"
-# The judge may ask for the same commit to be run again (noise); at most this many times.
-MAX_RERUNS = 2
-RERUN_SEED_BASE = 1000  # AUTORESEARCH_SEED of the k-th confirming rerun is this + k
+# The judge may ask for the same commit to be run again (baseline repeats, confirming runs, runs
+# that replace disturbed ones); a safety net above the judge's own plan (5 + 2 runs per commit).
+MAX_RERUNS = 12
+# Every run gets a seed of its own (AUTORESEARCH_SEED), so no run replays another: run r of
+# experiment n (r = 0 first) has RERUN_SEED_BASE + SEEDS_PER_EXPERIMENT * (n - 1) + r - 1; the
+# baseline's first run keeps train.py's SEED, so `uv run train.py` reproduces it.
+RERUN_SEED_BASE = 1000
+SEEDS_PER_EXPERIMENT = 16
 # A would-be keep whose parent is no longer the tip (another worker kept first) is rebased onto
 # the tip and confirmed by a run there; after this many rebases in a row it is discarded.
 MAX_REBASES = 3
@@ -75,6 +80,13 @@ class Attempt:
     started_at: float = field(default_factory=time.time)
     t0: float = field(default_factory=time.monotonic)
     attempts: list = field(default_factory=list)   # crashed tries that were fixed
+
+
+def seed_for(n: int, r: int) -> int | None:
+    """AUTORESEARCH_SEED of run r (0 = the first) of experiment n; None: train.py's own SEED."""
+    if n == 1 and r == 0:
+        return None
+    return RERUN_SEED_BASE + SEEDS_PER_EXPERIMENT * (n - 1) + r - 1
 
 
 def commit_message(p: Proposal) -> str:
@@ -231,15 +243,17 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{len(reruns)}" if reruns else "") + ".log"
     with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
-        # A confirming rerun uses another seed, so the noise band measures seed noise, not
-        # a bit-identical replay of the same run.
-        env = {"AUTORESEARCH_SEED": str(RERUN_SEED_BASE + len(reruns))} if reruns else {}
+        # Every run its own seed: the judge's evidence for a candidate never replays the
+        # incumbent's runs (nor its own), so the noise it measures is real.
+        seed = seed_for(a.n, len(reruns))
+        env = {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {}
         if getattr(loop, "executor", None) is not None:   # --workers: the run and its evaluation as a job
             run = execute(loop, a, log_name, env)
         else:
             run = run_sealed(loop, a.n, a.commit, log_name, env, on_tick=lambda el, log: _tick(loop, a, log))
+        run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
-                       "val_bpb": (run.summary or {}).get("val_bpb")})
+                       "val_bpb": (run.summary or {}).get("val_bpb"), "seed": seed})
     loop.set_phase("judging", a.n)
     with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
         decision = loop.reviewer.judge(ctx, run)
@@ -393,6 +407,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         discarded = gitops.discarded_ref(loop.tag, a.n)
     verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
                 **decision.verdicts}
+    evidence = verdicts.pop("evidence", None)   # the runs the decision rests on: a record field
     judge = dict(verdicts.get("judge") or {})
     if "basis" not in judge or decision.basis in (Basis.GUARD, Basis.CONFLICT):
         # the basis the decision rests on, where the readers look for it (ExperimentRecord.basis)
@@ -414,7 +429,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         log=_rel(loop, run.log_path) if run else None, discarded_ref=discarded,
         started_at=a.started_at, memory_gb=_num(summary.get("peak_vram_mb")) / 1024,
         config=knobs.values(new_source), code=knobs.code_fingerprint(new_source),
-        attempts=a.attempts, notes=a.proposal.notes)
+        attempts=a.attempts, notes=a.proposal.notes, evidence=evidence)
     for key in OPTIONAL_KEYS:
         if key in a.info:
             setattr(rec, key, a.info[key])

@@ -1,8 +1,9 @@
 """The research loop: propose an edit of train.py, commit it, train, judge, keep or reset. Forever.
 
     uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
-        [--proposer claude|offline] [--model M] [--resume] [--fix-tries 2] [--api-patience 600]
-        [--seed 0] [--worktree-root DIR] [--baseline-repeats 2] [--screen K]
+        [--proposer claude|offline] [--offline-search local|tpe|cmaes|random] [--model M] [--resume]
+        [--fix-tries 2] [--api-patience 600]
+        [--seed 0] [--worktree-root DIR] [--baseline-repeats 5] [--screen K]
         [--workers N] [--executor local|ray] [--ray-address ADDR] [--gpus 0,1,...]
 
 Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
@@ -23,15 +24,17 @@ import sys
 import time
 from pathlib import Path
 
-from agent import cli, summary
+from agent import budget, cli, summary
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
+from agent.proposers.local import SEARCHES, LocalProposer
 from agent.proposers.offline import OfflineProposer
-from agent.proposing import Prefetch, call_proposer
+from agent.proposing import Prefetch, call_proposer, with_dropped
 from agent.recovery import reconcile
 from agent import screening
+from agent.judges import stats
 from agent.judges.reviewer import build_reviewer
 from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
@@ -64,14 +67,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--proposer", choices=("claude", "offline"), default=None,
                    help="default: claude when ANTHROPIC_API_KEY is set, else offline")
     p.add_argument("--model", default=None, help="Claude model id (claude proposer)")
+    p.add_argument("--max-cost", type=float, default=None, metavar="USD",
+                   help="LLM spend cap in dollars: past it the offline proposer proposes and the judge stops "
+                        "calling the LLM; the loop goes on (default: no cap)")
+    p.add_argument("--crash-streak", type=int, default=budget.CRASH_STREAK, metavar="N",
+                   help=f"N crashes in a row of the LLM's hand {budget.HANDOVER_EXPERIMENTS} experiments to the "
+                        f"offline proposer (default {budget.CRASH_STREAK}; 0: never)")
     p.add_argument("--resume", action="store_true", help="continue an existing tag")
     p.add_argument("--fix-tries", type=int, default=2, help="times the proposer may fix a crash")
     p.add_argument("--api-patience", type=float, default=600.0,
                    help="seconds of API outage before the offline proposer stands in")
     p.add_argument("--seed", type=int, default=0, help="seed of the offline search")
+    p.add_argument("--offline-search", choices=SEARCHES, default="local",
+                   help="the offline proposer: local (default: one resolvable step of one knob from the "
+                        "incumbent, chosen from the evidence) or an Optuna sampler over every knob (tpe, cmaes, random)")
     p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
-    p.add_argument("--baseline-repeats", type=int, default=2,
-                   help="baseline runs used by the judges to estimate noise")
+    p.add_argument("--baseline-repeats", type=int, default=stats.BASELINE_RUNS,
+                   help=f"baseline runs used by the judges to estimate noise (default {stats.BASELINE_RUNS})")
     p.add_argument("--reviewer", choices=("hierarchy", "simple"), default="hierarchy",
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
                    "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
@@ -103,9 +115,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def make_offline(args):
+    search = getattr(args, "offline_search", "local")
+    return LocalProposer() if search == "local" else OfflineProposer(search)
+
+
 def make_proposer(args, tracer=None):
     if args.proposer == "offline":
-        return OfflineProposer()
+        return make_offline(args)
     try:   # imported lazily: the offline path must not need the anthropic client
         from agent.proposers.claude import ClaudeProposer
     except ImportError as exc:
@@ -166,7 +183,7 @@ class Loop(Phased):
         workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
         self.proposer = make_proposer(self.args, self.tracer)
-        self.offline = self.proposer if self.args.proposer == "offline" else OfflineProposer()
+        self.offline = self.proposer if self.args.proposer == "offline" else make_offline(self.args)
         self.reviewer = AnnouncingReviewer(build_reviewer(self.args, self), self.announce)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
@@ -279,10 +296,14 @@ class Loop(Phased):
     def next_attempt(self, n: int) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
         got = None if self.feedback else self.prefetch.take(n, self.last_kept, source)
+        if got is not None and got[0].proposer != "offline" and budget.handover(self):
+            self.prefetch.dropped.append(got[0])   # made before the hand-over began: the offline turn
+            got = None
         if got is None:
             self.prefetch.wait()
             self.set_phase("proposing", n)
             got = call_proposer(self, self.request(n, source, feedback=self.feedback))
+        got = with_dropped(*got, self.prefetch.dropped)
         self.feedback = ""
         if self.args.screen > 1:
             got = screening.pick(self, n, source, got)
@@ -310,7 +331,14 @@ class Loop(Phased):
             return
         pending = {"n": a.n, "status": "pending", "commit": a.commit, "parent": a.parent,
                    "description": a.proposal.description, "config": knobs.values(new_source),
-                   "code": knobs.code_fingerprint(new_source)}
+                   "code": knobs.code_fingerprint(new_source), "proposer": a.proposal.proposer,
+                   "handover": a.info.get("handover")}
+        if self.proposer is not self.offline:
+            if budget.streak_reason(list(self.history) + [dict(pending, status="crash")], self.args.crash_streak):
+                return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
+            cap = self.args.max_cost
+            if cap is not None and budget.spent(self.history) + a.proposal.cost_usd >= cap:
+                return   # n's proposal reaches the cap: n + 1 is the offline proposer's
         self.prefetch.start(self.request(n, new_source, extra_history=[pending]), a.commit)
 
     def after_record(self, rec: dict, bpb) -> None:
@@ -327,6 +355,9 @@ class Loop(Phased):
         self.cost_usd += float(rec.get("cost_usd") or 0.0)
         self.last_decision = f"exp {rec['n']} {rec['status']}: {rec['decision_reason']}"
         self.console.decision(rec)
+        capped = budget.cap_reason(self.history, self.args.max_cost)
+        if capped and self.proposer is not self.offline:
+            budget.announce(self, capped, rec["n"] + 1)   # the judge stops calling the LLM at once
 
     # ---- status, signals -----------------------------------------------------------------------
     def announce(self, n: int, decision) -> None:
@@ -421,8 +452,8 @@ def main(argv=None) -> int:
         loop.stop()
         if not _forget_unstarted(loop):
             reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.get("n") for r in loop.history])
-            print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at)),
-                  flush=True)
+            print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
+                                               cap=args.max_cost)), flush=True)
         return 130
     except OutOfSpaceStop as exc:
         loop.stop()
@@ -447,7 +478,7 @@ def main(argv=None) -> int:
         return 2
     loop.stop()
     print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
-                                       time.time() - loop.started_at)), flush=True)
+                                       time.time() - loop.started_at, cap=args.max_cost)), flush=True)
     return 0
 
 

@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import replace
 
+from agent import budget
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from harness import gitops
 
@@ -23,9 +24,20 @@ def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
     ProposerUnavailable -> the offline proposer this time (journal: "fallback": "offline").
     ProposalError or a bug -> one more try with the error as feedback, then offline.
     Fix requests are not retried: their failure means the crash is recorded.
+    A hand-over (agent/budget.py: the cost cap, a crash streak) -> the offline proposer, and the
+    LLM is not called (journal: "handover" says why); a fix is then not asked of anyone.
     """
     t0 = time.monotonic()
     info: dict = {}
+    why = budget.handover(loop, req.history) if loop.proposer is not loop.offline else None
+    if why is not None:
+        if req.fix_of is not None:
+            raise ProposalError(f"no fix asked of the LLM: {why}")
+        budget.announce(loop, why, req.n)
+        with loop.tracer.span("propose", input={"n": req.n, "proposer": "offline", "handover": why}) as sp:
+            proposal = loop.offline.propose(req)
+            sp.log(output={"description": proposal.description, "proposer": proposal.proposer, "handover": why})
+        return proposal, {"handover": why, "seconds": time.monotonic() - t0}
     with loop.tracer.span("propose", input={"n": req.n, "proposer": loop.proposer.name,
                                             "fix": req.fix_of is not None,
                                             "feedback": req.feedback[-2000:]}) as sp:
@@ -54,6 +66,18 @@ def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
     return proposal, info
 
 
+def with_dropped(proposal: Proposal, info: dict, dropped: list) -> tuple[Proposal, dict]:
+    """Charge LLM proposals that were made ahead and dropped to the proposal that replaces them, so
+    the journal (and the cost cap) count every dollar spent."""
+    if not dropped:
+        return proposal, info
+    cost = sum(p.cost_usd for p in dropped)
+    tokens = {k: proposal.tokens.get(k, 0) + sum(p.tokens.get(k, 0) for p in dropped) for k in proposal.tokens}
+    info = dict(info, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped])
+    dropped.clear()
+    return replace(proposal, cost_usd=proposal.cost_usd + cost, tokens=tokens), info
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, (ProposalError, ProposerUnavailable)):
         return f"{type(exc).__name__}: {exc}"
@@ -70,6 +94,7 @@ class Prefetch:
         self.parent = None          # commit the proposal was made on
         self.parent_source = ""
         self.result = None          # (proposal, info) or an exception
+        self.dropped: list = []     # LLM proposals made ahead and not used: their cost is still spent
 
     def start(self, req: ProposalRequest, parent: str) -> None:
         self.wait()
@@ -108,6 +133,7 @@ class Prefetch:
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or merged == parent_source:
+            self.dropped.append(proposal)
             return None
         info["rebased_from"] = self.parent
         proposal = replace(proposal, source=merged,

@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 from html import escape
 from pathlib import Path
 
+from agent import budget
 from harness import gitops
 from harness.records import ExperimentRecord
 from harness.results import read_journal, write_json_atomic
@@ -97,6 +98,22 @@ def idea_of(rec: dict, by_commit: dict) -> str:
     return "idea: " + (" ".join(words[:IDEA_WORDS]) or "(no description)")
 
 
+def runs_total(recs: list[dict]) -> dict:
+    """Training runs the judge's decisions took (each record's evidence; one per older record)."""
+    out = {"runs": 0, "decisions": 0, "baseline": 0, "confirming": 0}
+    for r in recs:
+        typed = ExperimentRecord.from_dict(r)
+        ev = typed.evidence_view()
+        k = len(ev.runs) if ev else (1 if r.get("status") in ("keep", "discard") and r.get("trusted_bpb") is not None else 0)
+        out["runs"] += k
+        out["decisions"] += 1
+        if typed.is_baseline:
+            out["baseline"] += k
+        else:
+            out["confirming"] += max(0, k - 1)
+    return out
+
+
 def summarize(data: dict) -> dict:
     recs = data["records"]
     by_commit = {r.get("commit"): r for r in recs if r.get("commit")}
@@ -110,7 +127,8 @@ def summarize(data: dict) -> dict:
                         "diff": rec.get("diff") or "", "bpb": bpb, "before": best,
                         "gain": (best - bpb) if best is not None and bpb is not None else None,
                         "threshold": _num(_find(judge, "threshold")), "spread": _num(_find(judge, "spread")),
-                        "reason": rec.get("decision_reason", "")})
+                        "reason": rec.get("decision_reason", ""),
+                        "evidence": (lambda ev: ev.summary() if ev else None)(ExperimentRecord.from_dict(rec).evidence_view())})
         if bpb is not None:
             best = bpb
     groups = defaultdict(list)
@@ -141,6 +159,7 @@ def summarize(data: dict) -> dict:
             "baseline_bpb": bpb_of(baseline) if baseline else None, "changes": changes, "discards": discards,
             "crashes": dict(crashes.most_common()), "tokens": tokens, "cost_usd": cost, "gpu_seconds": gpu,
             "wall_seconds": wall, "final": final["commit"] if final else data["base"],
+            "night": budget.night_lines(recs), "runs": runs_total(recs),
             "final_bpb": final["bpb"] if final else (bpb_of(baseline) if baseline else None)}
 
 
@@ -316,6 +335,7 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
                   f"- hypothesis: {c['hypothesis'] or '-'}",
                   f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}",
                   f"- judge: {c['reason'] or '-'}",
+                  f"- evidence: {c['evidence'] or 'not recorded (a journal from before the judge recorded its runs)'}",
                   f"- leave-one-out: {_ablation_line(c, abl)}"]
         for b in branches or []:
             if b["k"] == c["k"]:
@@ -332,7 +352,10 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
     lines += ["", "## Cost", "", f"- tokens: {s['tokens']['input']:,} in, {s['tokens']['output']:,} out",
               f"- dollars: ${s['cost_usd']:.2f}",
               f"- GPU-seconds (training + trusted evaluation): {s['gpu_seconds']:.0f}",
-              f"- wall seconds over all experiments: {s['wall_seconds']:.0f}", ""]
+              f"- wall seconds over all experiments: {s['wall_seconds']:.0f}",
+              f"- training runs: {s['runs']['runs']} for {s['runs']['decisions']} decisions "
+              f"({s['runs']['baseline']} for the baseline, {s['runs']['confirming']} confirming or replacing a disturbed run)",
+              *[f"- hand-over: {line}" for line in s["night"]], ""]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent import budget
 from agent.console import clock
 from harness.records import experiment_records
 from harness.results import read_journal, read_json
@@ -33,6 +34,7 @@ class EndSummary:
     results_path: Path | None = None
     dashboard: str = ""
     unsealed: str | None = None        # why the runs had no sandbox (--sandbox none), else None
+    night: list = field(default_factory=list)   # the cost cap and crash-streak hand-overs (agent/budget.py)
 
 
 def dashboard_command(run_dir: Path, tag: str) -> str:
@@ -40,10 +42,11 @@ def dashboard_command(run_dir: Path, tag: str) -> str:
     return f"uv run dashboard/app.py --runs {shlex.quote(str(Path(run_dir).parent))} --tag {shlex.quote(tag)}"
 
 
-def build(run_dir: Path, tag: str, reason: str, session_seconds: float) -> EndSummary:
+def build(run_dir: Path, tag: str, reason: str, session_seconds: float, cap: float | None = None) -> EndSummary:
     records, _problems = read_journal(Path(run_dir) / "journal.jsonl")
     out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
-                     results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag))
+                     results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag),
+                     night=budget.night_lines(records, cap))
     box = (read_json(Path(run_dir) / "run.json") or {}).get("sandbox")
     if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
         out.unsealed = str(box.get("reason") or box.get("kind"))
@@ -81,6 +84,7 @@ def render(s: EndSummary) -> str:
                  f"{s.counts['crash']} crashed")
     lines.append(f"wall time     {clock(s.session_seconds)} this session")
     lines.append(f"tokens, cost  {s.tokens['input']:,} in / {s.tokens['output']:,} out, ${s.cost_usd:.4f}")
+    lines += [f"hand-over     {line}" for line in s.night]
     lines.append(f"results       {s.results_path}")
     lines.append(f"dashboard     {s.dashboard}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ is escaped, and bad or missing files are shown as such, never as a 500.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hmac
 import json
 import math
@@ -227,8 +228,9 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         exp = runview.experiment(run, n) if n is not None else None
         if exp is None:
             abort(404, description=f"tag {run.tag} has no experiment #{request.args.get('n')}")
-        d = exp["diff"]
-        return jsonify({**exp, "diff": {"text": d.text, "source": d.source, "problems": d.problems}})
+        d, ev = exp["diff"], exp["evidence"]
+        return jsonify({**exp, "diff": {"text": d.text, "source": d.source, "problems": d.problems},
+                        "evidence": dict(dataclasses.asdict(ev), summary=ev.summary()) if ev else None})
 
     @app.get("/api/stream")
     def api_stream():

@@ -101,7 +101,19 @@ def _decision(n: int, status: str, bpb: float, best: float | None, rng: random.R
              "net_lines": 0, "rule": rule, "llm": None, "cost_usd": 0.0, "status": status,
              "basis": Basis.METRIC.value, "reason": reason, "escalations": []}
     meta = {"n": n, "metrics": {"keep_rate": None}, "flags": [], "contradiction": None, "escalated": []}
-    return Decision(status, reason, bpb, {"verify": verify, "judge": judge, "metajudge": meta}, basis=Basis.METRIC)
+    runs = [bpb - SPREAD / 4, bpb + SPREAD / 4] if status == "keep" else [bpb]
+    seeds = [1000 + 16 * (n - 1) + r - 1 for r in range(len(runs))]
+    se = SPREAD * math.sqrt(1 / len(runs) + 1 / 5)
+    evidence = {"call": status if status == "keep" else "discard", "p_keep": 0.99,
+                "candidate": {"commit": None, "runs": [{"bpb": v, "seed": sd, "used": True, "why": None,
+                                                        "log": f"logs/exp-{n:04d}{'.rerun1' if k else ''}.log"}
+                                                       for k, (v, sd) in enumerate(zip(runs, seeds))]},
+                "incumbent": {"commit": None, "runs": [{"bpb": best, "seed": None, "used": True}], "remembered": False},
+                "comparison": {"incumbent_mean": best, "gain": gain, "sigma": SPREAD, "df": 4, "se": se,
+                               "p_better": 0.995 if status == "keep" else 0.3, "margin": 3.75 * se},
+                "noise": {"sigma": SPREAD, "df": 4}}
+    return Decision(status, reason, bpb, {"verify": verify, "judge": judge, "metajudge": meta, "evidence": evidence},
+                    basis=Basis.METRIC)
 
 
 def _record(tag: str, i: int, parent: str | None, commit: str, status: str, desc: str, hyp: str,
@@ -118,7 +130,8 @@ def _record(tag: str, i: int, parent: str | None, commit: str, status: str, desc
         clock=None if crash else {"startup_s": 17.6, "train_s": 300.1, "post_s": 12.3, "charged_s": 300.1},
         sealed=not crash, verify_seconds=decision.verdicts.get("verify", {}).get("seconds"),
         crash_class="oom" if crash else None, decision_reason=decision.reason,
-        verdicts={"guard": _guard(i), **decision.verdicts},
+        verdicts={"guard": _guard(i), **{k: v for k, v in decision.verdicts.items() if k != "evidence"}},
+        evidence=decision.verdicts.get("evidence"),
         timings={"proposal": 20.0, "proposal_wait": 0.0, "run": 330.0, "training": 300.1, "eval": 12.3,
                  "startup": 17.6, "git": 0.4, "total": 371.0, "overhead": 70.9},
         tokens={"input": 0, "output": 0}, cost_usd=0.0, log=log,

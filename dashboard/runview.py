@@ -285,7 +285,8 @@ def experiment(run: Run, n: int) -> dict | None:
     else:
         diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
     trusted, trusted_from = trusted_bpb(rec)
-    return {"row": row, "record": displayable(rec), "baseline": baseline, "trusted": trusted,
+    ev = ExperimentRecord.from_dict(rec).evidence_view() if isinstance(rec, dict) else None
+    return {"row": row, "record": displayable(rec), "baseline": baseline, "trusted": trusted, "evidence": ev,
             "trusted_from": trusted_from, "verification": displayable(verification(rec)), "problems": problems + ([row["problem"]] if row["problem"] else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,

@@ -254,6 +254,9 @@ class ExperimentRecord:
     screen_error: str | None = None
     recovered: bool | None = None
     rebases: list | None = None          # --workers: the runs on parents the branch moved past
+    evidence: dict | None = None         # the judge's evidence: the runs, the bar, the noise, the test
+    handover: str | None = None          # why the offline proposer had this turn (cost cap, crash streak)
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged to this record)
     worker: int | None = None            # --workers: which worker carried it
     ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
@@ -335,6 +338,14 @@ class ExperimentRecord:
         return NoiseBandFigures([float(v) for v in raw if finite(v)], fnum(judge.get("spread")),
                                 fnum(band.get("k")), fnum(judge.get("threshold")))
 
+    def evidence_figures(self) -> dict:
+        """The judge's evidence (the hierarchy: runs, bar, noise, test) as stored, or {}."""
+        return self.evidence if isinstance(self.evidence, dict) else {}
+
+    def evidence_view(self) -> "EvidenceFigures | None":
+        """The same, typed (hostile values read as None)."""
+        return EvidenceFigures.of(self.evidence)
+
     def token_counts(self) -> dict:
         """{"input", "output"} as ints (0 for anything that is not a finite number)."""
         t = self.tokens if isinstance(self.tokens, dict) else {}
@@ -347,7 +358,8 @@ class ExperimentRecord:
 # record()'s keys in order (optional ones before ended_at, as the loop writes them).
 RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
-                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "worker")
+                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "handover",
+                 "dropped_prefetch", "worker")
 _DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
              for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
 
@@ -462,3 +474,75 @@ class RunState:
 
 
 STATE_KEYS = tuple(f.name for f in fields(RunState))
+
+
+# ---------------------------------------------------------------- the judge's evidence
+
+@dataclass
+class EvidenceRun:
+    bpb: float | None
+    seed: int | None
+    used: bool
+    why: str | None                       # why it is no evidence (disturbed), else None
+    log: str | None
+
+
+@dataclass
+class EvidenceFigures:
+    """A record's `evidence` (agent/judges/hierarchy.py), read safely: what the decision rested on."""
+    call: str | None = None               # keep | discard | more | undecided | baseline
+    why: str | None = None
+    runs: list = field(default_factory=list)             # the candidate's (or the baseline's) runs
+    incumbent_commit: str | None = None
+    incumbent_runs: list = field(default_factory=list)   # the bar's runs
+    incumbent_mean: float | None = None
+    remembered: bool = False              # the bar was the loop's remembered figure (no runs known)
+    gain: float | None = None
+    margin: float | None = None
+    p_better: float | None = None
+    p_keep: float | None = None
+    sigma: float | None = None
+    df: int | None = None
+    se: float | None = None
+
+    @classmethod
+    def of(cls, ev) -> "EvidenceFigures | None":
+        if not isinstance(ev, dict) or not ev:
+            return None
+
+        def runs(raw):
+            out = []
+            for r in raw if isinstance(raw, list) else []:
+                if isinstance(r, dict):
+                    out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
+                                           _str(r.get("why")), _str(r.get("log"))))
+            return out
+        cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
+        inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}
+        cmp = ev.get("comparison") if isinstance(ev.get("comparison"), dict) else {}
+        noise = ev.get("noise") if isinstance(ev.get("noise"), dict) else {}
+        return cls(call=_str(ev.get("call")), why=_str(ev.get("why")), runs=runs(cand.get("runs")),
+                   incumbent_commit=_str(inc.get("commit")), incumbent_runs=runs(inc.get("runs")),
+                   incumbent_mean=fnum(cmp.get("incumbent_mean")), remembered=inc.get("remembered") is True,
+                   gain=fnum(cmp.get("gain")), margin=fnum(cmp.get("margin")), p_better=fnum(cmp.get("p_better")),
+                   p_keep=fnum(ev.get("p_keep")), sigma=fnum(cmp.get("sigma", noise.get("sigma"))),
+                   df=_int(cmp.get("df", noise.get("df"))), se=fnum(cmp.get("se")))
+
+    def summary(self) -> str:
+        """One line: the runs, the bar, the noise and the test the decision used."""
+        used = [r.bpb for r in self.runs if r.used and r.bpb is not None]
+        left = sum(1 for r in self.runs if not r.used)
+        parts = [f"{len(used)} run(s) of its own [{', '.join(f'{v:.6f}' for v in used)}]"
+                 + (f" ({left} disturbed, left out)" if left else "")]
+        if self.incumbent_commit or self.incumbent_runs:
+            m = len([r for r in self.incumbent_runs if r.used])
+            bar = f"{self.incumbent_mean:.6f}" if self.incumbent_mean is not None else "-"
+            parts.append(f"against the incumbent {str(self.incumbent_commit or '?')[:7]}'s "
+                         + ("remembered figure" if self.remembered else f"{m} run(s)") + f" (mean {bar})")
+        if self.sigma is not None:
+            parts.append(f"sigma {self.sigma:.6f} ({self.df} df)")
+        if self.gain is not None:
+            parts.append(f"gain {self.gain:+.6f}" + (f" vs margin {self.margin:.6f}" if self.margin is not None else ""))
+        if self.p_better is not None:
+            parts.append(f"P(better) {self.p_better:.4f} (keep at >= {self.p_keep or 0.99:g})")
+        return "; ".join(parts)

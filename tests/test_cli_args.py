@@ -40,6 +40,11 @@ BAD = [
     (["--tag", "t", "--baseline-repeats", "0"], "--baseline-repeats must be at least 1"),
     (["--tag", "t", "--screen", "0"], "--screen must be at least 1"),
     (["--tag", "t", "--fix-tries", "-1"], "--fix-tries must be at least 0"),
+    (["--tag", "t", "--max-cost", "-1"], "--max-cost must be a number of dollars >= 0"),
+    (["--tag", "t", "--max-cost", "inf"], "--max-cost must be a number of dollars >= 0"),
+    (["--tag", "t", "--max-cost", "nan"], "--max-cost must be a number of dollars >= 0"),
+    (["--tag", "t", "--crash-streak", "-1"], "--crash-streak must be at least 0"),
+    (["--tag", "t", "--offline-search", "grid"], "invalid choice: 'grid'"),
 ]
 
 

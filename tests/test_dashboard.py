@@ -113,12 +113,18 @@ def test_experiment_pages_show_git_diffs_verdicts_log_and_trace(demo):
     assert html.escape(kept["hypothesis"]) in page
     assert "MetaJudge" in page and "Judge" in page and kept["verdicts"]["judge"]["reason"] in page
     assert "val_bpb:" in page                               # log tail (the summary block)
+    # the runs the decision rested on, the bar, the noise and the probability (issue 21)
+    ev = kept["evidence"]
+    assert "<h2>Evidence</h2>" in page and "P(better)" in page and "0.9950" in page
+    assert f"{ev['candidate']['runs'][1]['bpb']:.6f}" in page and str(ev["candidate"]["runs"][1]["seed"]) in page
+    assert "2 run(s) of its own" in page and "logs/exp-" in page and ".rerun1.log" in page
     for name in ("propose", "guard", "run", "evaluate", "judge"):
         assert f'<div class="span-name" style="padding-left: 14px">{name}</div>' in page
     page = c.get(f"/t/demo/e/{dropped['n']}").get_data(as_text=True)
     assert f"from git: refs/autoresearch/demo/discarded/{dropped['n']}" in page
     api = c.get(f"/api/experiment?tag=demo&n={dropped['n']}").get_json()
     assert api["record"]["commit"] == dropped["commit"] and "diff --git" in api["diff"]["text"]
+    assert api["evidence"]["summary"].startswith("1 run(s) of its own") and api["evidence"]["p_better"] == 0.3
 
 
 def test_deleted_ref_and_lost_commit_are_shown_not_500(fresh):

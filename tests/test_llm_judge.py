@@ -73,12 +73,15 @@ def test_llm_veto_turns_a_rule_keep_into_an_escalated_contested_discard(fake_ant
         "status": "discard", "confidence": 0.9, "rationale": f"The gain is implausible for this change. {planted}",
         "concerns": ["check the evaluation"]}))
     h = JudgeHierarchy(llm_judge=judge(fake_anthropic))
-    h.band = NoiseBand([1.0, 1.002])
+    from agent.judges.evidence import Sample
+    h._samples["b" * 40] = [Sample("b" * 40, v) for v in (0.999, 1.001, 1.0, 1.002, 0.998)]   # the bar, the noise
     ctx = SimpleNamespace(n=2, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent=commit,
-                          diff=DIFF, history=[], best={"commit": commit, "val_bpb": 1.0},
+                          diff=DIFF, history=[], best={"commit": "b" * 40, "val_bpb": 1.0},
                           proposal=SimpleNamespace(description="LR 0.03", hypothesis=f"faster {planted}"))
     from harness.verify import VerifyResult
-    d = h._experiment(ctx, VerifyResult(True, "verified", 0.98, 0.98, True, 1.0), [0.98])
+    # a rule keep rests on two runs since issue 21: the first asks for its confirmation, the LLM is asked after
+    assert h._experiment(ctx, VerifyResult(True, "verified", 0.98, 0.98, True, 1.0), [0.98]).rerun
+    d = h._experiment(ctx, VerifyResult(True, "verified", 0.981, 0.981, True, 1.0), [0.98, 0.981])
     assert d.status == "discard" and d.reason.startswith("contested:") and "LLM judge says discard" in d.reason
     jd = d.verdicts["judge"]
     assert jd["rule"]["status"] == "keep" and jd["llm"]["status"] == "discard" and jd["basis"] == "llm_veto"

@@ -74,3 +74,24 @@ def test_an_empty_run_folder_is_an_error_not_an_exit(tmp_path):
     with pytest.raises(report_mod.ReportError, match="no experiments"):
         report_mod.report(tmp_path)
     assert report_mod.main(["--run", str(tmp_path)]) == 1
+
+
+def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
+    from agent.report import markdown, summarize
+    base = {"n": 1, "commit": "b" * 40, "status": "keep", "proposer": "baseline", "trusted_bpb": 1.0,
+            "verdicts": {"judge": {"basis": "baseline"}}}
+    kept = {"n": 2, "commit": "c" * 40, "parent": "b" * 40, "status": "keep", "proposer": "offline",
+            "trusted_bpb": 0.98, "description": "d", "decision_reason": "r", "handover": "cost cap: $1 spent",
+            "evidence": {"p_keep": 0.99, "candidate": {"runs": [{"bpb": 0.979, "seed": 1016, "used": True},
+                                                                 {"bpb": 0.981, "seed": 1017, "used": True},
+                                                                 {"bpb": 1.2, "seed": 1018, "used": False, "why": "slow"}]},
+                         "incumbent": {"commit": "b" * 40, "runs": [{"bpb": 1.0}] * 5},
+                         "comparison": {"incumbent_mean": 1.0, "gain": 0.02, "margin": 0.01, "p_better": 0.9991,
+                                        "sigma": 0.004, "df": 6}}}
+    s = summarize({"records": [base, kept], "tag": "t", "base": "b" * 40})
+    md = markdown(s, None, None, None)
+    assert ("- evidence: 2 run(s) of its own [0.979000, 0.981000] (1 disturbed, left out); against the incumbent "
+            "bbbbbbb's 5 run(s) (mean 1.000000); sigma 0.004000 (6 df); gain +0.020000 vs margin 0.010000; "
+            "P(better) 0.9991 (keep at >= 0.99)") in md
+    assert "- training runs: 4 for 2 decisions (1 for the baseline, 2 confirming or replacing a disturbed run)" in md
+    assert "- hand-over: cost cap reached at exp 2" in md

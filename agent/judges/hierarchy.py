@@ -7,24 +7,28 @@
                                -> escalation to the human queue (harness/queue_store.py)
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
-Noise: the baseline's first judgement asks the loop for reruns (Decision.rerun) until
-`baseline_repeats` trusted values exist; their spread is the band. A later gain inside the band
-asks for one confirming rerun; the mean of the runs decides, and if it is still inside the band
-the experiment is discarded as "contested" and escalated. The loop never waits for a human.
+Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
+(Decision.rerun asks the loop for each repeat); every trusted run of the tag goes into one store
+(agent/judges/evidence.py) from which sigma is pooled. A candidate is judged by a sequential
+one-sided t-test against the mean of the incumbent's own runs: discarded after one run when it is
+not below that mean, otherwise run again (each run with a seed of its own) until it is kept
+(P(better) >= P_KEEP, never on fewer than 2 runs), its gain fades, or MAX_RUNS runs leave it
+undecided (a contested discard, escalated). A run the machine disturbed (agent/judges/pace.py) is
+rerun and never counted. The loop never waits for a human.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import statistics
 import threading
 from pathlib import Path
 
-from agent.judges import metajudge
+from agent.judges import evidence, metajudge, stats
+from agent.judges.evidence import Band
 from agent.judges.guard import diff_lines, guard as run_guard
-from agent.judges.judge import K_SPREAD, NoiseBand, Opinion, near_duplicates, rule_opinion, serving_savings
+from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.queue_apply import apply_decided
 from agent.judges.reviewer import GuardVerdict
 from harness.secrets import scrub
@@ -39,9 +43,7 @@ from harness.verify import VerifyResult, eval_rows, verify
 # The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
 VERIFY_DIR = ".verify"
 
-DEFAULT_BASELINE_REPEATS = 2
-# Confirming reruns asked for a gain inside the band (the loop allows up to 2 reruns per commit).
-CONFIRM_RERUNS = 1
+DEFAULT_BASELINE_REPEATS = stats.BASELINE_RUNS
 # An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
 LLM_VETO_CONFIDENCE = 0.7
 # Without the harness clock (a run that printed no step lines), its wall clock may be this factor
@@ -58,13 +60,15 @@ class JudgeHierarchy:
     # The loop runs train.py sealed for this reviewer: the trusted evaluation is the only figure.
     evaluates = True
 
-    def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, k: float = K_SPREAD,
+    def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS,
                  llm_judge=None, tracer=None, budget: float | None = None, verify_timeout: float | None = None):
         self.baseline_repeats = max(1, int(baseline_repeats))
-        self.k, self.llm, self.tracer, self.budget = k, llm_judge, tracer, budget
+        self.llm, self.tracer, self.budget = llm_judge, tracer, budget
         self.verify_timeout = verify_timeout
-        self.band: NoiseBand | None = None
-        self._runs: dict[str, list[float]] = {}
+        self.band: Band | None = None
+        self._samples: dict[str, list[evidence.Sample]] = {}   # commit -> its trusted runs (the store)
+        self._restored = False
+        self.llm_stopped: str | None = None   # why the LLM judge is no longer called (the cost cap)
         self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
         self._audits: list[dict] = []
         self._prepare: str | None = None
@@ -89,13 +93,9 @@ class JudgeHierarchy:
 
     # ---- judge -------------------------------------------------------------------------------
     def judge(self, ctx, run) -> Decision:
-        if run.crash_class is not None and self._runs.get(ctx.commit) and ctx.best is None \
-                and ctx.commit in self._last_verify:
-            # A baseline repeat crashed (say a timeout on a loaded machine): the runs that
-            # finished still make the baseline; the band comes from them (or the floor).
-            d = self._baseline(ctx, self._last_verify[ctx.commit], self._runs[ctx.commit], final=True)
-            d.reason += f" (a repeat run crashed: {run.crash_class}; not counted)"
-            return d
+        if run.crash_class is not None and self._samples.get(ctx.commit) and ctx.commit in self._last_verify:
+            with self._decide:
+                return self._crashed_repeat(ctx, run)
         if run.crash_class is not None:
             op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
             return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": Basis.CRASH.value,
@@ -105,58 +105,134 @@ class JudgeHierarchy:
         with self._decide:
             return self._decide_on(ctx, run, v)
 
+    def _crashed_repeat(self, ctx, run) -> Decision:
+        """A later run of a commit crashed (say a timeout on a loaded machine). The baseline is
+        made from the runs that finished; a candidate that crashes on a confirming run is not kept."""
+        samples = self._samples[ctx.commit]
+        if ctx.best is None:
+            d = self._baseline(ctx, self._last_verify[ctx.commit], samples, final=True)
+            d.reason += f" (a repeat run crashed: {run.crash_class}; not counted)"
+            return d
+        mean = statistics.fmean(evidence.values(samples) or [s.bpb for s in samples])
+        reason = (f"a confirming run crashed ({run.crash_class}) after {len(samples)} run(s): a change "
+                  "that crashes on another seed is not kept")
+        jd = {"status": "discard", "basis": Basis.CRASH.value, "reason": reason,
+              "runs": evidence.values(samples), "best_before": (ctx.best or {}).get("val_bpb")}
+        self._note(ctx, "discard", reason, {"judge": jd})
+        return Decision("discard", reason, mean, {"verify": self._last_verify[ctx.commit].as_dict(), "judge": jd},
+                        basis=Basis.CRASH)
+
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
         over = self._over_budget(ctx, run)
         if over and v.ok:
             v.ok, v.reason = False, over
         if not v.ok:
             return self._integrity(ctx, v)
-        runs = self._runs.setdefault(ctx.commit, [])
-        runs.append(v.trusted_bpb)
+        samples = self._samples.setdefault(ctx.commit, [])
+        samples.append(evidence.sample_of(ctx, run, v.trusted_bpb))
         self._last_verify[ctx.commit] = v
         if ctx.best is None:
-            return self._baseline(ctx, v, runs)
-        return self._experiment(ctx, v, runs)
+            return self._baseline(ctx, v, samples)
+        return self._experiment(ctx, v, samples)
 
-    def _baseline(self, ctx, v: VerifyResult, runs: list[float], final: bool = False) -> Decision:
-        mean = statistics.fmean(runs)
-        jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(runs), "baseline_values": list(runs)}
-        verdicts = {"verify": v.as_dict(), "judge": jd}
-        # The band from the runs so far, every time: if the loop stops rerunning early (it caps
-        # reruns), the baseline's record still carries a usable band.
-        self.band = NoiseBand(list(runs), self.k)
-        jd.update(band=self.band.as_dict(), threshold=self.band.threshold, spread=self.band.spread)
-        if len(runs) < self.baseline_repeats and not final:
-            return Decision("keep", f"baseline run {len(runs)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}; "
+    def _restore(self, ctx) -> None:
+        """After --resume (a judge that has seen no run yet): the store rebuilt from the journal."""
+        if not self._restored:
+            self._restored = True
+            for commit, old in evidence.restore(ctx.history).items():
+                if commit != ctx.commit:
+                    self._samples.setdefault(commit, old)
+
+    def _store(self, ctx, samples) -> list:
+        """This commit's samples in the store (tests hand in plain values)."""
+        self._restore(ctx)
+        samples = [s if isinstance(s, evidence.Sample) else evidence.Sample(ctx.commit, float(s), n=ctx.n)
+                   for s in samples]
+        self._samples[ctx.commit] = samples
+        return samples
+
+    def _baseline(self, ctx, v: VerifyResult, runs: list, final: bool = False) -> Decision:
+        samples = self._store(ctx, runs)
+        evidence.screen(samples)
+        used = evidence.values(samples) or [s.bpb for s in samples]   # never none: the tag needs a baseline
+        mean = statistics.fmean(stats.distinct(used))
+        noise = evidence.noise_of(self._samples)
+        self.band = Band.of(used, noise)
+        ev = {"call": "baseline", "p_keep": stats.P_KEEP, "noise": noise.as_dict(),
+              "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]}}
+        jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(used), "baseline_values": list(used),
+              "band": self.band.as_dict(), "threshold": self.band.threshold, "spread": self.band.spread}
+        verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
+        latest = samples[-1]
+        more = len([s for s in samples if s.used]) < self.baseline_repeats \
+            and len(samples) < self.baseline_repeats + evidence.DISTURBED_RERUNS
+        if more and not final:
+            why = f"; run {len(samples)} was disturbed ({latest.disturbed}), not counted" if latest.disturbed else ""
+            return Decision("keep", f"baseline run {len(samples)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}{why}; "
                             "rerunning to measure the noise", mean, verdicts, rerun=True, basis=Basis.BASELINE)
-        reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(runs)} run(s); noise band "
-                  f"{self.band.threshold:.6f} ({self.k:g}x spread {self.band.spread:.6f}"
-                  f"{'' if self.band.measured else ', floor: one run only'})")
+        left_out = [s for s in samples if not s.used]
+        reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(used)} run(s); noise sigma "
+                  f"{self.band.spread:.6f} ({noise.df} df{', floor' if noise.floored else ''}"
+                  f"{', one run only: no estimate yet' if noise.sigma is None else ''}); a 2-run candidate must gain "
+                  + (f"{self.band.threshold:.6f}" if self.band.threshold is not None else "(unknown until a commit has 2 runs)")
+                  + (f"; {len(left_out)} disturbed run(s) left out" if left_out else ""))
         jd["reason"] = reason
         self._note(ctx, "keep", reason, verdicts)
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
-    def _experiment(self, ctx, v: VerifyResult, runs: list[float]) -> Decision:
-        band = self._band(ctx)
-        mean = statistics.fmean(runs)
-        # The mean of m runs is sqrt(m) times less noisy: the band narrows accordingly.
-        eff = NoiseBand(band.values, band.k / math.sqrt(len(runs)))
+    def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
+        samples = self._store(ctx, runs)
+        best = ctx.best or {}
+        inc_commit = best.get("commit")
+        inc = self._samples.get(inc_commit) or []
+        remembered = not evidence.values(inc)
+        if remembered:   # no run of the incumbent is known (an old journal): its recorded figure, once
+            inc = [evidence.Sample(inc_commit or "?", float(best.get("val_bpb")), n=None)] \
+                if isinstance(best.get("val_bpb"), (int, float)) else []
+        evidence.screen(samples, inc)
+        latest = samples[-1]
+        noise = evidence.noise_of(self._samples)
+        cand = evidence.bar_values(ctx.commit, samples, noise, "candidate")
+        bar = evidence.bar_values(inc_commit, inc, noise, "incumbent")
         lines = diff_lines(ctx.diff)
         similar = near_duplicates(ctx.diff, ctx.history)
-        best = ctx.best.get("val_bpb")
+        ev = {"p_keep": stats.P_KEEP, "noise": noise.as_dict(),
+              "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]},
+              "incumbent": {"commit": inc_commit, "runs": [s.as_dict() for s in inc], "remembered": remembered}}
+        jd = {"best_before": statistics.fmean(bar) if bar else best.get("val_bpb"), "spread": noise.sigma,
+              "runs": list(cand), "net_lines": lines["net"], "llm": None, "cost_usd": 0.0}
+        verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
+        if not cand or not bar:
+            if len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and cand == [] and bar:
+                jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
+                ev["call"] = "more"
+                return Decision("discard", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again",
+                                latest.bpb, verdicts, rerun=True, basis=Basis.METRIC)
+            reason = "no undisturbed run to decide on: every run was disturbed by the machine" if bar else \
+                "no measured incumbent to compare with"
+            jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
+            ev["call"] = "discard"
+            self._note(ctx, "discard", reason, verdicts)
+            return Decision("discard", reason, latest.bpb, verdicts, basis=Basis.METRIC)
+        cmp = stats.compare(bar, cand, noise)
+        said, why = stats.call(cmp, runs=len(evidence.values(samples)))
+        mean = statistics.fmean(cmp.candidate)
+        band = evidence.Margin.of(noise.sigma, cmp.margin, stats.floor_for(bar))
         serving = serving_savings(*self._serving_costs(ctx, v))
-        rule = rule_opinion(trusted_bpb=mean, best_bpb=best, band=eff, lines=lines, similar_to=similar,
-                            serving=serving)
-        jd = {"best_before": best, "threshold": eff.threshold, "spread": band.spread, "runs": list(runs),
-              "improvement": (best - mean) if best is not None else None, "net_lines": lines["net"],
-              "rule": rule.as_dict(), "llm": None, "cost_usd": 0.0}
-        verdicts = {"verify": v.as_dict(), "judge": jd}
-        if rule.status == "contested" and len(runs) <= CONFIRM_RERUNS:
+        rule = rule_opinion(trusted_bpb=mean, best_bpb=statistics.fmean(cmp.incumbent), band=band, lines=lines,
+                            similar_to=similar, serving=serving)
+        rule.confidence = cmp.p_better if cmp.p_better is not None else 0.5
+        ev.update(comparison=cmp.as_dict(), call=said, why=why)
+        jd.update(threshold=cmp.margin, improvement=cmp.gain, rule=rule.as_dict(), p_better=cmp.p_better)
+        if latest.disturbed and len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and said != "keep":
+            said, why = "more", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again"
+        op = evidence.with_call(rule, said, why, cmp.n)
+        if op is None:   # more runs: the decision waits for them
+            ev["call"] = "more"
             jd.update(status="discard", basis=Basis.METRIC.value)
-            return Decision("discard", f"contested: {rule.reason}; asking a confirming rerun", mean, verdicts,
-                            rerun=True, basis=Basis.METRIC)
-        llm = self._llm(ctx, rule, jd)
-        status, basis, reason, escalate = self._combine(rule, llm)
+            return Decision("discard", why, mean, verdicts, rerun=True, basis=Basis.METRIC)
+        llm = self._llm(ctx, op, jd)
+        status, basis, reason, escalate = self._combine(op, llm)
         jd.update(status=status, basis=basis.value, reason=reason)
         current = {"n": ctx.n, "status": status, "trusted_bpb": mean, "diff": ctx.diff, "verdicts": verdicts}
         with self._span("metajudge", {"n": ctx.n}) as sp:
@@ -214,14 +290,14 @@ class JudgeHierarchy:
         theirs = ((best_rec.verify or {}).get("details") or {}).get("serving")
         return (v.details or {}).get("serving"), theirs
 
-    def _band(self, ctx) -> NoiseBand:
+    def _band(self, ctx) -> Band:
         if self.band is None:
-            for rec in experiment_records(ctx.history):   # after --resume: the baseline record has it
-                figures = rec.noise_band()
-                if figures and figures.values:
-                    self.band = NoiseBand(figures.values, self.k)
-                    break
-        return self.band or NoiseBand([], self.k)
+            self._restore(ctx)   # after --resume: the baseline record's runs
+            base = next((r for r in experiment_records(ctx.history) if r.noise_band() and r.noise_band().values), None)
+            vals = (evidence.values(self._samples.get(base.commit, [])) or base.noise_band().values) if base else []
+            noise = evidence.noise_of(self._samples) if self._samples else stats.pooled_noise({"baseline": vals})
+            self.band = Band.of(vals, noise)
+        return self.band
 
     def _verify(self, ctx, run, printed) -> VerifyResult:
         sealed = bool((getattr(run, "extra", None) or {}).get("sealed"))
@@ -296,7 +372,14 @@ class JudgeHierarchy:
                 f"{clock.get('post_s') or 0:.1f}s against {clock.get('post_allowance_s') or 0:.1f}s): "
                 "it trained past the budget")
 
+    def stop_llm(self, why: str) -> None:
+        """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""
+        self.llm_stopped = why
+
     def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
+        if self.llm is not None and self.llm_stopped:
+            jd["llm"] = {"skipped": self.llm_stopped}
+            return None
         if self.llm is None:
             return None
         figures = {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")}

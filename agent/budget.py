@@ -1,0 +1,104 @@
+"""A night you can afford: when the LLM hands its turn to the offline proposer.
+
+Two reasons, checked before every proposal (agent/proposing.py call_proposer):
+
+- the cost cap (--max-cost USD): once the journal's spend (proposals plus LLM-judge verdicts)
+  reaches it, the offline proposer proposes every experiment and the judge stops calling the LLM;
+  the loop goes on (a cap is a budget, not a stop);
+- a crash streak (--crash-streak N): N crashed experiments of the LLM's in a row hand the next
+  HANDOVER_EXPERIMENTS experiments to the offline proposer, then the LLM proposes again (a model
+  stuck on a broken idea gets a few runs of distance; the offline runs reset the streak).
+
+Both are said on the console when they start, recorded per experiment in the journal (`handover`),
+and summed up in the end summary and the morning report.
+"""
+from __future__ import annotations
+
+# LLM crashes in a row that hand over (--crash-streak default).
+CRASH_STREAK = 3
+# Experiments the offline proposer takes after a crash streak.
+HANDOVER_EXPERIMENTS = 2
+OFFLINE = ("offline", "baseline", "scripted")
+
+
+def spent(history: list[dict]) -> float:
+    total = 0.0
+    for r in history:
+        c = r.get("cost_usd")
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and c == c and c != float("inf"):
+            total += float(c)
+    return total
+
+
+def cap_reason(history: list[dict], cap: float | None) -> str | None:
+    if cap is None:
+        return None
+    now = spent(history)
+    if now >= cap:
+        return f"cost cap: ${now:.4f} of --max-cost ${cap:.4f} spent on the LLM"
+    return None
+
+
+def streak_reason(history: list[dict], streak: int | None) -> str | None:
+    """A crash streak's hand-over still running, or None. History in decision order; an experiment
+    still in flight ("pending") counts as handed over when it is, and otherwise ends the look back."""
+    if not streak:
+        return None
+    exps = [r for r in history if r.get("kind", "experiment") == "experiment"]
+    handed, i = 0, len(exps) - 1
+    while i >= 0 and str(exps[i].get("handover") or "").startswith("crash streak"):
+        handed, i = handed + 1, i - 1
+    crashes = 0
+    while i >= 0 and exps[i].get("status") == "crash" and exps[i].get("proposer") not in OFFLINE:
+        crashes, i = crashes + 1, i - 1
+    if crashes >= streak and handed < HANDOVER_EXPERIMENTS:
+        return (f"crash streak: the LLM's last {crashes} experiments crashed; the offline proposer takes "
+                f"{HANDOVER_EXPERIMENTS - handed} more before the LLM proposes again")
+    return None
+
+
+def handover(host, history: list | None = None) -> str | None:
+    """Why the LLM does not propose this experiment (None: it does). `host`: the loop or a worker;
+    `history`: what the proposal request sees (experiments in flight included), else the host's."""
+    loop = getattr(host, "loop", host)
+    args = getattr(loop, "args", None)
+    history = list(history if history is not None else getattr(host, "history", None) or [])
+    return (cap_reason(history, getattr(args, "max_cost", None))
+            or streak_reason(history, getattr(args, "crash_streak", CRASH_STREAK)))
+
+
+def announce(host, why: str, n) -> None:
+    """Say a hand-over on the console when it starts (at the cap, the LLM judge stops too)."""
+    loop = getattr(host, "loop", host)
+    kind = why.split(":", 1)[0]
+    said = loop.__dict__.setdefault("_handovers_said", set())
+    starts = kind == "cost cap" or f"takes {HANDOVER_EXPERIMENTS} more" in why
+    if not starts or (kind, n if kind != "cost cap" else None) in said:
+        return
+    said.add((kind, n if kind != "cost cap" else None))
+    if kind == "cost cap":
+        stop = getattr(getattr(loop, "reviewer", None), "stop_llm", None)
+        if stop is not None:
+            stop(why)
+        why += "; the offline proposer proposes from now on and the judge stops calling the LLM (the loop goes on)"
+    console = getattr(loop, "console", None)
+    if console is not None:
+        console.event(f"exp {n}: hand-over: {why}")
+
+
+def night_lines(records: list[dict], cap: float | None = None) -> list[str]:
+    """What the end summary and the report say about the LLM's spend and the hand-overs."""
+    exps = [r for r in records if r.get("kind", "experiment") == "experiment"]
+    capped = [r for r in exps if str(r.get("handover") or "").startswith("cost cap")]
+    streaks = [r for r in exps if str(r.get("handover") or "").startswith("crash streak")]
+    out = []
+    if capped:
+        out.append(f"cost cap reached at exp {capped[0].get('n')}: the offline proposer proposed {len(capped)} "
+                   f"experiment(s) since and the judge stopped calling the LLM ({capped[0]['handover']})")
+    elif cap is not None:
+        out.append(f"cost cap ${cap:.4f}: ${spent(exps):.4f} spent, not reached")
+    if streaks:
+        starts = sum(1 for i, r in enumerate(exps) if r in streaks and (i == 0 or exps[i - 1] not in streaks))
+        out.append(f"crash streaks: {starts} hand-over(s) to the offline proposer, {len(streaks)} experiment(s) "
+                   f"(exp {', '.join(str(r.get('n')) for r in streaks)})")
+    return out

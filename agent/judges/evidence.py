@@ -1,0 +1,185 @@
+"""The runs a decision rests on: one Sample per trusted run, screened for disturbance, per commit.
+
+The judge hierarchy keeps every trusted run of the tag here (commit -> samples), so the noise is
+pooled over all of them and the incumbent's bar is the mean of its own runs. After --resume the
+store is rebuilt from the journal (each record's `evidence`, or the older figures of records
+written before it existed). What a decision used is written into its record as `evidence`
+(docs/contracts.md), which the morning report and the dashboard show.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.judges import pace, stats
+from agent.judges.judge import Opinion
+from harness.records import Basis
+from harness.records import experiment_records, finite
+
+# Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
+DISTURBED_RERUNS = 2
+
+
+@dataclass
+class Sample:
+    commit: str
+    bpb: float
+    seed: int | None = None
+    n: int | None = None                 # the experiment it was run in
+    log: str | None = None
+    pace_s: float | None = None          # the harness clock's seconds per step
+    flops_rate: float | None = None      # FLOPs per second (header's flops/token x tokens/step / pace)
+    within: str | None = None            # the run's own pace says it was disturbed
+    disturbed: str | None = None         # why it is no evidence (set by screen())
+    suspect: str | None = None           # a first run slower than the incumbent's FLOP rate
+
+    @property
+    def used(self) -> bool:
+        return self.disturbed is None
+
+    def as_dict(self) -> dict:
+        return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.pace_s,
+                "used": self.used, "why": self.disturbed}
+
+
+def sample_of(ctx, run, bpb: float) -> Sample:
+    """The trusted value of `run` with what its log and clock say about its pace."""
+    extra = getattr(run, "extra", None) or {}
+    clock = extra.get("clock") or {}
+    text = ""
+    log_path = getattr(run, "log_path", None)
+    if log_path:
+        try:
+            text = Path(log_path).read_text(errors="replace")
+        except OSError:
+            text = ""
+    pace_s = clock.get("pace_s") if finite(clock.get("pace_s")) and clock.get("pace_s") > 0 else None
+    per_step = pace.flops_per_step(text)
+    steps_mode = bool(extra.get("steps_mode") or os.environ.get("AUTORESEARCH_STEPS"))
+    log = None
+    if log_path:
+        try:
+            log = str(Path(log_path).relative_to(ctx.run_dir))
+        except ValueError:
+            log = str(log_path)
+    return Sample(commit=ctx.commit, bpb=float(bpb), seed=extra.get("seed"), n=ctx.n, log=log,
+                  pace_s=None if steps_mode else pace_s,
+                  flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
+                  within=None if steps_mode else pace.within_run(pace.step_times(text)))
+
+
+def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None:
+    """Mark the disturbed runs of one commit (again each time: a later fast run can show an earlier
+    one was slow). `incumbent`: the bar's runs, for the FLOP-rate check of a commit's first run."""
+    for s in samples:
+        others = [o.pace_s for o in samples if o is not s and o.within is None and o.pace_s]
+        s.disturbed = s.within or pace.against_commit(s.pace_s, others)
+        s.suspect = None
+    if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
+        why = pace.against_incumbent(samples[0].flops_rate, [o.flops_rate for o in incumbent if o.used])
+        if why:
+            samples[0].suspect = why
+            samples[0].disturbed = f"suspect until run again: {why}"
+
+
+def values(samples: list[Sample]) -> list[float]:
+    return [s.bpb for s in samples if s.used]
+
+
+def bar_values(commit: str, samples: list[Sample], noise: stats.Noise, side: str) -> list[float]:
+    """A commit's values for a mean, its flagged outliers left out only where that makes a keep
+    harder: the incumbent's high ones (a lower bar), the candidate's low ones (a worse mean)."""
+    vals = stats.distinct(values(samples))
+    flagged = [v for c, v in noise.outliers if c == commit]
+    if not flagged or len(vals) < 3:
+        return vals
+    rest = [v for v in vals if v not in flagged]
+    mid = statistics.fmean(rest)
+    drop = [v for v in flagged if (v > mid if side == "incumbent" else v < mid)]
+    return [v for v in vals if v not in drop]
+
+
+def restore(history: list[dict]) -> dict[str, list[Sample]]:
+    """The store rebuilt from journal records (after --resume): every record's own runs."""
+    out: dict[str, list[Sample]] = {}
+    for rec in experiment_records(history):
+        if not isinstance(rec.commit, str):
+            continue
+        cand = rec.evidence_figures().get("candidate")
+        runs = cand.get("runs") if isinstance(cand, dict) else None
+        if isinstance(runs, list):
+            for r in runs:
+                if isinstance(r, dict) and finite(r.get("bpb")):
+                    s = Sample(rec.commit, float(r["bpb"]), r.get("seed") if isinstance(r.get("seed"), int) else None,
+                               rec.number, r.get("log") if isinstance(r.get("log"), str) else None,
+                               r.get("pace_s") if finite(r.get("pace_s")) else None)
+                    s.disturbed = r.get("why") if isinstance(r.get("why"), str) else None
+                    out.setdefault(rec.commit, []).append(s)
+            continue
+        legacy = rec.judge.get("baseline_values") if rec.is_baseline else rec.judge.get("runs")
+        if isinstance(legacy, list) and rec.status in ("keep", "discard"):
+            for v in legacy:
+                if finite(v):
+                    out.setdefault(rec.commit, []).append(Sample(rec.commit, float(v), n=rec.number))
+    return out
+
+
+def noise_of(store: dict[str, list[Sample]]) -> stats.Noise:
+    return stats.pooled_noise({c: values(ss) for c, ss in store.items()})
+
+
+@dataclass
+class Margin:
+    """The band rule_opinion (agent/judges/judge.py) weighs a gain against: this decision's margin."""
+    spread: float
+    threshold: float
+    k: float
+
+    @classmethod
+    def of(cls, sigma: float | None, margin: float | None, fallback: float) -> "Margin":
+        spread = sigma if sigma else fallback
+        th = margin if margin is not None and math.isfinite(margin) else float("inf")
+        return cls(spread, th, th / spread if spread else float("inf"))
+
+
+@dataclass
+class Band:
+    """The noise figures a baseline record carries (verdicts.judge.band): sigma, and the gain a
+    2-run candidate must show against the baseline (threshold = k x spread); None until known."""
+    values: list[float]
+    spread: float
+    df: int
+    threshold: float | None
+    k: float | None
+    measured: bool
+
+    @classmethod
+    def of(cls, vals: list[float], noise: stats.Noise) -> "Band":
+        spread = noise.sigma if noise.sigma is not None else stats.floor_for(vals)
+        m = max(1, len(stats.distinct(vals)))
+        th = stats.margin_for(noise.sigma, noise.df, stats.MIN_KEEP_RUNS, m) if noise.sigma is not None else None
+        return cls(list(vals), spread, noise.df, th, th / spread if th is not None else None, noise.sigma is not None)
+
+    def as_dict(self) -> dict:
+        return {"values": self.values, "spread": self.spread, "k": self.k, "threshold": self.threshold,
+                "measured": self.measured, "df": self.df, "p_keep": stats.P_KEEP}
+
+
+def with_call(rule: Opinion, said: str, why: str, n: int) -> Opinion | None:
+    """The sequential test's call and the rule judge's opinion as one Opinion (None: run again).
+    Keeps on simplicity or efficiency ("an equal result") are confirmed like metric keeps."""
+    equal_keep = rule.status == "keep" and rule.basis in (Basis.SIMPLICITY, Basis.EFFICIENCY)
+    if said == "more" or (equal_keep and n < stats.MIN_KEEP_RUNS):
+        return None
+    if equal_keep:
+        return rule
+    if said == "keep":   # the metric: rule_opinion sees the same margin (or a simplicity discard)
+        return rule
+    if said == "undecided":
+        return Opinion("rule", "contested", f"{why}; {rule.reason}", rule.confidence, rule.details, rule.basis)
+    if rule.status in ("discard", "crash"):
+        return Opinion("rule", "discard", f"{rule.reason} ({why})", rule.confidence, rule.details, rule.basis)
+    return Opinion("rule", "discard", f"not kept: {why} ({rule.reason})", rule.confidence, rule.details, Basis.METRIC)

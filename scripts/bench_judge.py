@@ -1,0 +1,473 @@
+"""Does the judge keep what it should? Null edits and gains of known size through the real loop.
+
+    uv run scripts/bench_judge.py --quick          # 20 null edits, 10 gains of 3 and 5 sigma
+    uv run scripts/bench_judge.py                  # 24 null edits, 16 gains of 1, 2, 3 and 5 sigma
+        [--steps 16] [--calibrate] [--out out/bench_judge] [--keep]
+
+A throwaway repository holds this checkout's prepare.py and train.py, with one knob set badly
+(HANDICAP: LOGIT_SOFTCAP 3.0 instead of 15, which caps how sure the model may be) as the tag's
+baseline. The real loop (agent/loop.py's Loop: judge hierarchy, sealed runs in bubblewrap, the
+trusted evaluation, every run with its own seed) then judges a scripted proposer's edits
+(agent/proposers/scripted.py):
+
+- null edits of the incumbent: semantic no-ops (a comment, a renamed variable, a reordered
+  product) and knobs moved by 0.1%; a keep is a false keep;
+- gains of known size from the handicapped baseline: the knob partly restored, by amounts that
+  the calibration says gain 1, 2, 3 or 5 sigma. After a kept gain the bench puts the branch back
+  on the baseline (a bench-only step), so every gain is judged against the same incumbent.
+
+Known sizes come from a calibration: direct runs of train.py (not through the loop, seeds of their
+own) at a few knob values; a quadratic through their means gives the gain curve, their pooled
+spread sigma. It is stored in scripts/bench_judge_calibration.json and reused while the profile,
+the steps, the data and train.py are the same (--calibrate measures it again).
+
+The runs use AUTORESEARCH_STEPS (a fixed number of steps): what a run learns then depends on its
+seed only, not on the machine's load, so the bench's figures do not move with what else the box
+runs (its wall time does). Prints one table (keep rates, runs and device-seconds per decision, the
+noise the judge used) and writes <out>/bench_judge.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
+from harness import knobs  # noqa: E402
+
+CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
+PROFILE = "tiny"               # seconds per run on 2 cores; the cpu profile is minutes
+STEPS = 16                     # optimizer steps per run: ~10 s of training on 2 loaded cores
+HANDICAP = ("LOGIT_SOFTCAP", 3.0)   # the baseline's bad knob (train.py has 15.0)
+# Calibration: the knob's values (handicap + these) and seeds per value (more at the handicap,
+# whose sigma defines the gains' unit).
+CAL_OFFSETS = (0.0, 0.1, 0.2, 0.35)
+CAL_SEEDS = {0.0: 5, 0.1: 3, 0.2: 3, 0.35: 3}
+CAL_SEED_BASE = 5000           # never a loop seed (those are 1000 + 16 (n - 1) + r)
+QUICK = {"nulls": 20, "gains": {3: 5, 5: 5}}
+FULL = {"nulls": 24, "gains": {1: 3, 2: 3, 3: 5, 5: 5}}
+# The goal (issue 21): at most 1 null kept in 20, at least 9 in 10 gains of 3 sigma or more.
+GOAL_NULL_RATE = 1 / 20
+GOAL_GAIN_RATE = 9 / 10
+
+
+# ---- the edits ---------------------------------------------------------------------------------
+def _sub(pattern: str, repl: str, count: int = 1):
+    def apply(src: str) -> str:
+        out, k = re.subn(pattern, repl, src, count=count, flags=re.M)
+        if not k:
+            raise ValueError(f"null edit found nothing to change: {pattern!r}")
+        return out
+    return apply
+
+
+def _nudge(name: str, factor: float = 1.001):
+    def apply(src: str) -> str:
+        v = knobs.values(src)[name]
+        return knobs.set_knobs(src, {name: knobs.normalize(v * factor if v else 1e-6)})
+    return apply
+
+
+NULL_EDITS = [
+    ("a comment in main()", _sub(r"^(    plan = make_plan\(\))$", "    # the plan: a time budget, or a number of steps\n\\1")),
+    ("a comment line above the optimizer", _sub(r"^(class MuonAdamW)", "# Muon for matrices, AdamW for the rest.\n\\1")),
+    ("rename loss_sum to loss_total", _sub(r"\bloss_sum\b", "loss_total", count=0)),
+    ("reorder the tokens-per-step product", _sub(r"tokens_per_step = accum \* rows \* T", "tokens_per_step = T * rows * accum")),
+    ("rename fail() to die()", _sub(r"\bfail\(", "die(", count=0)),
+    ("split the step counter update", _sub(r"^(\s+)step, local_steps = step \+ 1, local_steps \+ 1$", r"\1step += 1\n\1local_steps += 1")),
+    ("reword the training-done message", _sub(r'print\(f"training done: ', 'print(f"finished training: ')),
+    ("a blank line between knob groups", _sub(r"^(# Batch)$", "\n\\1")),
+    ("reorder two imports", _sub(r"^import gc\nimport glob$", "import glob\nimport gc")),
+    ("name the explode limit", _sub(r"explode_at = EXPLODE_FACTOR \* math.log\(V\)", "explode_at = math.log(V) * EXPLODE_FACTOR")),
+    ("MATRIX_LR +0.1%", _nudge("MATRIX_LR")),
+    ("EMBEDDING_LR +0.1%", _nudge("EMBEDDING_LR")),
+    ("UNEMBEDDING_LR -0.1%", _nudge("UNEMBEDDING_LR", 0.999)),
+    ("SCALAR_LR +0.1%", _nudge("SCALAR_LR")),
+    ("ADAM_BETA2 +0.01%", _nudge("ADAM_BETA2", 1.0001)),
+    ("MUON_MOMENTUM -0.01%", _nudge("MUON_MOMENTUM", 0.9999)),
+    ("WARMDOWN_RATIO +0.1%", _nudge("WARMDOWN_RATIO")),
+    ("GRAD_CLIP +0.1%", _nudge("GRAD_CLIP")),
+    ("NORMUON_BETA2 -0.01% (unused by the cpu Muon)", _nudge("NORMUON_BETA2", 0.9999)),
+    ("ADAM_BETA1 -0.1%", _nudge("ADAM_BETA1", 0.999)),
+    ("WEIGHT_DECAY 0 -> 1e-6", _nudge("WEIGHT_DECAY")),
+    ("FINAL_LR_FRAC 0 -> 1e-6", _nudge("FINAL_LR_FRAC")),
+    ("SHORT_WINDOW_FRAC +0.1%", _nudge("SHORT_WINDOW_FRAC")),
+    ("a docstring sentence", _sub(r"^(Usage: uv run train.py)$", "Bench note: nothing here changes what is learnt.\n\\1")),
+]
+
+
+# Each gain also renames one local of main() (a no-op): the guard refuses an edit that repeats or
+# nearly repeats one already run from the same parent, and every gain starts from the baseline.
+GAIN_RENAMES = ("loss_f", "counted_steps", "t_train", "explode_at", "num_params", "eval_model", "save_path",
+                "resume_path", "loader_state", "t_start", "train_loss", "loss_fn", "flops_per_step", "mfu", "accum",
+                "compile_on")
+
+
+def _rename(name: str):
+    return _sub(rf"\b{name}\b", f"{name}_v", count=0)
+
+
+def preflight(edits: dict[int, Edit], base_source: str) -> None:
+    """Every planned edit must pass the guard against the ones before it (no run is spent to learn
+    that the guard refuses a bench edit as a repeat)."""
+    import difflib
+    from types import SimpleNamespace
+    from agent.judges.guard import check_source, repeat_of
+    history, parent = [], "base"
+    for n, e in sorted(edits.items()):
+        new = e.apply(base_source)
+        diff = "".join(difflib.unified_diff(base_source.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py"))
+        ctx = SimpleNamespace(history=history, parent=parent, diff=diff, new_source=new)
+        verdict = check_source(base_source, new)
+        verdict = repeat_of(ctx) or verdict if verdict.ok else verdict
+        if not verdict.ok:
+            raise SystemExit(f"bench edit {n} ({e.label}) would be refused: {verdict.reason}")
+        history.append({"n": n, "parent": parent, "status": "discard", "diff": diff,
+                        "code": knobs.code_fingerprint(new), "config": knobs.values(new)})
+
+
+# ---- calibration -------------------------------------------------------------------------------
+def _train(repo: Path, env: dict, source: str, seed: int) -> float:
+    path = repo / "cal_train.py"
+    path.write_text(source)
+    proc = subprocess.run([sys.executable, "cal_train.py"], cwd=repo, capture_output=True, text=True,
+                          env=dict(env, AUTORESEARCH_SEED=str(seed)), timeout=1200)
+    m = re.search(r"^val_bpb:\s+([0-9.]+)", proc.stdout, re.M)
+    if proc.returncode or not m:
+        raise SystemExit(f"calibration run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return float(m.group(1))
+
+
+def _key(env: dict, base_source: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", "import prepare, json; print(json.dumps(prepare.describe()))"],
+                         cwd=REPO, capture_output=True, text=True, env=env, check=True).stdout
+    return {"profile": PROFILE, "steps": env["AUTORESEARCH_STEPS"], "fingerprint": json.loads(out)["fingerprint"],
+            "knob": HANDICAP[0], "handicap": HANDICAP[1], "code": knobs.code_fingerprint(base_source)}
+
+
+def calibrate(repo: Path, env: dict, base_source: str, force: bool) -> dict:
+    key = _key(env, base_source)
+    if CALIBRATION.exists() and not force:
+        stored = json.loads(CALIBRATION.read_text())
+        if stored.get("key") == key:
+            print(f"calibration: {CALIBRATION.relative_to(REPO)} (measured {stored['measured_at']})", flush=True)
+            return stored
+    name, x0 = HANDICAP
+    levels, t0 = {}, time.time()
+    print(f"calibration: {name} at {[x0 + d for d in CAL_OFFSETS]}, {sum(CAL_SEEDS.values())} direct runs",
+          flush=True)
+    for d in CAL_OFFSETS:
+        x = round(x0 + d, 6)
+        src = knobs.set_knobs(base_source, {name: x})
+        levels[str(x)] = [_train(repo, env, src, CAL_SEED_BASE + 100 * i + j) for j in range(CAL_SEEDS[d])
+                          for i in [CAL_OFFSETS.index(d)]]
+        print(f"  {name} {x}: {levels[str(x)]}", flush=True)
+    (repo / "cal_train.py").unlink(missing_ok=True)
+    out = {"key": key, "levels": levels, "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+           "seconds": round(time.time() - t0, 1)}
+    CALIBRATION.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+class Curve:
+    """The gain curve of the calibration: g(x) = -b ln(x / handicap), b the least-squares slope of
+    val_bpb on ln(x) (a narrow range: a line is all three seeds a value can resolve), and sigma,
+    both as the judge measures them (agent/judges/stats.py: pooled over the knob's
+    values, a run far from its value's others left out; seed noise here has such runs)."""
+
+    def __init__(self, cal: dict):
+        from agent.judges import stats
+        groups = {float(x): vs for x, vs in cal["levels"].items()}
+        noise = stats.pooled_noise({str(x): vs for x, vs in groups.items()})
+        self.outliers = [(float(x), v) for x, v in noise.outliers]
+        pts = [(x, v) for x, vs in groups.items() for v in vs if (x, v) not in self.outliers]
+        self.x0 = HANDICAP[1]
+        self.xmax = max(groups)
+        self.sigma, self.df = noise.sigma, noise.df
+        at = [v for x, v in pts if x == self.x0]
+        self.sigma_at_handicap = statistics.stdev(at) if len(at) > 1 else None
+        us, ys = [math.log(x / self.x0) for x, _ in pts], [v for _, v in pts]
+        mu, my = statistics.fmean(us), statistics.fmean(ys)
+        sxx = sum((u - mu) ** 2 for u in us)
+        self.slope = sum((u - mu) * (y - my) for u, y in zip(us, ys)) / sxx
+        resid = sum((y - my - self.slope * (u - mu)) ** 2 for u, y in zip(us, ys))
+        self.slope_se = math.sqrt(resid / max(1, len(us) - 2) / sxx)
+
+    def gain(self, x: float) -> float:
+        return -self.slope * math.log(x / self.x0)
+
+    def level_for(self, gain: float) -> float:
+        if self.slope >= 0 or self.gain(self.xmax) < gain:
+            raise SystemExit(f"the calibration reaches a gain of {self.gain(self.xmax):.4f}, not {gain:.4f}: "
+                             "widen CAL_OFFSETS")
+        return round(self.x0 * math.exp(gain / -self.slope), 4)
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+def git(cwd, *args) -> str:
+    return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(root: Path, base_source: str) -> Path:
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    for name in ("prepare.py", "program.md"):
+        shutil.copy(REPO / name, repo / name)
+    (repo / "train.py").write_text(base_source)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "prepare.py", "program.md", "train.py")
+    git(repo, "commit", "-q", "-m", f"bench base: {HANDICAP[0]} = {HANDICAP[1]}")
+    return repo
+
+
+def plan(cfg: dict, curve: Curve, seed: int = 0) -> dict[int, Edit]:
+    """Experiment number -> edit: the null edits first (the incumbent's), then the gains (the base's)."""
+    import random
+    edits: dict[int, Edit] = {}
+    n = 2
+    for label, fn in NULL_EDITS[:cfg["nulls"]]:
+        edits[n] = Edit("null", label, fn)
+        n += 1
+    gains = [k for k, count in sorted(cfg["gains"].items()) for _ in range(count)]
+    random.Random(seed).shuffle(gains)
+    name = HANDICAP[0]
+    for i, k in enumerate(gains):
+        x = curve.level_for(k * curve.sigma)
+        rename = _rename(GAIN_RENAMES[i])
+        edits[n] = Edit("gain", f"{name} {HANDICAP[1]:g} -> {x:g} (a {k:g} sigma gain; renames {GAIN_RENAMES[i]})",
+                        lambda src, x=x, rename=rename: rename(knobs.set_knobs(src, {name: x})), on_base=True, size=k)
+        n += 1
+    return edits
+
+
+def run_loop(repo: Path, edits: dict[int, Edit], base_source: str, budget: float) -> list[dict]:
+    from agent import loop as loopmod
+    from agent.console import Console
+    from agent.experiment import run_experiment
+    from harness import gitops
+    args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
+                               "--reviewer", "hierarchy", "--budget", f"{budget:g}",
+                               "--max-experiments", str(max(edits))])
+    loop = loopmod.Loop(args)
+    loop.console.close()
+    loop.console = Console(loop.tag, loop.budget, live=False)
+    try:
+        loop.setup()
+        scripted = ScriptedProposer(edits, base_source)
+        loop.proposer = loop.offline = scripted
+        loop.ensure_baseline()
+        base = loop.last_kept
+        base_best = dict(loop.best)
+        for n in sorted(edits):
+            if edits[n].on_base and loop.last_kept != base:   # a kept gain: back to the baseline
+                gitops.reset_hard(loop.worktree, base)
+                loop.last_kept, loop.best = base, dict(base_best)
+            run_experiment(loop, loop.next_attempt(n))
+    finally:
+        loop.stop()
+    return [r for r in loop.history if r.get("kind", "experiment") == "experiment"]
+
+
+def runs_of(rec: dict) -> int:
+    ev = rec.get("evidence") or {}
+    return len((ev.get("candidate") or {}).get("runs") or [])
+
+
+def night(repo: Path, search: str, runs: int, budget: float) -> dict:
+    """The real loop with an offline proposer (`search`: local | tpe) until `runs` training runs."""
+    from agent import loop as loopmod
+    from agent.console import Console
+    from agent.experiment import run_experiment
+    args = loopmod.parse_args(["--tag", f"night-{search}", "--repo", str(repo), "--proposer", "offline",
+                               "--offline-search", search, "--reviewer", "hierarchy", "--budget", f"{budget:g}"])
+    loop = loopmod.Loop(args)
+    loop.console.close()
+    loop.console = Console(loop.tag, loop.budget, live=False)
+    try:
+        loop.setup()
+        loop.ensure_baseline()
+        while sum(runs_of(r) for r in loop.history) < runs:
+            run_experiment(loop, loop.next_attempt(loop.next_n()))
+    finally:
+        loop.stop()
+    recs = [r for r in loop.history if r.get("kind", "experiment") == "experiment"]
+    keeps = [r for r in recs[1:] if r["status"] == "keep"]
+    return {"search": search, "experiments": len(recs) - 1, "runs": sum(runs_of(r) for r in recs),
+            "keeps": len(keeps), "baseline": recs[0].get("trusted_bpb"),
+            "best": (loop.best or {}).get("val_bpb"), "kept": [r["description"] for r in keeps],
+            "moved_per_proposal": statistics.fmean(moved(r, recs) for r in recs[1:]) if len(recs) > 1 else 0.0}
+
+
+def moved(rec: dict, recs: list[dict]) -> int:
+    """Knobs a proposal moved from its parent's values."""
+    parent = next((r.get("config") or {} for r in recs if r.get("commit") == rec.get("parent")), {})
+    mine = rec.get("config") or {}
+    return sum(1 for k in mine if k in parent and parent[k] != mine[k])
+
+
+def proposers(runs: int, base_source: str, root: Path) -> dict:
+    out = {}
+    for search in ("local", "tpe"):
+        repo = make_repo(root / search, base_source)
+        out[search] = night(repo, search, runs, budget=60.0)
+        r = out[search]
+        print(f"{search}: {r['experiments']} experiments in {r['runs']} runs, {r['keeps']} kept, "
+              f"best {r['best']:.6f} from {r['baseline']:.6f}", flush=True)
+    return out
+
+
+# ---- the table ---------------------------------------------------------------------------------
+def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, wall: float) -> dict:
+    by_n = {r["n"]: r for r in records}
+    base = by_n.get(1, {})
+    rows = []
+    for n, e in sorted(edits.items()):
+        r = by_n.get(n)
+        if r is None:
+            continue
+        ev = r.get("evidence") or {}
+        runs = (ev.get("candidate") or {}).get("runs") or []
+        cmp = ev.get("comparison") or {}
+        rows.append({"n": n, "kind": e.kind, "size": e.size, "label": e.label, "status": r["status"],
+                     "runs": len(runs), "seconds": (r.get("timings") or {}).get("total", 0.0),
+                     "reason": r.get("decision_reason"), "p_better": cmp.get("p_better"),
+                     "gain_measured": cmp.get("gain"), "sigma": cmp.get("sigma"), "df": cmp.get("df")})
+    groups = [("null edits", lambda x: x["kind"] == "null")]
+    for k in sorted({e.size for e in edits.values() if e.kind == "gain"}):
+        groups.append((f"gains of {k:g} sigma", lambda x, k=k: x["kind"] == "gain" and x["size"] == k))
+    groups.append(("gains >= 3 sigma", lambda x: x["kind"] == "gain" and x["size"] >= 3))
+    table = []
+    for name, pick in groups:
+        sel = [x for x in rows if pick(x)]
+        if not sel:
+            continue
+        kept = sum(x["status"] == "keep" for x in sel)
+        measured = [x["gain_measured"] for x in sel if isinstance(x["gain_measured"], (int, float))]
+        sizes = {x["size"] for x in sel}
+        table.append({"what": name, "trials": len(sel), "kept": kept, "rate": kept / len(sel),
+                      "runs_per_decision": statistics.fmean(x["runs"] for x in sel),
+                      "seconds_per_decision": statistics.fmean(x["seconds"] for x in sel),
+                      "refused": sum(1 for x in sel if x["runs"] == 0),
+                      "planned_gain": (sizes.pop() * curve.sigma) if sel[0]["kind"] == "gain" and len(sizes) == 1
+                      else (0.0 if sel[0]["kind"] == "null" else None),
+                      "measured_gain": statistics.fmean(measured) if measured else None})
+    nulls = next(t for t in table if t["what"] == "null edits")
+    big = next((t for t in table if t["what"] == "gains >= 3 sigma"), None)
+    bev = base.get("evidence") or {}
+    last = next((x for x in reversed(rows) if x.get("sigma") is not None), {})
+    return {"table": table, "rows": rows, "wall_seconds": wall,
+            "baseline": {"val_bpb": base.get("trusted_bpb"), "runs": len((bev.get("candidate") or {}).get("runs") or []),
+                         "band": (base.get("verdicts") or {}).get("judge", {}).get("band"),
+                         "seconds": (base.get("timings") or {}).get("total")},
+            "noise_at_end": {"sigma": last.get("sigma"), "df": last.get("df")},
+            "calibration": {"sigma": curve.sigma, "df": curve.df, "sigma_at_handicap": curve.sigma_at_handicap,
+                            "outliers": curve.outliers, "slope": curve.slope, "slope_se": curve.slope_se},
+            "goal": {"nulls": nulls["kept"] <= GOAL_NULL_RATE * nulls["trials"] + 1e-9,
+                     "gains": big is not None and big["kept"] >= GOAL_GAIN_RATE * big["trials"] - 1e-9}}
+
+
+def render(s: dict) -> str:
+    out = [f"{'':22s}{'trials':>7s}{'kept':>6s}{'rate':>7s}{'runs/dec':>10s}{'dev-s/dec':>11s}"
+           f"{'planned gain':>14s}{'measured gain':>15s}"]
+    for t in s["table"]:
+        mg = f"{t['measured_gain']:.5f}" if t["measured_gain"] is not None else "-"
+        pg = f"{t['planned_gain']:.5f}" if t["planned_gain"] is not None else "3-5 sigma"
+        out.append(f"{t['what']:22s}{t['trials']:7d}{t['kept']:6d}{t['rate']:7.0%}{t['runs_per_decision']:10.2f}"
+                   f"{t['seconds_per_decision']:11.0f}{pg:>14s}{mg:>15s}"
+                   + (f"  ({t['refused']} refused by the guard)" if t["refused"] else ""))
+    b, c, e = s["baseline"], s["calibration"], s["noise_at_end"]
+    band = b.get("band") or {}
+    out.append(f"baseline: {b['runs']} runs, val_bpb {b['val_bpb']:.6f}, {b['seconds'] or 0:.0f} device-s; "
+               f"the judge's sigma {band.get('spread') or 0:.5f} ({band.get('df')} df), a 2-run candidate had to gain "
+               f"{band.get('threshold') or float('nan'):.5f}; at the end sigma {e['sigma'] or 0:.5f} ({e['df']} df)")
+    out.append(f"calibration sigma {c['sigma']:.5f} ({c['df']} df; {c['sigma_at_handicap'] or 0:.5f} at the handicap; "
+               f"{len(c['outliers'])} far run(s) left out, as the judge does): the unit of the planned gains, "
+               f"known to +-{100 * c['slope_se'] / abs(c['slope']):.0f}% (the calibration slope's standard error)")
+    nulls = next(t for t in s["table"] if t["what"] == "null edits")
+    big = next((t for t in s["table"] if t["what"] == "gains >= 3 sigma"), None)
+    out.append(f"goal: nulls kept {nulls['kept']}/{nulls['trials']} (at most {GOAL_NULL_RATE * nulls['trials']:g}): "
+               f"{'MET' if s['goal']['nulls'] else 'NOT MET'}; gains >= 3 sigma kept "
+               f"{big['kept'] if big else 0}/{big['trials'] if big else 0} (at least {GOAL_GAIN_RATE:.0%}): "
+               f"{'MET' if s['goal']['gains'] else 'NOT MET'}")
+    out.append(f"wall time {s['wall_seconds'] / 60:.1f} min; load average at the end {os.getloadavg()[0]:.2f}")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="20 nulls and 10 gains of 3 and 5 sigma (the goal's set)")
+    p.add_argument("--steps", type=int, default=STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")
+    p.add_argument("--calibrate", action="store_true", help="measure the gain curve again")
+    p.add_argument("--nulls", type=int, default=None, help="null edits (default: 20 quick, 24 full)")
+    p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
+    p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
+    p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
+    p.add_argument("--proposers", type=int, default=None, metavar="RUNS",
+                   help="instead: a night of RUNS training runs from the baseline for each offline search "
+                        "(local steps, TPE draws over every knob); keeps and the best at equal runs")
+    args = p.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.nulls is not None:
+        cfg["nulls"] = min(args.nulls, len(NULL_EDITS))
+    if args.gains:
+        cfg["gains"] = {float(k): int(c) for k, c in (part.split(":") for part in args.gains.split(","))}
+    env = dict(os.environ, AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(args.steps))
+    env.pop("ANTHROPIC_API_KEY", None)
+    os.environ.update(AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(args.steps))
+    os.environ.pop("ANTHROPIC_API_KEY", None)   # the bench judges the rule, not an LLM
+    subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+    base_source = knobs.set_knobs((REPO / "train.py").read_text(), {HANDICAP[0]: HANDICAP[1]})
+    root = Path(tempfile.mkdtemp(prefix="bench-judge-"))
+    t0 = time.time()
+    try:
+        if args.proposers:
+            res = proposers(args.proposers, base_source, root)
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], steps=args.steps)
+            (out / "bench_proposers.json").write_text(json.dumps(res, indent=1) + "\n")
+            print(f"{'search':8s}{'experiments':>13s}{'runs':>6s}{'keeps':>7s}{'knobs moved':>13s}{'best val_bpb':>14s}")
+            for k in ("local", "tpe"):
+                r = res[k]
+                print(f"{k:8s}{r['experiments']:13d}{r['runs']:6d}{r['keeps']:7d}{r['moved_per_proposal']:13.1f}"
+                      f"{r['best']:14.6f}")
+            print(f"baseline {res['local']['baseline']:.6f}; wall {res['wall_seconds'] / 60:.1f} min; load {res['load']:.2f}")
+            return 0
+        repo = make_repo(root, base_source)
+        curve = Curve(calibrate(repo, env, base_source, args.calibrate))
+        edits = plan(cfg, curve)
+        preflight(edits, base_source)
+        print(f"bench: {sum(e.kind == 'null' for e in edits.values())} null edits, "
+              f"{sum(e.kind == 'gain' for e in edits.values())} gains; sigma {curve.sigma:.5f} from the calibration",
+              flush=True)
+        records = run_loop(repo, edits, base_source, budget=60.0)
+        s = summarize(records, edits, curve, time.time() - t0)
+        s.update(command=" ".join(["uv run scripts/bench_judge.py", *(argv if argv is not None else sys.argv[1:])]),
+                 steps=args.steps, profile=PROFILE, handicap=list(HANDICAP))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_judge.json").write_text(json.dumps(s, indent=1, default=str) + "\n")
+        print(render(s), flush=True)
+        return 0 if s["goal"]["nulls"] and s["goal"]["gains"] else 1
+    finally:
+        if args.keep:
+            print(f"kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

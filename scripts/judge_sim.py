@@ -1,0 +1,134 @@
+"""The judge's rule on simulated runs: how often it keeps a null, how often a gain, at what cost.
+
+    uv run scripts/judge_sim.py [--benches 300] [--nights 300] [--seed 1]
+
+Pure Python, seconds. Runs are Normal(true value, 1): gains are in sigma. Two simulations:
+
+- the bench (scripts/bench_judge.py's plan): 5 baseline runs, 20 null edits of the incumbent,
+  then gains of 1, 2, 3, 5 sigma (3, 3, 5, 5 of them) each judged against the baseline. The
+  rule is agent/judges/stats.py's own code (pooled_noise, compare, call), with the loop's order
+  of runs. Prints the keep rates, how often a bench meets the goal (at most 1 null kept in 20, at
+  least 9 of 10 gains >= 3 sigma), and the runs spent.
+- a night of 100 runs: proposals whose true effects are 60% harmful (1-6 sigma worse), 25% null,
+  15% real gains (1-6 sigma): the new rule against the old one (2 baseline runs, keep when the gain
+  beats 2 x their spread, one confirming run inside that band, the best = the kept figure).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.judges import stats  # noqa: E402
+
+BENCH_GAINS = (1,) * 3 + (2,) * 3 + (3,) * 5 + (5,) * 5
+
+
+def judge(rng, store: dict, inc: str, mu: float, name: str) -> tuple[bool, int]:
+    """Run candidate `name` (true value -mu: lower is better) until the rule decides."""
+    store[name] = []
+    while True:
+        store[name].append(rng.gauss(-mu, 1.0))
+        noise = stats.pooled_noise(store)
+        said, _ = stats.call(stats.compare(store[inc], store[name], noise), runs=len(store[name]))
+        if said in ("keep", "discard", "undecided"):
+            return said == "keep", len(store[name])
+
+
+def bench(rng, baseline_runs=stats.BASELINE_RUNS, nulls=20):
+    store = {"base": [rng.gauss(0.0, 1.0) for _ in range(baseline_runs)]}
+    inc, inc_mu, runs, false = "base", 0.0, baseline_runs, 0
+    for i in range(nulls):
+        kept, k = judge(rng, store, inc, inc_mu, f"null{i}")
+        runs += k
+        if kept:
+            false, inc = false + 1, f"null{i}"
+    kept_gains = []
+    for i, g in enumerate(BENCH_GAINS):
+        kept, k = judge(rng, store, "base", g, f"gain{i}")
+        runs += k
+        kept_gains.append((g, kept))
+    return false, kept_gains, runs
+
+
+def effect(rng) -> float:
+    u = rng.random()
+    if u < 0.6:
+        return -rng.uniform(1, 6)
+    if u < 0.85:
+        return rng.gauss(0, 0.1)
+    return rng.uniform(1, 6)
+
+
+def night_new(rng, budget=100):
+    store = {"base": [rng.gauss(0.0, 1.0) for _ in range(stats.BASELINE_RUNS)]}
+    inc, inc_mu, runs, false, true, i = "base", 0.0, stats.BASELINE_RUNS, 0, 0, 0
+    while runs < budget:
+        mu = inc_mu + effect(rng)
+        name, i = f"c{i}", i + 1
+        kept, k = judge(rng, store, inc, mu, name)
+        runs += k
+        if kept:
+            false, true = false + (mu <= inc_mu), true + (mu > inc_mu)
+            inc, inc_mu = name, mu
+    return inc_mu, false, true, i
+
+
+def night_old(rng, budget=100):
+    base = [rng.gauss(0.0, 1.0) for _ in range(2)]
+    th = 2 * max(statistics.stdev(base), 0.01)
+    best_mu, best, runs, false, true, n = 0.0, statistics.fmean(base), 2, 0, 0, 0
+    while runs < budget:
+        n += 1
+        mu = best_mu + effect(rng)
+        y = [rng.gauss(-mu, 1.0)]
+        runs += 1
+        gain = best - y[0]
+        if 0 < gain <= th:   # contested: one confirming run, the mean against a sqrt(2) narrower band
+            y.append(rng.gauss(-mu, 1.0))
+            runs += 1
+            gain = best - statistics.fmean(y)
+            keep = gain > th / 2 ** 0.5
+        else:
+            keep = gain > th
+        if keep:
+            false, true = false + (mu <= best_mu), true + (mu > best_mu)
+            best_mu, best = mu, statistics.fmean(y)
+    return best_mu, false, true, n
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--benches", type=int, default=300)
+    p.add_argument("--nights", type=int, default=300)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--baseline-runs", type=int, default=stats.BASELINE_RUNS)
+    args = p.parse_args(argv)
+    rng = random.Random(args.seed)
+    res = [bench(rng, args.baseline_runs) for _ in range(args.benches)]
+    nulls = statistics.fmean(f for f, _, _ in res) / 20
+    by = {}
+    for _, gains, _ in res:
+        for g, k in gains:
+            by.setdefault(g, []).append(k)
+    goal = statistics.fmean((f <= 1) and sum(k for g, k in gains if g >= 3) >= 9 for f, gains, _ in res)
+    print(f"bench x{args.benches} (P_KEEP {stats.P_KEEP}, {args.baseline_runs} baseline runs, up to "
+          f"{stats.MAX_RUNS} runs a candidate): nulls kept {nulls:.2%}; gains kept "
+          + ", ".join(f"{g} sigma {statistics.fmean(v):.1%}" for g, v in sorted(by.items()))
+          + f"; goal met in {goal:.1%} of benches; runs {statistics.fmean(r for _, _, r in res):.1f} per bench")
+    for name, f in (("old rule (2 runs, 2 x spread)", night_old), ("new rule (this module)", night_new)):
+        if not args.nights:
+            break
+        out = [f(rng) for _ in range(args.nights)]
+        print(f"night of 100 runs x{args.nights}, {name}: final true gain {statistics.fmean(o[0] for o in out):.1f} "
+              f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "
+              f"experiments {statistics.fmean(o[3] for o in out):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

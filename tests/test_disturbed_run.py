@@ -1,0 +1,80 @@
+"""Issue 21's case, with real processes: an honest baseline repeat slowed by a competing process.
+
+A stand-in train.py (no torch: fixed CPU work per step, pinned to one core) runs three times under
+harness.runner.run_train, the harness clock timing its step lines; during the second run four busy
+processes share its core. The judge gets those real RunResults (with the values the issue saw:
+1.396 for the honest run, 1.527 for the slowed one) and must rerun the slowed one instead of
+counting it, keeping the band at the honest runs' noise. Seconds, not a training."""
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from agent.judges.hierarchy import JudgeHierarchy
+from harness.runner import run_train
+from harness.verify import VerifyResult
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
+
+STAND_IN = '''
+import os, time
+os.sched_setaffinity(0, {int(os.environ["PIN_CPU"])})
+print("params 1,000 | flops/token 1.0e+06 | batch 8x64 x4 = 2,048 tokens/step | budget 1.0s", flush=True)
+for step in range(1, 31):
+    t0 = time.time()
+    x = 0
+    for i in range(120_000):
+        x += i * i
+    dt = time.time() - t0
+    print(f"step {step:05d} | loss 4.0 | lrm 1.000 | dt {dt * 1000:.0f}ms | tok/s {2048 / dt:,.0f} | epoch 1 | trained 1.0s", flush=True)
+print("---")
+for k, v in [("val_bpb", "1.0"), ("training_seconds", "1.0"), ("total_seconds", "1.5"), ("peak_vram_mb", "10.0"),
+             ("mfu_percent", "0.00"), ("total_tokens_M", "0.1"), ("num_steps", 30), ("num_params_M", "0.0"),
+             ("depth", 1), ("eval_seconds", "0.0")]:
+    print(f"{k + ':':<18}{v}")
+'''
+
+HOG = "import os\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass\n"
+
+
+def _run(wt, n, log):
+    return run_train(wt, wt, n, 1.0, env={"PIN_CPU": "0"}, log_name=log, timeout=120)
+
+
+def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
+    (tmp_path / "train.py").write_text(STAND_IN)
+    h = JudgeHierarchy(baseline_repeats=2)
+    ctx = SimpleNamespace(n=1, tag="t", worktree=tmp_path, run_dir=tmp_path, commit="b" * 40, parent=None,
+                          diff="", history=[], best=None, proposal=SimpleNamespace(description="baseline", hypothesis=""))
+
+    def judge(run, bpb):
+        assert run.crash_class is None, run.log_tail
+        return h._decide_on(ctx, run, VerifyResult(True, "verified", bpb, None, True, 0.1))
+
+    honest = _run(tmp_path, 1, "exp-0001.log")
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG % 0]) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        slowed = _run(tmp_path, 1, "exp-0001.rerun1.log")
+    finally:
+        for p in hogs:
+            p.kill()
+            p.wait()
+    ratio = slowed.extra["clock"]["pace_s"] / honest.extra["clock"]["pace_s"]
+    assert ratio > 1.5, f"the competing processes slowed the run only {ratio:.2f}x"
+    d1 = judge(honest, 1.396)
+    assert d1.rerun
+    d2 = judge(slowed, 1.527)
+    assert d2.rerun and "disturbed" in d2.reason and "not counted" in d2.reason, d2.reason
+    d3 = judge(_run(tmp_path, 1, "exp-0001.rerun2.log"), 1.399)
+    assert not d3.rerun and d3.status == "keep"
+    jd = d3.verdicts["judge"]
+    assert jd["baseline_values"] == [1.396, 1.399] and d3.trusted_bpb == pytest.approx(1.3975)
+    assert jd["spread"] < 0.01, f"the slowed run blew up the noise: sigma {jd['spread']}"
+    runs = d3.verdicts["evidence"]["candidate"]["runs"]
+    assert [r["used"] for r in runs] == [True, False, True] and "ms/step" in runs[1]["why"]
+    assert runs[1]["log"] == "logs/exp-0001.rerun1.log"

@@ -1,0 +1,288 @@
+"""The judge's decision rule on synthetic trusted values (in-process, no training): the t-test,
+the pooled noise, the sequential calls, disturbed runs, and the evidence each decision carries."""
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from agent.experiment import seed_for
+from agent.judges import evidence, pace, stats
+from agent.judges.hierarchy import JudgeHierarchy
+from harness.records import Basis, ExperimentRecord
+from harness.verify import VerifyResult
+
+BASE, CAND, OTHER = "b" * 40, "c" * 40, "d" * 40
+SIGMA = 0.005
+# five honest baseline runs around 1.400 (sample sd ~0.0049)
+BASELINE = [1.400, 1.404, 1.396, 1.405, 1.395]
+
+
+def ctx(tmp_path, n, commit, best, history=(), diff="-MATRIX_LR = 0.02\n+MATRIX_LR = 0.025\n"):
+    return SimpleNamespace(n=n, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent="p" * 40,
+                           diff=diff, history=list(history), best=best,
+                           proposal=SimpleNamespace(description=f"exp {n}", hypothesis="h"))
+
+
+def run(log_path=None, pace_s=None, seed=None, steps_mode=False):
+    clock = {"pace_s": pace_s} if pace_s else {}
+    return SimpleNamespace(extra={"clock": clock, "seed": seed, "steps_mode": steps_mode}, log_path=log_path,
+                           wall_seconds=1.0, crash_class=None, summary={})
+
+
+def decide(h, c, bpb, r=None):
+    v = VerifyResult(True, "verified", bpb, bpb, True, 0.5)
+    return h._decide_on(c, r or run(), v)
+
+
+def baseline(h, tmp_path, values=BASELINE, **kw):
+    d = None
+    for v in values:
+        d = decide(h, ctx(tmp_path, 1, BASE, None), v, **kw)
+    return d
+
+
+def best_of(d):
+    return {"commit": BASE, "val_bpb": d.trusted_bpb}
+
+
+# ---- Student's t ---------------------------------------------------------------------------------
+
+def test_t_distribution_matches_the_tables():
+    assert stats.t_ppf(0.99, 4) == pytest.approx(3.7469, abs=1e-4)
+    assert stats.t_ppf(0.975, 10) == pytest.approx(2.2281, abs=1e-4)
+    assert stats.t_ppf(0.99, 1) == pytest.approx(31.8205, abs=1e-3)
+    assert stats.t_cdf(0.0, 3) == pytest.approx(0.5)
+    assert stats.t_cdf(stats.t_ppf(0.9, 7), 7) == pytest.approx(0.9, abs=1e-9)
+    assert stats.t_cdf(1.96, math.inf) == pytest.approx(0.975, abs=1e-4)
+
+
+# ---- the baseline ----------------------------------------------------------------------------------
+
+def test_baseline_repeats_then_the_band_from_the_pooled_sigma(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=5)
+    for i, v in enumerate(BASELINE[:4]):
+        d = decide(h, ctx(tmp_path, 1, BASE, None), v)
+        assert d.rerun and d.status == "keep" and f"baseline run {i + 1}/5" in d.reason
+    d = decide(h, ctx(tmp_path, 1, BASE, None), BASELINE[4])
+    assert not d.rerun and d.basis is Basis.BASELINE
+    assert d.trusted_bpb == pytest.approx(sum(BASELINE) / 5)
+    jd = d.verdicts["judge"]
+    assert jd["baseline_values"] == BASELINE and jd["band"]["df"] == 4
+    sd = math.sqrt(sum((x - 1.4) ** 2 for x in BASELINE) / 4)
+    assert jd["spread"] == pytest.approx(sd)
+    # threshold: what a 2-run candidate must gain, t_0.99,4 x sigma x sqrt(1/2 + 1/5)
+    assert jd["threshold"] == pytest.approx(stats.t_ppf(0.99, 4) * sd * math.sqrt(0.5 + 0.2))
+    assert jd["band"]["k"] == pytest.approx(jd["threshold"] / jd["spread"])
+    ev = d.verdicts["evidence"]
+    assert [r["bpb"] for r in ev["candidate"]["runs"]] == BASELINE and all(r["used"] for r in ev["candidate"]["runs"])
+
+
+def test_one_baseline_run_has_no_noise_estimate_and_nothing_is_kept_on_it(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=1)
+    d = baseline(h, tmp_path, [1.400])
+    assert not d.rerun and d.verdicts["judge"]["threshold"] is None and "no estimate yet" in d.reason
+    best = best_of(d)
+    # a huge gain: still no keep on one run, nor on two (df 1: t_0.99 = 31.8)
+    first = decide(h, ctx(tmp_path, 2, CAND, best), 1.300)
+    assert first.rerun and "no noise estimate" in first.reason
+    second = decide(h, ctx(tmp_path, 2, CAND, best), 1.320)
+    assert second.rerun and second.verdicts["evidence"]["comparison"]["df"] == 1
+    # the candidate's own runs give the degrees of freedom: at 3 runs (df 2) a 0.09 gain is kept
+    third = decide(h, ctx(tmp_path, 2, CAND, best), 1.310)
+    assert third.status == "keep" and not third.rerun
+    assert third.verdicts["evidence"]["comparison"]["df"] == 2
+
+
+def test_identical_runs_are_one_draw(tmp_path):
+    """A deterministic train.py that ignores AUTORESEARCH_SEED replays one draw: no noise is measured
+    from it, and a candidate's replays do not count as confirmations."""
+    h = JudgeHierarchy(baseline_repeats=3)
+    d = baseline(h, tmp_path, [1.4, 1.4, 1.4])
+    assert d.verdicts["judge"]["band"]["measured"] is False and d.verdicts["judge"]["threshold"] is None
+    best = best_of(d)
+    calls = [decide(h, ctx(tmp_path, 2, CAND, best), 1.39) for _ in range(stats.MAX_RUNS)]
+    assert all(c.rerun for c in calls[:-1]) and not calls[-1].rerun
+    assert calls[-1].status == "discard" and "no noise estimate" in calls[-1].reason
+    assert calls[-1].verdicts["evidence"]["comparison"]["candidate_runs"] == [1.39]
+    # with a measured sigma, a candidate's replays still count once: n stays 1, never a keep
+    h2 = JudgeHierarchy(baseline_repeats=5)
+    best2 = best_of(baseline(h2, tmp_path))
+    for _ in range(3):
+        again = decide(h2, ctx(tmp_path, 3, OTHER, best2), 1.35)
+    assert again.rerun and again.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.35]
+
+
+def _margin_for_two(h, best, tmp_path, runs):
+    """The margin of a candidate with these two runs (sigma pools them): a probe on a fresh copy."""
+    probe = JudgeHierarchy(baseline_repeats=5)
+    probe._samples = {k: list(v) for k, v in h._samples.items()}
+    decide(probe, ctx(tmp_path, 9, "e" * 40, best), runs[0])
+    d = decide(probe, ctx(tmp_path, 9, "e" * 40, best), runs[1])
+    return d.verdicts["evidence"]["comparison"]["margin"]
+
+
+def test_a_gain_exactly_at_the_margin_is_kept_and_just_under_it_is_not(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    bar = sum(BASELINE) / 5
+    spread = 0.004   # the candidate's two runs differ by this; shifting both keeps sigma as it is
+    m = _margin_for_two(h, best, tmp_path, [bar - spread / 2, bar + spread / 2])
+    at = [bar - m - spread / 2, bar - m + spread / 2]
+    decide(h, ctx(tmp_path, 2, CAND, best), at[0])
+    d = decide(h, ctx(tmp_path, 2, CAND, best), at[1])
+    assert d.status == "keep" and d.verdicts["evidence"]["comparison"]["gain"] == pytest.approx(m, rel=1e-9)
+    h2 = JudgeHierarchy(baseline_repeats=5)
+    best2 = best_of(baseline(h2, tmp_path))
+    under = [x + 1e-6 for x in at]
+    decide(h2, ctx(tmp_path, 2, CAND, best2), under[0])
+    d2 = decide(h2, ctx(tmp_path, 2, CAND, best2), under[1])
+    assert d2.status == "discard" and d2.rerun, "just under the margin: one more run, not a keep"
+
+
+def test_a_lucky_best_does_not_become_the_bar(tmp_path):
+    """The winner's curse: the bar is the mean of the incumbent's runs, not its luckiest run, nor
+    the figure the loop remembers; a real gain over that mean is kept."""
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    runs = [1.376, 1.384, 1.380]
+    for v in runs:
+        d = decide(h, ctx(tmp_path, 2, CAND, best), v)
+    assert d.status == "keep"
+    lucky = {"commit": CAND, "val_bpb": 1.366}    # as if the loop had remembered a lucky low figure
+    for v in (1.362, 1.368, 1.364):
+        later = decide(h, ctx(tmp_path, 3, OTHER, lucky), v)
+        if not later.rerun:
+            break
+    ev = later.verdicts["evidence"]
+    assert ev["incumbent"]["commit"] == CAND and ev["comparison"]["incumbent_runs"] == runs
+    assert ev["comparison"]["incumbent_mean"] == pytest.approx(1.380)
+    assert later.status == "keep", later.reason   # ~0.016 better than the incumbent's mean
+    assert later.verdicts["judge"]["best_before"] == pytest.approx(1.380)
+
+
+def test_sequential_calls_cost_one_run_for_a_worse_change_and_confirm_a_promising_one(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    worse = decide(h, ctx(tmp_path, 2, CAND, best), 1.403)
+    assert not worse.rerun and worse.status == "discard"
+    assert worse.verdicts["evidence"]["call"] == "discard"
+    promising = decide(h, ctx(tmp_path, 3, OTHER, best), 1.397)
+    assert promising.rerun and promising.status == "discard"
+    faded = decide(h, ctx(tmp_path, 3, OTHER, best), 1.404)
+    assert not faded.rerun and faded.status == "discard" and "faded" in faded.reason
+    assert faded.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.397, 1.404]
+
+
+def test_a_change_between_keep_and_futility_is_contested_after_max_runs(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    vals = [1.394, 1.396, 1.395, 1.397, 1.393]   # ~0.005 better: about 1.5 se, never 0.99
+    for v in vals:
+        d = decide(h, ctx(tmp_path, 2, CAND, best), v)
+    assert not d.rerun and d.status == "discard" and d.reason.startswith("contested:")
+    assert d.verdicts["judge"]["escalations"][0]["kind"] == "contested"
+
+
+# ---- disturbed runs --------------------------------------------------------------------------------
+
+def _log(tmp_path, name, dts, header=True):
+    lines = ["params 1,000 | flops/token 1.0e+06 | batch 8x64 x4 = 2,048 tokens/step | budget 5.0s"] if header else []
+    lines += [f"step {i + 1:05d} | loss 4.0 | lrm 1.0 | dt {dt * 1000:.0f}ms | tok/s 1 | epoch 1 | trained 1.0s"
+              for i, dt in enumerate(dts)]
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_the_issue_case_a_baseline_repeat_slowed_by_a_competing_process(tmp_path):
+    """Run 2 of the baseline trained at 400 tok/s against 6,800 and came out 1.527 vs 1.396: it is
+    rerun, never a noise sample, and the band stays the honest runs' (issue 21)."""
+    h = JudgeHierarchy(baseline_repeats=3)
+    fast, slow = 0.30, 0.30 * 6800 / 400
+    d1 = decide(h, ctx(tmp_path, 1, BASE, None), 1.396, run(_log(tmp_path, "1.log", [fast] * 20), fast))
+    d2 = decide(h, ctx(tmp_path, 1, BASE, None), 1.527, run(_log(tmp_path, "2.log", [slow] * 20), slow))
+    assert d1.rerun and d2.rerun and "disturbed" in d2.reason and "not counted" in d2.reason
+    for i, v in enumerate((1.399, 1.393)):
+        d = decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"{i + 3}.log", [fast] * 20), fast))
+    assert not d.rerun
+    jd = d.verdicts["judge"]
+    assert jd["baseline_values"] == [1.396, 1.399, 1.393] and d.trusted_bpb == pytest.approx(1.396)
+    assert jd["spread"] < 0.01, "the slowed run did not blow up the band"
+    runs = d.verdicts["evidence"]["candidate"]["runs"]
+    assert [r["used"] for r in runs] == [True, False, True, True] and "ms/step" in runs[1]["why"]
+    assert "1 disturbed run(s) left out" in d.reason
+
+
+def test_a_run_slowed_mid_run_is_caught_by_its_own_steps(tmp_path):
+    dts = [0.3] * 12 + [1.2] * 12
+    assert "slowed down mid-run" in pace.within_run(dts)
+    assert pace.within_run([0.3] * 24) is None and pace.within_run([0.3, 0.9, 0.3] * 8) is None
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    d = decide(h, ctx(tmp_path, 2, CAND, best), 1.45, run(_log(tmp_path, "m.log", dts), 0.75))
+    assert d.rerun and "no evidence" in d.reason and "slowed down mid-run" in d.reason
+
+
+def test_a_first_run_far_below_the_incumbents_flop_rate_is_run_again(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=3)
+    for i, v in enumerate((1.400, 1.404, 1.396)):
+        decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"b{i}.log", [0.3] * 20), 0.3))
+    best = {"commit": BASE, "val_bpb": 1.4}
+    slow = decide(h, ctx(tmp_path, 2, CAND, best), 1.43, run(_log(tmp_path, "c1.log", [1.0] * 20), 1.0))
+    assert slow.rerun and "suspect until run again" in slow.reason
+    # the rerun is as slow: the code's own speed, both runs count, and a worse change is discarded
+    again = decide(h, ctx(tmp_path, 2, CAND, best), 1.44, run(_log(tmp_path, "c2.log", [1.05] * 20), 1.05))
+    assert not again.rerun and again.status == "discard"
+    assert again.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.43, 1.44]
+
+
+def test_steps_mode_never_calls_a_run_disturbed(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=2)
+    decide(h, ctx(tmp_path, 1, BASE, None), 1.40, run(_log(tmp_path, "1.log", [0.3] * 20), 0.3, steps_mode=True))
+    d = decide(h, ctx(tmp_path, 1, BASE, None), 1.41, run(_log(tmp_path, "2.log", [3.0] * 20), 3.0, steps_mode=True))
+    assert not d.rerun and all(r["used"] for r in d.verdicts["evidence"]["candidate"]["runs"])
+
+
+def test_one_wild_run_cannot_blow_up_sigma():
+    honest = {BASE: BASELINE, CAND: [1.380, 1.386], OTHER: [1.390, 1.394, 1.391]}
+    clean = stats.pooled_noise(honest)
+    wild = stats.pooled_noise(dict(honest, **{OTHER: [1.390, 1.394, 1.391, 1.52]}))
+    assert wild.outliers == [(OTHER, 1.52)]
+    assert wild.sigma == pytest.approx(clean.sigma, rel=0.2) and wild.df == clean.df
+    # without the leave-one-out rule the same run would have tripled it
+    ss, df = stats._ss([BASELINE, [1.380, 1.386], [1.390, 1.394, 1.391, 1.52]])
+    assert math.sqrt(ss / df) > 3 * clean.sigma
+
+
+# ---- seeds, evidence, resume -----------------------------------------------------------------------
+
+def test_every_run_has_a_seed_of_its_own():
+    assert seed_for(1, 0) is None and seed_for(1, 1) == 1000   # the baseline's first run: train.py's SEED
+    seeds = [seed_for(n, r) for n in range(1, 40) for r in range(13)]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(tmp_path):
+    h = JudgeHierarchy(baseline_repeats=5)
+    base = baseline(h, tmp_path)
+    rec1 = ExperimentRecord(n=1, commit=BASE, status="keep", proposer="baseline", trusted_bpb=base.trusted_bpb,
+                            verdicts={k: v for k, v in base.verdicts.items() if k != "evidence"},
+                            evidence=base.verdicts["evidence"]).to_dict()
+    back = ExperimentRecord.from_dict(json.loads(json.dumps(rec1)))
+    assert back.evidence_figures()["candidate"]["runs"][0]["bpb"] == BASELINE[0]
+    assert ExperimentRecord.from_dict({"evidence": "x"}).evidence_figures() == {}
+    # a new judge (after --resume) knows the baseline's five runs from the journal alone
+    fresh = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(base)
+    d = decide(fresh, ctx(tmp_path, 2, CAND, best, [rec1]), 1.390)
+    assert d.rerun and d.verdicts["evidence"]["comparison"]["incumbent_runs"] == BASELINE
+    assert d.verdicts["evidence"]["noise"]["df"] == 4
+    # an old journal (no evidence): baseline_values and runs still give the runs
+    old = [{"n": 1, "commit": BASE, "status": "keep", "proposer": "baseline",
+            "verdicts": {"judge": {"basis": "baseline", "baseline_values": [1.4, 1.41]}}}]
+    assert [s.bpb for s in evidence.restore(old)[BASE]] == [1.4, 1.41]
+    hostile = [{"n": 2, "commit": CAND, "status": "keep", "evidence": {"candidate": "x"}},
+               {"n": 3, "commit": OTHER, "status": "keep", "evidence": {"candidate": {"runs": [1, {"bpb": "x"},
+                                                                                             {"bpb": 1.3, "seed": "s"}]}}}]
+    assert [s.bpb for s in evidence.restore(hostile).get(OTHER, [])] == [1.3]
