@@ -191,7 +191,9 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                       "AUTORESEARCH_ARTIFACT": str(artifact),
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
-                      "PYTHONDONTWRITEBYTECODE": "1"})
+                      "PYTHONDONTWRITEBYTECODE": "1",
+                      # the source already carries its profile's knob values (harness/knobs.for_profile)
+                      "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"})
     if eval_rows:
         child_env["AUTORESEARCH_EVAL_BATCH"] = str(eval_rows)
     if sealed:
