@@ -376,9 +376,14 @@ def attention_candidates(device):
     forced = os.environ.get("AUTORESEARCH_ATTN")
     if forced:
         return [forced], {}
-    if device.type != "cuda":
+    return cascade(torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
+
+
+def cascade(capability):
+    """The backends to try on a CUDA device of this (major, minor) capability; None: CPU."""
+    if capability is None:
         return ["sdpa", "naive"], {}
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = capability
     if major == 12:  # Blackwell sm_12x (GB10, RTX 50xx): no FA3 build, and FA3 under compile fails there
         return ["flex", "sdpa"], {"fa3": f"sm_{major}{minor} (Blackwell GB10 / RTX 50xx): no FA3 build"}
     return ["fa3", "flex", "sdpa"], {}  # kernels' arch check refuses FA3 where no build exists
