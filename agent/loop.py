@@ -180,6 +180,7 @@ class Loop(Phased):
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.args.resume)
         self.seal = make_seal(self.run_dir, info, self.run_info, self.args.sandbox, self.console.event)
+        workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
         self.sealed = bool(getattr(self.reviewer, "evaluates", False))
         if hasattr(self.reviewer, "seal"):
             self.reviewer.seal = self.seal
