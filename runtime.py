@@ -436,12 +436,12 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
     """The first backend of the cascade that runs forward+backward (compiled if compile is on) on
     inputs of each (q, k, v) dtype triple in `dtypes` and agrees with the float64 reference; print
     why each other one was left out. Where none works under compile (a broken compiler, a forced
-    backend that does not compile), the first that works eagerly: the model's compile then falls
-    back to eager too (compiled()), and the run goes on."""
+    backend that does not compile), the first that works eagerly, flex last (eager flex materialises
+    the scores): the model's compile then falls back to eager too (compiled()), and the run goes on."""
     names, skipped = attention_candidates(device)
     for name, why in skipped.items():
         print(f"attention: {name} skipped: {why}")
-    eager_ok = None
+    eager_ok = []
     for name in names:
         try:
             set_backend(name, T, windows, device)
@@ -450,7 +450,7 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
         except Exception as e:  # any failure means: try the next backend
             print(f"attention: {name} rejected: {_why(e)}")
             continue
-        eager_ok = eager_ok or name
+        eager_ok.append(name)
         try:
             if compile_on:
                 fn = torch.compile(attention, dynamic=False)
@@ -461,12 +461,13 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
             continue
         set_backend(name)
         return name
-    if eager_ok is None:
+    if not eager_ok:
         raise RuntimeError("no attention backend works on this device")
-    print(f"attention: none works under compile; {eager_ok} runs eagerly (COMPILE FAILED for attention)")
-    COMPILE_NOTES.append(f"attention: no backend compiles, {eager_ok} eager")
-    set_backend(eager_ok)
-    return eager_ok
+    name = sorted(eager_ok, key=lambda n: n == "flex")[0]
+    print(f"attention: none works under compile; {name} runs eagerly (COMPILE FAILED for attention)")
+    COMPILE_NOTES.append(f"attention: no backend compiles, {name} eager")
+    set_backend(name)
+    return name
 
 
 def pick_attention(model, autocast, device, compile_on):
