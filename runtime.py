@@ -16,12 +16,6 @@ may stop using any part of it (write its own attention, say), except save_model 
     harness clock   budget_spent(): whether the harness's own clock of this run (docs/contracts.md)
                     has charged the budget, so an honest train.py with a slow start stops in time.
 
-The graph format ("autoresearch-graph/1", docs/contracts.md): JSON with the input's shape, one
-node per operator call in execution order {"op": "aten.<name>.<overload>", "args", "kwargs"},
-and the output. An argument is a literal (number, bool, string, null, list), a reference
-{"ref": name} / {"ref": name, "index": i} to the input ("input"), a weight ("w:<state_dict
-key>"), a constant ("c:<name>") or an earlier node ("n<k>"), or a typed literal {"dtype": ...},
-{"device": ...}, {"layout": ...}, {"memory_format": ...}, {"float": "inf"|"-inf"|"nan"}.
 """
 
 import contextlib
@@ -120,20 +114,19 @@ def ptxas_version(path):
 
 
 def ensure_ptxas():
-    """Triton on sm_121a (GB10) needs a CUDA 13 ptxas: point TRITON_PTXAS_PATH at one, checked by
-    its version, if unset. Returns the path chosen, or None."""
+    """Triton on sm_121a (GB10) needs a CUDA 13 ptxas: if TRITON_PTXAS_PATH is unset, point it at
+    one whose `--version` says so. Returns the path in force, or None."""
     if os.environ.get("TRITON_PTXAS_PATH"):
         return os.environ["TRITON_PTXAS_PATH"]
     found = sorted(glob.glob("/usr/local/cuda-13*/bin/ptxas"), reverse=True) + glob.glob("/usr/local/cuda/bin/ptxas")
-    for path in found:
-        version = ptxas_version(path)
-        if version and version >= (13, 0):
-            os.environ["TRITON_PTXAS_PATH"] = path
-            print(f"TRITON_PTXAS_PATH={path} (ptxas {version[0]}.{version[1]}; sm_12x needs CUDA 13)")
-            return path
-    print(f"warning: no CUDA 13 ptxas among {found or 'none found'}; Triton may fail on sm_12x "
-          "(set TRITON_PTXAS_PATH; a compile failure then falls back to eager)")
-    return None
+    path = next((p for p in found if (ptxas_version(p) or (0,)) >= (13, 0)), None)
+    if path:
+        os.environ["TRITON_PTXAS_PATH"] = path
+        print(f"TRITON_PTXAS_PATH={path} (a CUDA 13 ptxas, for sm_12x)")
+    else:
+        print(f"warning: no CUDA 13 ptxas among {found or 'none found'}; Triton may fail on sm_12x "
+              "(set TRITON_PTXAS_PATH; a compile failure then falls back to eager)")
+    return path
 
 
 PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak by exact torch.cuda.get_device_name(), for MFU
@@ -297,7 +290,7 @@ def hub_unreachable_reason(endpoint=None, deadline=HUB_CHECK_SECONDS):
 
     def resolve():
         try:
-            found["addr"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4]
+            found["addr"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
         except OSError as e:
             found["error"] = e
     thread = threading.Thread(target=resolve, daemon=True)
@@ -306,27 +299,23 @@ def hub_unreachable_reason(endpoint=None, deadline=HUB_CHECK_SECONDS):
     if "addr" not in found:
         return f"cannot resolve {host}: {found.get('error', 'timed out')}"
     try:
-        socket.create_connection(found["addr"][:2], timeout=max(0.1, deadline - (time.monotonic() - t0))).close()
+        socket.create_connection(found["addr"], timeout=max(0.1, deadline - (time.monotonic() - t0))).close()
     except OSError as e:
         return f"cannot connect to {host}:{port}: {e}"
-    return None
 
 
 def go_offline_if_hub_unreachable():
-    """Set HF_HUB_OFFLINE=1 when the hub cannot be reached, so a kernels load uses the local cache
-    and fails at once instead of retrying for minutes. Checked once per process; already set (as
-    in every sandboxed run): no network is tried at all."""
+    """HF_HUB_OFFLINE=1 when the hub cannot be reached, so a kernels load uses the local cache and
+    fails at once instead of retrying for minutes. Already set (every sandboxed run): no network."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         reason = "HF_HUB_OFFLINE is set"
+    elif (reason := hub_unreachable_reason()) is None:
+        return None
     else:
-        reason = hub_unreachable_reason()
-        if reason is None:
-            return None
         os.environ["HF_HUB_OFFLINE"] = "1"
         print(f"attention: HF hub unreachable ({reason}): HF_HUB_OFFLINE=1, FA3 only from the local cache")
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:  # imported earlier: it read the variable at import, so tell it too
-        constants.HF_HUB_OFFLINE = True
+    if "huggingface_hub.constants" in sys.modules:  # it read the variable at import: tell it too
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
     return reason
 
 
@@ -564,7 +553,12 @@ def load_state(path, model, optimizer, device, config=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# The model as data for the trusted evaluator.
+# The model as data for the trusted evaluator. The graph format ("autoresearch-graph/1",
+# docs/contracts.md): JSON with the input's shape, one node per operator call in execution order
+# {"op": "aten.<name>.<overload>", "args", "kwargs"}, and the output. An argument is a literal
+# (number, bool, string, null, list), a reference {"ref": name[, "index": i]} to the input
+# ("input"), a weight ("w:<state_dict key>"), a constant ("c:<name>") or an earlier node ("n<k>"),
+# or a typed literal {"dtype" | "device" | "layout" | "memory_format" | "float": ...}.
 # ---------------------------------------------------------------------------------------------
 GRAPH_FORMAT = "autoresearch-graph/1"
 # Rows of the evaluation batch the graph is recorded for (the harness sets it; the evaluator
