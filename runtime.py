@@ -1,30 +1,565 @@
 """
-Fixed training-side plumbing for autoresearch: what train.py hands the harness. The research loop
-never edits this file (the guard treats it like prepare.py); train.py imports it.
+Fixed platform plumbing for autoresearch: what train.py calls, and what it hands the harness. The
+research loop never edits this file (the guard treats it like prepare.py); train.py imports it and
+may stop using any part of it (write its own attention, say), except save_model in loop mode.
 
-    model graph   save_model(): the trained model as data for the trusted evaluator, i.e. the
-                  aten operators of one forward pass, recorded, plus the weights. The evaluator
-                  (harness/eval_worker.py) replays that graph without running any of train.py.
-    harness clock budget_spent(): whether the harness's own clock of this run (docs/contracts.md)
-                  has charged the budget, so an honest train.py with a slow start stops in time.
+    profile knobs   PROFILE_KNOBS: the cpu/tiny values of train.py's knobs, whose own values are the
+                    reference's (gpu); use_profile_knobs() applies them to a bare run by hand
+    device          setup_device(): device, autocast, threads, allocator, ptxas; peak_flops(),
+                    mfu_percent(), peak_memory_mb()
+    attention       attention(q, k, v, window): the backend pick_attention() chose (fa3, flex, sdpa, naive)
+    compile         compiled(): torch.compile that falls back to eager, loudly (COMPILE_NOTES)
+    state           save_state(), load_state(): the pre-decay training state (Hyperband promotion)
+    model graph     save_model(): the trained model as data for the trusted evaluator, i.e. the
+                    aten operators of one forward pass, recorded, plus the weights. The evaluator
+                    (harness/eval_worker.py) replays that graph without running any of train.py.
+    harness clock   budget_spent(): whether the harness's own clock of this run (docs/contracts.md)
+                    has charged the budget, so an honest train.py with a slow start stops in time.
 
-The graph format ("autoresearch-graph/1", docs/contracts.md): JSON with the input's shape, one
-node per operator call in execution order {"op": "aten.<name>.<overload>", "args", "kwargs"},
-and the output. An argument is a literal (number, bool, string, null, list), a reference
-{"ref": name} / {"ref": name, "index": i} to the input ("input"), a weight ("w:<state_dict
-key>"), a constant ("c:<name>") or an earlier node ("n<k>"), or a typed literal {"dtype": ...},
-{"device": ...}, {"layout": ...}, {"memory_format": ...}, {"float": "inf"|"-inf"|"nan"}.
 """
 
+import contextlib
+import glob
+import inspect
 import json
 import math
 import os
+import re
+import resource
+import subprocess
+import sys
 import time
 
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+# ---------------------------------------------------------------------------------------------
+# Profile knobs. train.py's CAPS constants are the values that run on a GPU (the reference
+# recipe). The cpu and tiny profiles run a smaller model: knob -> (train.py's value, theirs). A
+# tag on those profiles starts with a commit that writes their values in (harness/knobs.py
+# for_profile), so the file always shows what runs; a knob already moved off train.py's value
+# keeps the value it has. These are the cpu/tiny values the recorded CPU baseline ran with.
+# ---------------------------------------------------------------------------------------------
+PROFILE_KNOBS = {
+    "DEPTH": (8, 4),
+    "ASPECT_RATIO": (64, 32),
+    "HEAD_DIM": (128, 64),
+    "DEVICE_BATCH_SIZE": (128, 8),
+    "TOTAL_BATCH_SIZE": (524288, 2048),
+    "MATRIX_LR": (0.04, 0.02),
+    "EMBEDDING_LR": (0.6, 0.3),
+    "WEIGHT_DECAY": (0.2, 0.0),
+    "MUON_VARIANT": ("reference", "classic"),
+    "EMBED_DTYPE": ("bfloat16", "float32"),
+    "GRAD_CLIP": (0.0, 1.0),
+    "STARTUP_STEPS": (10, 3),
+    "COMPILE": (True, False),
+}
+SMALL_PROFILES = ("cpu", "tiny")
+# Set by every harness path that runs train.py (harness/runner.py, the search pool): the source
+# already carries its profile's values, so use_profile_knobs() changes nothing.
+KNOBS_AS_WRITTEN_ENV = "AUTORESEARCH_KNOBS_AS_WRITTEN"
+
+
+def profile_changes(values, profile):
+    """{knob: value} that `profile` runs instead of `values` (train.py's knobs as written)."""
+    if profile not in SMALL_PROFILES:
+        return {}
+    return {k: small for k, (ref, small) in PROFILE_KNOBS.items()
+            if k in values and type(values[k]) is type(ref) and values[k] == ref}
+
+
+def use_profile_knobs(module_name, profile):
+    """A bare `python train.py` on a small profile: set the profile's values on the module (in
+    memory) and say which. Harness runs (KNOBS_AS_WRITTEN_ENV) keep the file's values."""
+    if os.environ.get(KNOBS_AS_WRITTEN_ENV) == "1":
+        return {}
+    module = sys.modules[module_name]
+    changes = profile_changes(vars(module), profile)
+    for k, v in changes.items():
+        setattr(module, k, v)
+    if changes:
+        print(f"profile {profile}: running these knobs at the profile's values (runtime.PROFILE_KNOBS): "
+              + ", ".join(f"{k}={v!r}" for k, v in changes.items()), flush=True)
+    return changes
+
+
+# ---------------------------------------------------------------------------------------------
+# Device: precision, threads, allocator, ptxas, peak FLOPs, memory.
+# ---------------------------------------------------------------------------------------------
+
+def setup_device():
+    """(device, autocast context). CUDA: bf16 autocast, TF32 matmuls, expandable allocator
+    segments (the reference's); CPU: float32 on every core (AUTORESEARCH_THREADS overrides)."""
+    if torch.cuda.is_available():
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before the first allocation
+        torch.set_float32_matmul_precision("high")
+        if torch.cuda.get_device_capability()[0] == 12:
+            ensure_ptxas()
+        return torch.device("cuda"), torch.amp.autocast("cuda", dtype=torch.bfloat16)
+    torch.set_num_threads(int(os.environ.get("AUTORESEARCH_THREADS") or os.cpu_count() or 1))
+    return torch.device("cpu"), contextlib.nullcontext()
+
+
+def ptxas_version(path):
+    """(major, minor) of a ptxas binary, or None when it does not run."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def ensure_ptxas():
+    """Triton on sm_121a (GB10) needs a CUDA 13 ptxas: if TRITON_PTXAS_PATH is unset, point it at
+    one whose `--version` says so. Returns the path in force, or None."""
+    if os.environ.get("TRITON_PTXAS_PATH"):
+        return os.environ["TRITON_PTXAS_PATH"]
+    found = sorted(glob.glob("/usr/local/cuda-13*/bin/ptxas"), reverse=True) + glob.glob("/usr/local/cuda/bin/ptxas")
+    path = next((p for p in found if (ptxas_version(p) or (0,)) >= (13, 0)), None)
+    if path:
+        os.environ["TRITON_PTXAS_PATH"] = path
+        print(f"TRITON_PTXAS_PATH={path} (a CUDA 13 ptxas, for sm_12x)")
+    else:
+        print(f"warning: no CUDA 13 ptxas among {found or 'none found'}; Triton may fail on sm_12x "
+              "(set TRITON_PTXAS_PATH; a compile failure then falls back to eager)")
+    return path
+
+
+PEAK_BF16_FLOPS = {  # dense bf16 tensor-core peak by exact torch.cuda.get_device_name(), for MFU
+    "NVIDIA H100 80GB HBM3": 989.4e12,  # H100 SXM5 (NVIDIA H100 datasheet: 1,979 with sparsity)
+    "NVIDIA H100 PCIe": 756.5e12,  # H100 PCIe (datasheet: 1,513 with sparsity)
+    "NVIDIA H100 NVL": 835.5e12,  # H100 NVL, per GPU (datasheet: 1,671 with sparsity)
+    "NVIDIA H200": 989.4e12,  # H200 SXM (H200 datasheet: 1,979 with sparsity)
+    "NVIDIA H200 NVL": 835.5e12,  # H200 NVL (datasheet: 1,671 with sparsity)
+    "NVIDIA GH200 480GB": 989.4e12,  # Grace Hopper superchip, its H100-class GPU
+    "NVIDIA GH200 144G HBM3e": 989.4e12,  # the HBM3e GH200
+    "NVIDIA A100-SXM4-40GB": 312e12,  # A100 datasheet: 312 dense, all A100 variants
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA B200": 2250e12,  # HGX B200 datasheet: 4.5 PF with sparsity per GPU
+    "NVIDIA L40S": 362.05e12,  # L40S datasheet: 733 with sparsity
+    "NVIDIA GeForce RTX 4090": 165.2e12,  # Ada whitepaper: bf16 with fp32 accumulate (what torch uses)
+    "NVIDIA GeForce RTX 5090": 209.5e12,  # RTX Blackwell whitepaper: bf16 with fp32 accumulate
+    # Not listed: GB10 (DGX Spark), for which NVIDIA publishes no dense bf16 figure ("1 PFLOP FP4
+    # with sparsity" only): peak_flops() measures a GEMM instead.
+}
+GEMM_N, GEMM_ITERS = 8192, 10  # the measured peak where the table has none: bf16 8192^3 products
+
+
+def peak_flops_for(name):
+    """The table's figure for a device name (exact match, case and spacing ignored), else 0.0."""
+    wanted = " ".join(name.split()).lower()
+    return next((f for key, f in PEAK_BF16_FLOPS.items() if key.lower() == wanted), 0.0)
+
+
+def measured_gemm_flops(device, n=GEMM_N, iters=GEMM_ITERS):
+    """bf16 FLOP/s of an n^3 matrix product on `device`, after a warm-up."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(2):
+        a @ b
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize(device)
+    return 2 * n ** 3 * iters / (time.perf_counter() - t0)
+
+
+def peak_flops(device):
+    """(peak FLOP/s for MFU, where it came from). CPU: (0, ...), so mfu_percent reads 0.00."""
+    if device.type != "cuda":
+        return 0.0, "none on CPU"
+    name = torch.cuda.get_device_name(device)
+    peak = peak_flops_for(name)
+    if peak:
+        return peak, f"table ({name})"
+    peak = measured_gemm_flops(device)
+    print(f"peak: no datasheet figure for {name!r}: MFU is against a measured bf16 GEMM, {peak / 1e12:.1f} TFLOPS")
+    return peak, f"measured GEMM ({name})"
+
+
+def mfu_percent(flops_per_step, steps, seconds, peak):
+    """Model FLOPs utilisation of `steps` optimizer steps timed at `seconds`; 0 when not computable."""
+    if not (peak > 0 and steps > 0 and seconds > 0):
+        return 0.0
+    return 100.0 * flops_per_step * steps / seconds / peak
+
+
+def peak_memory_mb(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux, bytes on macOS
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention. Every backend takes q [B,T,H,D], k and v [B,T,Hkv,D] (Hkv divides H: GQA) and a
+# window w: query i sees keys j with 0 <= i-j <= w; w < 0 means the full causal context.
+# ---------------------------------------------------------------------------------------------
+
+def window_mask(T, window, device):
+    """Boolean [T,T] mask, True where attention is allowed. Built inline so torch.compile traces it."""
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    allowed = j <= i
+    if 0 <= window < T - 1:
+        allowed = allowed & (i - j <= window)
+    return allowed
+
+
+def attn_naive(q, k, v, window):
+    """Written-out softmax attention: the slow path that works everywhere, and the test reference."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    rep = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    scores = scores.masked_fill(~window_mask(q.size(2), window, q.device), float("-inf"))
+    y = scores.float().softmax(dim=-1).to(v.dtype) @ v
+    return y.transpose(1, 2)
+
+
+def attn_sdpa(q, k, v, window):
+    """PyTorch SDPA; sliding windows need an explicit mask (which rules out the flash kernels)."""
+    T = q.size(1)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    gqa = q.size(1) != k.size(1)
+    if window < 0 or window >= T - 1:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(T, window, q.device), enable_gqa=gqa)
+    return y.transpose(1, 2)
+
+
+_flex_masks = {}  # (T, window, device_key) -> BlockMask, built by prepare_backend()
+
+
+def device_key(device):
+    """(type, index) with the index filled in: "cuda", "cuda:0" and torch.device("cuda", 0) agree."""
+    d = torch.device(device)
+    index = d.index
+    if index is None:
+        index = torch.cuda.current_device() if d.type == "cuda" and torch.cuda.is_available() else 0
+    return d.type, index
+
+
+def attn_flex(q, k, v, window):
+    """flex_attention with block-sparse masks: skips whole blocks outside the window (fast under compile)."""
+    from torch.nn.attention.flex_attention import flex_attention
+    block_mask = _flex_masks[(q.size(1), window, device_key(q.device))]
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    y = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=q.size(1) != k.size(1))
+    return y.transpose(1, 2)
+
+
+_fa3 = None  # the FlashAttention-3 module, loaded by load_fa3()
+FA3_REPO = "kernels-community/flash-attn3"  # FlashAttention-3 build on the kernels hub
+FA3_KERNEL_VERSION = 1  # pinned major version (kernels >= 0.15 refuses to load without one)
+HUB_CHECK_SECONDS = 3.0  # the hub must answer a DNS lookup and a TCP connect within this, else offline
+
+
+def attn_fa3(q, k, v, window):
+    """FlashAttention-3 (Hopper) from the kernels hub: native windows and GQA, bf16 only."""
+    dtype = q.dtype
+    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    out = _fa3.flash_attn_func(q, k, v, causal=True, window_size=(window, 0) if window >= 0 else (-1, -1))
+    return (out[0] if isinstance(out, tuple) else out).to(dtype)  # some builds add the log-sum-exp
+
+
+BACKENDS = {"fa3": attn_fa3, "flex": attn_flex, "sdpa": attn_sdpa, "naive": attn_naive}
+_backend = attn_sdpa  # the backend in force; pick_attention() chooses one
+
+
+def attention(q, k, v, window):
+    return _backend(q, k, v, window)
+
+
+def hub_unreachable_reason(endpoint=None, deadline=HUB_CHECK_SECONDS):
+    """None when the HF hub accepts a TCP connection within `deadline` seconds, else why not.
+    DNS runs in a thread (getaddrinfo ignores socket timeouts), so a dropped packet costs seconds."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+    url = urlparse(endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname, url.port or (80 if url.scheme == "http" else 443)
+    found, t0 = {}, time.monotonic()
+
+    def resolve():
+        try:
+            found["addr"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
+        except OSError as e:
+            found["error"] = e
+    thread = threading.Thread(target=resolve, daemon=True)
+    thread.start()
+    thread.join(deadline)
+    if "addr" not in found:
+        return f"cannot resolve {host}: {found.get('error', 'timed out')}"
+    try:
+        socket.create_connection(found["addr"], timeout=max(0.1, deadline - (time.monotonic() - t0))).close()
+    except OSError as e:
+        return f"cannot connect to {host}:{port}: {e}"
+
+
+def go_offline_if_hub_unreachable():
+    """HF_HUB_OFFLINE=1 when the hub cannot be reached, so a kernels load uses the local cache and
+    fails at once instead of retrying for minutes. Already set (every sandboxed run): no network."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        reason = "HF_HUB_OFFLINE is set"
+    elif (reason := hub_unreachable_reason()) is None:
+        return None
+    else:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        print(f"attention: HF hub unreachable ({reason}): HF_HUB_OFFLINE=1, FA3 only from the local cache")
+    if "huggingface_hub.constants" in sys.modules:  # it read the variable at import: tell it too
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
+    return reason
+
+
+def load_fa3():
+    """Load FA3 through `kernels`: pinned version, and trust granted to this one repository only."""
+    global _fa3
+    if _fa3 is not None:
+        return
+    from kernels import get_kernel  # no kernels package: fail before any network check
+    go_offline_if_hub_unreachable()
+    params = inspect.signature(get_kernel).parameters
+    kwargs = {"version": FA3_KERNEL_VERSION} if "version" in params else {}
+    if "trust_remote_code" in params:
+        kwargs["trust_remote_code"] = [FA3_REPO]
+    try:
+        module = get_kernel(FA3_REPO, **kwargs)
+    except TypeError:  # a kernels release that takes trust_remote_code only as a bool
+        module = get_kernel(FA3_REPO, **dict(kwargs, trust_remote_code=True))
+    _fa3 = module if hasattr(module, "flash_attn_func") else module.flash_attn_interface
+
+
+def prepare_backend(name, T, windows, device):
+    """Whatever a backend needs before its first call (the FA3 kernel, block masks); raises if unusable."""
+    if name == "fa3":
+        if device.type != "cuda":
+            raise RuntimeError("FA3 needs a CUDA device")
+        load_fa3()
+    elif name == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+        for w in set(windows):
+            def mask_mod(b, h, qi, kj, w=w):
+                return (kj <= qi) & ((qi - kj <= w) if w >= 0 else (kj >= 0))
+            _flex_masks[(T, w, device_key(device))] = create_block_mask(mask_mod, None, None, T, T, device=str(device))
+    elif name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; known: {', '.join(BACKENDS)}")
+
+
+def set_backend(name, T=None, windows=(), device=torch.device("cpu")):
+    global _backend
+    if T is not None:
+        prepare_backend(name, T, windows, device)
+    _backend = BACKENDS[name]
+
+
+def attention_candidates(device):
+    """(the cascade best first, {backend: why it is left out}). AUTORESEARCH_ATTN forces one."""
+    forced = os.environ.get("AUTORESEARCH_ATTN")
+    if forced:
+        return [forced], {}
+    return cascade(torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
+
+
+def cascade(capability):
+    """The backends to try on a CUDA device of this (major, minor) capability; None: CPU."""
+    if capability is None:
+        return ["sdpa", "naive"], {}
+    major, minor = capability
+    if major == 12:  # Blackwell sm_12x (GB10, RTX 50xx): no FA3 build, and FA3 under compile fails there
+        return ["flex", "sdpa"], {"fa3": f"sm_{major}{minor} (Blackwell GB10 / RTX 50xx): no FA3 build"}
+    return ["fa3", "flex", "sdpa"], {}  # kernels' arch check refuses FA3 where no build exists
+
+
+def model_attention_dtypes(model, autocast, device, tokens=16):
+    """The (q, k, v) dtypes each layer of `model` hands to attention() under `autocast`: one short
+    forward with a recording backend in place, so the probe feeds what training will feed."""
+    global _backend
+    seen, previous = set(), _backend
+
+    def record(q, k, v, window):
+        seen.add((q.dtype, k.dtype, v.dtype))
+        return torch.zeros_like(q)
+    idx = torch.zeros(1, min(tokens, model.cfg["sequence_len"]), dtype=torch.long, device=device)
+    _backend = record
+    try:
+        with torch.no_grad(), autocast:
+            model(idx)
+    finally:
+        _backend = previous
+    return sorted(seen, key=str)
+
+
+def check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dtypes, batch=1, tolerance=5e-2):
+    """Run fn forward+backward on q, k, v of the given dtypes for every window; return the worst
+    error against the float64 reference; raise when it is not below `tolerance` (bf16 inputs)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(batch, T, h, head_dim, generator=g).to(device, dt).requires_grad_()
+               for h, dt in zip((n_head, n_kv_head, n_kv_head), dtypes))
+    worst = 0.0
+    for w in sorted(set(windows)):
+        with autocast:
+            out = fn(q, k, v, w)
+        out.float().square().sum().backward()
+        ref = attn_naive(q.detach().double(), k.detach().double(), v.detach().double(), w)
+        err = (out.detach().double() - ref).abs().max().item()
+        if not err < tolerance:
+            raise RuntimeError(f"window {w}: max error {err:.3g} against the reference")
+        worst = max(worst, err)
+    return worst
+
+
+def _why(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+
+
+def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, compile_on,
+                    dtypes=((torch.float32,) * 3,)):
+    """The first backend of the cascade that runs forward+backward (compiled if compile is on) on
+    inputs of each (q, k, v) dtype triple in `dtypes` and agrees with the float64 reference; print
+    why each other one was left out. Where none works under compile (a broken compiler, a forced
+    backend that does not compile), the first that works eagerly, flex last (eager flex materialises
+    the scores): the model's compile then falls back to eager too (compiled()), and the run goes on."""
+    names, skipped = attention_candidates(device)
+    for name, why in skipped.items():
+        print(f"attention: {name} skipped: {why}")
+    eager_ok = []
+    for name in names:
+        try:
+            set_backend(name, T, windows, device)
+            for dts in dtypes:
+                check_attention(attention, device, autocast, n_head, n_kv_head, head_dim, T, windows, dts)
+        except Exception as e:  # any failure means: try the next backend
+            print(f"attention: {name} rejected: {_why(e)}")
+            continue
+        eager_ok.append(name)
+        try:
+            if compile_on:
+                fn = torch.compile(attention, dynamic=False)
+                for dts in dtypes:
+                    check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dts)
+        except Exception as e:
+            print(f"attention: {name} rejected under compile: {_why(e)}")
+            continue
+        set_backend(name)
+        return name
+    if not eager_ok:
+        raise RuntimeError("no attention backend works on this device")
+    name = sorted(eager_ok, key=lambda n: n == "flex")[0]
+    print(f"attention: none works under compile; {name} runs eagerly (COMPILE FAILED for attention)")
+    COMPILE_NOTES.append(f"attention: no backend compiles, {name} eager")
+    set_backend(name)
+    return name
+
+
+def pick_attention(model, autocast, device, compile_on):
+    """probe_attention() for a train.py model (its cfg: n_head, n_kv_head, head_dim, sequence_len;
+    its windows), fed the dtypes that model hands to attention()."""
+    c = model.cfg
+    return probe_attention(device, autocast, c["n_head"], c["n_kv_head"], c["head_dim"], c["sequence_len"],
+                           model.windows, compile_on, model_attention_dtypes(model, autocast, device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile with an eager fallback.
+# ---------------------------------------------------------------------------------------------
+COMPILE_NOTES = []  # "name: reason" of every compile that failed and runs eagerly instead
+
+
+def compiled(fn, name, enabled=True, trial=None):
+    """torch.compile(fn, dynamic=False), or fn itself where that fails: one loud line, the reason
+    kept in COMPILE_NOTES. A compile error surfaces at a call (the first, or a recompile): the
+    call is then run eagerly and so are all later ones. trial(f): run f once now the way training
+    will (a backward compiles lazily, at its first call), so both compile before the first step."""
+    if not enabled:
+        return fn
+    fast = torch.compile(fn, dynamic=False)
+    use = [fast]
+
+    def fell_back(e):
+        COMPILE_NOTES.append(f"{name}: {_why(e)}")
+        print(f"COMPILE FAILED: {name} runs eagerly ({_why(e)})", flush=True)
+        use[0] = fn
+    if trial is not None:
+        try:
+            trial(fast)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:
+            fell_back(e)
+            return fn
+
+    def call(*args, **kwargs):
+        if use[0] is fast:
+            try:
+                return fast(*args, **kwargs)
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as e:
+                out = fn(*args, **kwargs)  # a bug of fn itself raises here, and is not called a compile failure
+                fell_back(e)
+                return out
+        return fn(*args, **kwargs)
+    return _AsModule(fn, call) if isinstance(fn, torch.nn.Module) else call
+
+
+class _AsModule(torch.nn.Module):
+    """compiled(module): still a module (evaluate_bpb reads its parameters), calling `call`."""
+
+    def __init__(self, module, call):
+        super().__init__()
+        self.module, self.call = module, call
+
+    def forward(self, *args, **kwargs):
+        return self.call(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training state at the pre-decay point (a promoted Hyperband survivor resumes from it).
+# ---------------------------------------------------------------------------------------------
+
+def _atomic_save(obj, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_state(path, model, optimizer, **extra):
+    """Model, optimizer, RNG and the caller's `extra` (step, loader position, the batch fetched ahead)."""
+    rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    _atomic_save(dict(extra, model=model.state_dict(), optimizer=optimizer.state_dict(), rng=rng), path)
+
+
+def load_state(path, model, optimizer, device, config=None):
+    """Load a save_state() file into model and optimizer, restore the RNG; returns the dict.
+    Raises ValueError when it was saved for another model config."""
+    state = torch.load(path, map_location=device, weights_only=False)
+    if config is not None and state.get("config") != config:
+        raise ValueError(f"the state was saved for another model: {state.get('config')} != {config}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    if device.type == "cuda" and state["rng"]["cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# The model as data for the trusted evaluator. The graph format ("autoresearch-graph/1",
+# docs/contracts.md): JSON with the input's shape, one node per operator call in execution order
+# {"op": "aten.<name>.<overload>", "args", "kwargs"}, and the output. An argument is a literal
+# (number, bool, string, null, list), a reference {"ref": name[, "index": i]} to the input
+# ("input"), a weight ("w:<state_dict key>"), a constant ("c:<name>") or an earlier node ("n<k>"),
+# or a typed literal {"dtype" | "device" | "layout" | "memory_format" | "float": ...}.
+# ---------------------------------------------------------------------------------------------
 GRAPH_FORMAT = "autoresearch-graph/1"
 # Rows of the evaluation batch the graph is recorded for (the harness sets it; the evaluator
 # checks it): the trusted evaluation reads the same tokens whatever train.py's batch is.
@@ -135,14 +670,17 @@ def save_model(model, path, config, sha, vocab_size, seq_len, autocast=None):
     """Save {"config", "state_dict", "train_py_sha", "graph", "constants"} at `path` (atomically):
     the weights for the inference tools and the recorded graph for the trusted evaluator. The
     graph is recorded at the evaluation's shape [eval_batch(), seq_len] on the model's device."""
+    global _backend
     device = next(model.parameters()).device
     tokens = torch.randint(0, vocab_size, (eval_batch(), seq_len), device=device)
-    was_training = model.training
+    was_training, backend = model.training, _backend
     model.eval()
+    _backend = attn_sdpa  # plain aten attention: the evaluator replays nothing else
     try:
         graph, constants = record_graph(model, tokens, autocast)
     finally:
         model.train(was_training)
+        _backend = backend
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     art = {"config": config, "state_dict": state, "train_py_sha": sha,
            "graph": json.dumps(graph, separators=(",", ":")), "constants": constants}

@@ -191,10 +191,13 @@ class Loop(Phased):
         if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
             fixed = (self.run_dir / "run.json").exists()
             base = "" if fixed else gitops.head(self.worktree)
+        if base:   # run.json not written yet: on cpu/tiny the tag's base writes in that profile's knobs
+            base = workspace.commit_profile_knobs(self.worktree, info.get("profile"), base)
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.args.resume)
         self.seal = make_seal(self.run_dir, info, self.run_info, self.args.sandbox, self.console.event)
+        workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
         self.sealed = bool(getattr(self.reviewer, "evaluates", False))
         if hasattr(self.reviewer, "seal"):
             self.reviewer.seal = self.seal

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import gitops
+from harness import gitops, knobs
 from harness.results import init_results, read_json, write_json_atomic
 
 # Default home of the worktrees, under the repository (and ignored by a .gitignore of "*").
@@ -138,6 +138,35 @@ def _looks_ready(stdout: str) -> bool:
     except (json.JSONDecodeError, IndexError):
         return False
     return bool(info.get("fingerprint")) and info.get("ready", True) is not False
+
+
+def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
+    """A new tag on the cpu or tiny profile: commit train.py with that profile's knob values written
+    in (runtime.PROFILE_KNOBS, harness/knobs.for_profile), so what runs is what the file says and
+    every diff after it shows a real change. Returns the tag's base commit: this one, or `base`
+    where nothing changes (the gpu profile; a train.py whose knobs are already the profile's)."""
+    path = Path(worktree) / "train.py"
+    source = path.read_text()
+    new, changes = knobs.for_profile(source, profile or "", (Path(worktree) / "runtime.py").read_text()
+                                     if (Path(worktree) / "runtime.py").is_file() else None)
+    if not changes:
+        return base
+    path.write_text(new)
+    return gitops.commit_file(worktree, "train.py", f"baseline: the {profile} profile's knob values\n\n"
+                              f"{knobs.describe_changes(changes, source)} (runtime.PROFILE_KNOBS); "
+                              "train.py's own values are the reference recipe's, for a GPU.\n")
+
+
+def warm_compile_cache(repo: Path, run_dir: Path, run_info: dict, seal, budget: float, say=print) -> dict:
+    """The tag's trusted compile cache (harness/compile_cache.py): its base train.py compiled once,
+    sealed, before the first run; every later run copies it into its own private cache. A no-op
+    when published already, unsealed, or when the base train.py does not compile (cpu, tiny)."""
+    from harness import compile_cache
+    from harness.executors import sources_at
+    from harness.verify import eval_rows
+    files = sources_at(repo, run_info["base_commit"])
+    return compile_cache.warm(files, run_dir, budget, sandbox=getattr(seal, "sandbox", None),
+                              data=getattr(seal, "data", None), eval_rows=eval_rows(run_info.get("profile")), say=say)
 
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,

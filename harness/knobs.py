@@ -12,6 +12,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
+from pathlib import Path
 
 # NAME = value  (no indentation: module level only)
 ASSIGN_RE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<eq>\s*=\s*)(?P<rest>.*)$")
@@ -122,3 +123,62 @@ def code_fingerprint(source: str) -> str:
     for k in read_knobs(source).values():
         lines[k.line] = f"{k.name} = ?"
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+# --- the cpu/tiny profiles' knob values (runtime.PROFILE_KNOBS) --------------------------------
+# train.py's knobs are the reference's (gpu) values; runtime.py maps some of them to the values
+# the small profiles run. Read from runtime.py's text, so the loop needs no torch import.
+RUNTIME_PY = Path(__file__).resolve().parents[1] / "runtime.py"
+
+
+def profile_table(runtime_source: str | None = None) -> tuple[dict, tuple]:
+    """(PROFILE_KNOBS, SMALL_PROFILES) of a runtime.py source (default: this checkout's)."""
+    source = RUNTIME_PY.read_text() if runtime_source is None else runtime_source
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in ("PROFILE_KNOBS", "SMALL_PROFILES"):
+            found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found.get("PROFILE_KNOBS", {}), tuple(found.get("SMALL_PROFILES", ()))
+
+
+def profile_changes(source: str, profile: str, runtime_source: str | None = None) -> dict[str, object]:
+    """{knob: value} the profile runs instead of train.py's own: only knobs still at train.py's
+    (the reference's) value; one already moved keeps its value (as runtime.profile_changes)."""
+    table, small = profile_table(runtime_source)
+    if profile not in small:
+        return {}
+    have = values(source)
+    return {k: v for k, (ref, v) in table.items()
+            if k in have and type(have[k]) is type(ref) and have[k] == ref}
+
+
+def for_profile(source: str, profile: str, runtime_source: str | None = None) -> tuple[str, dict]:
+    """(train.py with the profile's values written in, the changes): what every harness path that
+    runs a train.py of the repository runs on that profile. The gpu profile: unchanged."""
+    changes = profile_changes(source, profile, runtime_source)
+    return (set_knobs(source, changes) if changes else source), changes
+
+
+def describe_changes(changes: dict, source: str) -> str:
+    """'DEPTH 8 -> 4, ...' for a commit message or a log line."""
+    old = values(source)
+    return ", ".join(f"{k} {format_literal(old[k])} -> {format_literal(v)}" for k, v in changes.items())
+
+
+def load_train(profile: str, path: Path | None = None, name: str = "train_for_profile"):
+    """A train.py (default this checkout's) imported as a fresh module with the profile's values
+    written in (for_profile): what tools and tests that import train.py's model use."""
+    import importlib.util
+    import sys
+    import tempfile
+    path = Path(path) if path is not None else RUNTIME_PY.with_name("train.py")
+    if str(path.resolve().parent) not in sys.path:       # its prepare.py and runtime.py
+        sys.path.insert(0, str(path.resolve().parent))
+    source, _ = for_profile(path.read_text(), profile)
+    folder = Path(tempfile.mkdtemp(prefix="train-profile-"))
+    (folder / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -154,7 +155,8 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
               sealed: bool = False, data_mode: str = "train", clock_reference: ClockReference | None = None,
               clean: bool = False, pid_name: str = PID_FILE, stand_ins: dict | None = None,
               eval_rows: int | None = None, log_path: Path | None = None, out_dir: Path | None = None,
-              extra_readonly: list | None = None, extra_writable: list | None = None) -> RunResult:
+              extra_readonly: list | None = None, extra_writable: list | None = None,
+              compile_cache: str = "read", cache_work: Path | None = None, own_session: bool = True) -> RunResult:
     """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
 
     folder: the run's own files (harness/executors materialise a commit's train.py, prepare.py
@@ -173,6 +175,12 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     worker or executor slot when several runs share a run folder: child.pid, child-w2.pid, ...).
     log_path, out_dir: instead of run_dir/logs/exp-NNNN.log and run_dir/artifacts/exp-NNNN/;
     extra_readonly, extra_writable: more of the view (a Hyperband state to resume, a folder to save one).
+    compile_cache: "read" (default): the tag's trusted compile cache (harness/compile_cache.py,
+    run_dir/.sealed/compile-cache), when published, is copied into the run's private cache before
+    train.py starts; "write": only the harness's warm-up of the base train.py, whose caches go to
+    `cache_work` (published by the caller); "off".
+    own_session: the child leads its own process group (default). False keeps it in the caller's
+    group (scripts/gpu_check.py: killing a step's group then ends its train.py too).
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
@@ -191,7 +199,9 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                       "AUTORESEARCH_ARTIFACT": str(artifact),
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
-                      "PYTHONDONTWRITEBYTECODE": "1"})
+                      "PYTHONDONTWRITEBYTECODE": "1",
+                      # the source already carries its profile's knob values (harness/knobs.for_profile)
+                      "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"})
     if eval_rows:
         child_env["AUTORESEARCH_EVAL_BATCH"] = str(eval_rows)
     if sealed:
@@ -210,6 +220,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 hide=hide + [run_dir.resolve()] + ([data.cache] if data is not None else []),
                 gpus=gpus_of(child_env))
     argv = [sys.executable, script]
+    argv, private_cache = _compile_cache(compile_cache, run_dir, cache_work, box, view, child_env, argv)
     before = set(os.listdir(folder)) if clean else set()
 
     t0 = time.monotonic()
@@ -219,7 +230,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     flood = None
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, start_new_session=True)
+                         stdin=subprocess.DEVNULL, start_new_session=own_session)
         pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),
                                         "started_at": started}))
@@ -245,19 +256,21 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
         except BaseException:
-            kill_group(proc.pid, proc)
-            proc.wait()
+            _end(proc, own_session)
             reader.join(READER_JOIN_S)
             pid_file.unlink(missing_ok=True)
+            if private_cache:
+                shutil.rmtree(private_cache, ignore_errors=True)
             raise
         ended = time.monotonic()
         # The leader may be done while its children live on (or it timed out): end the group.
-        kill_group(proc.pid, proc)
-        proc.wait()
+        _end(proc, own_session)
         reader.join(READER_JOIN_S)
         flood = flood or reader.flood
         pid_file.unlink(missing_ok=True)
     wall = time.monotonic() - t0
+    if private_cache:
+        shutil.rmtree(private_cache, ignore_errors=True)
     stopped = timed_out or over_budget or bool(flood)
     figures = clock.figures(ended if not stopped else None)
     if clean:
@@ -279,6 +292,46 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                      started_at=started, ended_at=time.time(),
                      extra={"clock": figures.as_dict(), "sealed": sealed, "sandbox": box.kind,
                             "steps_mode": steps_mode})
+
+
+def _end(proc: subprocess.Popen, own_session: bool) -> None:
+    """End the run: its whole group when it leads one; else the leader (a sandbox's bwrap takes its
+    processes with it: --die-with-parent and its own pid namespace)."""
+    if own_session:
+        kill_group(proc.pid, proc)
+    elif proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TERM_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+
+
+def _compile_cache(mode: str, run_dir: Path, work: Path | None, box: Sandbox, view: View, env: dict,
+                   argv: list[str]) -> tuple[list[str], Path | None]:
+    """Show the run the tag's trusted compile cache (mode "read") or give the warm-up its folders
+    (mode "write"); returns (argv, a private cache folder to remove afterwards, or None)."""
+    from harness import compile_cache as cc
+    if mode == "write":
+        if work is None:
+            raise ValueError("compile_cache='write' needs cache_work")
+        binds = cc.writable_binds(work)
+        if box.sealed:
+            view.rw_binds += binds
+        else:
+            env.update(TORCHINDUCTOR_CACHE_DIR=str(binds[0][0]), TRITON_CACHE_DIR=str(binds[1][0]))
+        return argv, None
+    trusted = cc.published(run_dir) if mode == "read" else None
+    if trusted is None:
+        return argv, None
+    if box.sealed:                        # read-only inside; copied into its own /tmp by the run
+        view.binds.append((trusted, Path(cc.INSIDE)))
+        return cc.read_argv(argv), None
+    private = Path(tempfile.mkdtemp(prefix="compile-cache-"))   # unsealed: a private copy per run
+    shutil.copytree(trusted, private, dirs_exist_ok=True)
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(private / "inductor-cache"), TRITON_CACHE_DIR=str(private / "triton-cache"))
+    return argv, private
 
 
 class OutputReader(threading.Thread):

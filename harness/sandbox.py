@@ -103,6 +103,8 @@ class View:
     readonly: list[Path] = field(default_factory=list)
     writable: list[Path] = field(default_factory=list)           # created when missing
     binds: list[tuple[Path, Path]] = field(default_factory=list)  # (source, target), read-only
+    rw_binds: list[tuple[Path, Path]] = field(default_factory=list)  # (source, target), read-write:
+    # only the harness's compile warm-up of a tag's base train.py (harness/compile_cache.py)
     hide: list[Path] = field(default_factory=list)               # absent even under a bound root
     gpus: list[str] | None = None                                 # host GPU indices; None: every GPU
 
@@ -200,7 +202,7 @@ class Sandbox:
         for p in _kernel_caches():
             a += ["--ro-bind", str(p), str(p)]
         cwd = Path(view.cwd).resolve()
-        _check_bindable([cwd, *view.readonly, *view.writable, *(src for src, _ in view.binds)])
+        _check_bindable([cwd, *view.readonly, *view.writable, *(src for src, _ in view.binds + view.rw_binds)])
         a += ["--ro-bind", str(cwd), str(cwd)]
         for p in view.readonly:
             p = Path(p).resolve()
@@ -211,6 +213,9 @@ class Sandbox:
             p = Path(p)
             p.mkdir(parents=True, exist_ok=True)
             a += ["--bind", str(p.resolve()), str(p.resolve())]
+        for src, dst in view.rw_binds:
+            Path(src).mkdir(parents=True, exist_ok=True)
+            a += ["--bind", str(Path(src).resolve()), str(Path(dst).absolute())]
         for dev in gpu_devices(view.gpus):
             a += ["--dev-bind", dev, dev]
         for p in _sys_paths(bool(gpu_devices(view.gpus))):

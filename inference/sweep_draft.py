@@ -51,7 +51,7 @@ def params_of(path: Path) -> int:
     """Parameters of a candidate's model at the prepared profile (meta device: nothing allocated)."""
     import prepare
     mod = import_source(path.read_text(), f"cand_{path.stem}")
-    cfg = mod.model_config(prepare.Tokenizer.from_directory().get_vocab_size(), prepare.MAX_SEQ_LEN, prepare.PROFILE)
+    cfg = mod.model_config(prepare.Tokenizer.from_directory().get_vocab_size(), prepare.MAX_SEQ_LEN)
     with torch.device("meta"):
         return sum(p.numel() for p in mod.build_model(cfg).parameters())
 

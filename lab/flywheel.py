@@ -203,8 +203,9 @@ def run(a) -> dict:
     print(f"generated {len(samples)}, survivors {len(survivors)}, rejected {rejected}", flush=True)
     real = stream(tok, docs[half:])
     synth = stream(tok, [s["seed"] + s["text"] for s in survivors])
-    import train as train_mod
-    cfg = train_mod.model_config(tok.get_vocab_size(), prepare.MAX_SEQ_LEN, prepare.PROFILE)
+    from harness.knobs import load_train
+    train_mod = load_train(prepare.PROFILE)  # train.py with the profile's knob values (runtime.PROFILE_KNOBS)
+    cfg = train_mod.model_config(tok.get_vocab_size(), prepare.MAX_SEQ_LEN)
     steps = TRAIN_STEPS[quick]
     base = val_loss(train_arm(train_mod, cfg, real, synth, 0.0, steps, a.seed), val, cfg["sequence_len"])
     ratios = [float(r) for r in a.ratios.split(",")] if a.ratios else list(RATIOS[quick])

@@ -1,6 +1,7 @@
 """
-CPU train-step throughput of train.py's default model in the cpu profile, so that train.py's CPU
-runtime constants (COMPILE_CPU, CPU_BF16, CPU_THREADS, the attention backend) come from figures.
+CPU train-step throughput of train.py's model in the cpu profile (its knob values written in, as a
+cpu tag's base commit has them), so that the cpu profile's runtime choices (COMPILE off, float32,
+all cores, the attention backend) come from figures.
 
 Usage: uv run scripts/bench_cpu.py [--seconds 3] [--threads 1,2] [--no-compile]
 
@@ -25,7 +26,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import prepare  # noqa: E402
-import train  # noqa: E402
+import runtime  # noqa: E402
+from harness.knobs import load_train  # noqa: E402
+
+train = load_train(prepare.PROFILE)  # train.py with the profile's knob values (runtime.PROFILE_KNOBS)
 
 WARMUP_STEPS = 2  # untimed steps per cell (compilation happens here)
 
@@ -35,11 +39,11 @@ def bench_cell(compile_on, backend, bf16, threads, seconds):
     torch._dynamo.reset()
     torch.manual_seed(0)
     V, T = prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN
-    cfg = train.model_config(V, T, prepare.PROFILE)
+    cfg = train.model_config(V, T)
     model = train.build_model(cfg)
-    train.set_attention_backend(backend, T, model.windows, torch.device("cpu"))
+    runtime.set_backend(backend, T, model.windows, torch.device("cpu"))
     optimizer = train.MuonAdamW(model)
-    rows = train.effective_knobs(prepare.PROFILE)["rows"]
+    rows = train.DEVICE_BATCH_SIZE
     autocast = torch.amp.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
     def loss_fn(x, y):
@@ -90,7 +94,7 @@ def main():
             print(f"{label:<55} failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
     if rows:
         best = max(rows, key=lambda r: r[4])
-        print(f"\nmodel: {cfg['n_layer']} layers, width {cfg['n_embd']}, {train.effective_knobs(prepare.PROFILE)['rows']} rows/step")
+        print(f"\nmodel: {cfg['n_layer']} layers, width {cfg['n_embd']}, {train.DEVICE_BATCH_SIZE} rows/step")
         print(f"fastest: compile={'on' if best[0] else 'off'} attn={best[1]} dtype={'bf16' if best[2] else 'fp32'} "
               f"threads={best[3]}: {best[4]:,.0f} tok/s")
 

@@ -224,11 +224,11 @@ def git(cwd, *args) -> str:
 def make_repo(root: Path, base_source: str) -> Path:
     repo = root / "repo"
     repo.mkdir(parents=True)
-    for name in ("prepare.py", "program.md"):
+    for name in ("prepare.py", "program.md", "runtime.py"):
         shutil.copy(REPO / name, repo / name)
     (repo / "train.py").write_text(base_source)
     git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "prepare.py", "program.md", "train.py")
+    git(repo, "add", "prepare.py", "program.md", "runtime.py", "train.py")
     git(repo, "commit", "-q", "-m", f"bench base: {HANDICAP[0]} = {HANDICAP[1]}")
     return repo
 
@@ -429,7 +429,9 @@ def main(argv=None) -> int:
     os.environ.update(AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(args.steps))
     os.environ.pop("ANTHROPIC_API_KEY", None)   # the bench judges the rule, not an LLM
     subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-    base_source = knobs.set_knobs((REPO / "train.py").read_text(), {HANDICAP[0]: HANDICAP[1]})
+    # the tag's base as the loop commits it on this profile (runtime.PROFILE_KNOBS), then the handicap
+    profiled, _ = knobs.for_profile((REPO / "train.py").read_text(), PROFILE)
+    base_source = knobs.set_knobs(profiled, {HANDICAP[0]: HANDICAP[1]})
     root = Path(tempfile.mkdtemp(prefix="bench-judge-"))
     t0 = time.time()
     try:

@@ -32,15 +32,21 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="training steps of the run (AUTORESEARCH_STEPS)")
     ap.add_argument("--repeats", type=int, default=2, help="verify runs to time")
     args = ap.parse_args(argv)
-    train_src, prepare_src = (REPO / "train.py").read_text(), (REPO / "prepare.py").read_text()
+    from harness import knobs
+    profile = os.environ.get("AUTORESEARCH_PROFILE")
+    import prepare
+    profile = profile or prepare.PROFILE
+    # the train.py a tag on this profile commits: the profile's knob values written in
+    train_src = knobs.for_profile((REPO / "train.py").read_text(), profile)[0]
+    prepare_src = (REPO / "prepare.py").read_text()
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as d:
         run_dir = Path(d)
         t0 = time.time()
         src = run_dir / "src"
         src.mkdir()
-        for name in ("train.py", "prepare.py", "runtime.py"):
+        for name in ("prepare.py", "runtime.py"):
             (src / name).write_text((REPO / name).read_text())
-        profile = os.environ.get("AUTORESEARCH_PROFILE")
+        (src / "train.py").write_text(train_src)
         run = run_train(src, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),
                         env={"AUTORESEARCH_STEPS": str(args.steps)}, eval_rows=eval_rows(profile))
         if run.crash_class is not None:

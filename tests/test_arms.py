@@ -362,7 +362,7 @@ def test_optuna_arm_spends_exactly_randoms_budget(tmp_path):
 
 def knobs_source():
     from harness import knobs
-    return knobs.set_knobs((REPO / "train.py").read_text(), SMALL_BASE)
+    return knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], SMALL_BASE)
 
 
 def test_hybrid_is_skipped_without_an_llm(monkeypatch):

@@ -1,11 +1,14 @@
-"""Every attention backend that runs on CPU agrees with a float64 reference written out here."""
+"""Every attention backend that runs on CPU (runtime.py) agrees with a float64 reference written
+out here; the probe and cascade; the dtypes train.py's model hands to attention."""
 
 import math
 
 import pytest
 import torch
 
+import runtime
 import train
+from harness import knobs
 
 CPU = torch.device("cpu")
 CPU_BACKENDS = ["sdpa", "naive", "flex"]  # fa3 needs CUDA; gpu_check.py covers it on a device
@@ -48,11 +51,11 @@ def test_backend_matches_reference(backend, name, h, hkv, window):
     q, k, v = inputs(h, hkv)
     if backend not in TRAINABLE_ON_CPU:
         q, k, v = (t.detach() for t in (q, k, v))
-    train.set_attention_backend(backend, T, [window], CPU)
+    runtime.set_backend(backend, T, [window], CPU)
     try:
-        out = train.attend(q, k, v, window)
+        out = runtime.attention(q, k, v, window)
     finally:
-        train.set_attention_backend("sdpa")
+        runtime.set_backend("sdpa")
     ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
     ref = reference(*ref_inputs, window)
     assert out.shape == (B, T, h, D)
@@ -78,7 +81,7 @@ def test_reference_itself_is_causal_and_windowed():
 
 
 def test_layer_windows_follow_the_pattern_and_end_long():
-    cfg = train.model_config(512, 64, "tiny")
+    cfg = train.model_config(512, 64)
     cfg.update(n_layer=6, window_pattern="SSL", short_window_frac=0.25)
     assert train.layer_windows(cfg) == [16, 16, -1, 16, 16, -1]
     cfg.update(n_layer=3, window_pattern="S")
@@ -89,15 +92,15 @@ def test_probe_picks_sdpa_on_cpu_and_honours_forcing(monkeypatch, capsys):
     import contextlib
     args = (CPU, contextlib.nullcontext(), 4, 2, 8, T, [5, -1], False)
     monkeypatch.delenv("AUTORESEARCH_ATTN", raising=False)
-    assert train.probe_attention(*args) == "sdpa"
+    assert runtime.probe_attention(*args) == "sdpa"
     monkeypatch.setenv("AUTORESEARCH_ATTN", "naive")
-    assert train.probe_attention(*args) == "naive"
-    assert train._attention is train.attn_naive
+    assert runtime.probe_attention(*args) == "naive"
+    assert runtime._backend is runtime.attn_naive
     monkeypatch.setenv("AUTORESEARCH_ATTN", "fa3")  # no CUDA here: rejected with the reason printed
     with pytest.raises(RuntimeError, match="no attention backend"):
-        train.probe_attention(*args)
+        runtime.probe_attention(*args)
     assert "fa3 rejected" in capsys.readouterr().out
-    train.set_attention_backend("sdpa")
+    runtime.set_backend("sdpa")
 
 
 # --- issue 12: device keys, dtypes the model really feeds, the probe fed those dtypes ---------
@@ -107,25 +110,34 @@ BF16_AUTOCAST_CPU = dict(device_type="cpu", dtype=torch.bfloat16)
 
 def test_device_key_fills_in_the_index():
     """Masks were stored under str(device) ("cuda") and looked up under str(q.device) ("cuda:0")."""
-    assert train.device_key("cuda") == train.device_key("cuda:0") == train.device_key(torch.device("cuda", 0))
-    assert train.device_key("cpu") == train.device_key(torch.device("cpu", 0)) == ("cpu", 0)
-    assert train.device_key("cuda:1") != train.device_key("cuda:0")
+    assert runtime.device_key("cuda") == runtime.device_key("cuda:0") == runtime.device_key(torch.device("cuda", 0))
+    assert runtime.device_key("cpu") == runtime.device_key(torch.device("cpu", 0)) == ("cpu", 0)
+    assert runtime.device_key("cuda:1") != runtime.device_key("cuda:0")
 
 
 def test_flex_masks_built_for_an_indexed_device_are_found():
     """Masks prepared for torch.device("cpu", 0) serve tensors whose device prints as "cpu"."""
     q, k, v = (t.detach() for t in inputs(4, 2))
-    train.set_attention_backend("flex", T, [5], torch.device("cpu", 0))
+    runtime.set_backend("flex", T, [5], torch.device("cpu", 0))
     try:
-        out = train.attend(q, k, v, 5)
+        out = runtime.attention(q, k, v, 5)
     finally:
-        train.set_attention_backend("sdpa")
+        runtime.set_backend("sdpa")
     assert (out.double() - reference(q, k, v, 5)).abs().max().item() < 1e-5
 
 
+MODULES = {}
+
+
 def tiny_model(profile="tiny"):
+    """train.py's model at the profile's knob values (gpu: train.py's own, two layers for speed)."""
+    if profile not in MODULES:
+        MODULES[profile] = knobs.load_train(profile, name=f"train_{profile}")
+        if profile == "gpu":
+            MODULES[profile].DEPTH = 2
     torch.manual_seed(0)
-    return train.build_model(train.model_config(512, 64, profile))
+    mod = MODULES[profile]
+    return mod.build_model(mod.model_config(512, 64))
 
 
 @pytest.mark.parametrize("profile", ["tiny", "gpu"])
@@ -133,11 +145,11 @@ def test_the_model_feeds_attention_one_dtype_under_autocast(profile):
     """Value-embedding layers mixed an fp32 ve into a bf16 v: attention got (bf16, bf16, fp32)."""
     model = tiny_model(profile)
     assert any(train.has_value_embedding(i, model.cfg["n_layer"]) for i in range(model.cfg["n_layer"]))
-    dtypes = train.model_attention_dtypes(model, torch.amp.autocast(**BF16_AUTOCAST_CPU), CPU)
+    dtypes = runtime.model_attention_dtypes(model, torch.amp.autocast(**BF16_AUTOCAST_CPU), CPU)
     assert dtypes == [(torch.bfloat16,) * 3]
     import contextlib
-    assert train.model_attention_dtypes(tiny_model(), contextlib.nullcontext(), CPU) == [(torch.float32,) * 3]
-    assert train._attention is train.attn_sdpa  # the recording backend is put back
+    assert runtime.model_attention_dtypes(tiny_model(), contextlib.nullcontext(), CPU) == [(torch.float32,) * 3]
+    assert runtime._backend is runtime.attn_sdpa  # the recording backend is put back
 
 
 def test_gpu_recipe_keeps_embeddings_and_residual_in_bf16():
@@ -161,25 +173,56 @@ def strict_backend(seen):
         seen.append((q.dtype, k.dtype, v.dtype))
         if not q.dtype == k.dtype == v.dtype:
             raise RuntimeError(f"mixed dtypes {q.dtype} {k.dtype} {v.dtype}")
-        return train.attn_sdpa(q, k, v, window)
+        return runtime.attn_sdpa(q, k, v, window)
     return attend
 
 
 def test_probe_feeds_the_dtypes_the_model_produces(monkeypatch, capsys):
     seen = []
-    monkeypatch.setitem(train.ATTENTION_BACKENDS, "strict", strict_backend(seen))
+    monkeypatch.setitem(runtime.BACKENDS, "strict", strict_backend(seen))
     monkeypatch.setenv("AUTORESEARCH_ATTN", "strict")
     autocast = torch.amp.autocast(**BF16_AUTOCAST_CPU)
     model = tiny_model()
     cfg = model.cfg
     args = (CPU, autocast, cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"], T, [5, -1], False)
     try:
-        dtypes = train.model_attention_dtypes(model, autocast, CPU)
-        assert train.probe_attention(*args, dtypes) == "strict"
+        dtypes = runtime.model_attention_dtypes(model, autocast, CPU)
+        assert runtime.probe_attention(*args, dtypes) == "strict"
         assert set(seen) == {(torch.bfloat16,) * 3}
         # the mix the model used to produce is fed as given, and a strict backend is rejected for it
         with pytest.raises(RuntimeError, match="no attention backend"):
-            train.probe_attention(*args, [(torch.bfloat16, torch.bfloat16, torch.float32)])
+            runtime.probe_attention(*args, [(torch.bfloat16, torch.bfloat16, torch.float32)])
         assert "strict rejected: RuntimeError: mixed dtypes" in capsys.readouterr().out
     finally:
-        train.set_attention_backend("sdpa")
+        runtime.set_backend("sdpa")
+
+
+def test_the_cascade_skips_fa3_on_sm12x_with_the_reason(monkeypatch, capsys):
+    assert runtime.cascade(None) == (["sdpa", "naive"], {})
+    assert runtime.cascade((9, 0))[0] == ["fa3", "flex", "sdpa"]
+    names, skipped = runtime.cascade((12, 1))  # GB10
+    assert names == ["flex", "sdpa"] and "sm_121" in skipped["fa3"] and "no FA3 build" in skipped["fa3"]
+    monkeypatch.setenv("AUTORESEARCH_ATTN", "fa3")
+    assert runtime.attention_candidates(CPU) == (["fa3"], {})
+
+
+def test_a_backend_that_fails_only_under_compile_runs_eagerly(monkeypatch, capsys):
+    """No backend compiles (CXX=/bin/false: inductor cannot build its CPU code): the probe keeps
+    the first backend that works eagerly, says so loudly and notes it for the summary."""
+    import contextlib
+    monkeypatch.setenv("CXX", "/bin/false")
+    monkeypatch.delenv("AUTORESEARCH_ATTN", raising=False)
+    import torch._inductor.config as inductor_config
+    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "/bin/false"))
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)  # a cached kernel would need no compiler
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    monkeypatch.setattr(runtime, "COMPILE_NOTES", [])
+    torch._dynamo.reset()
+    try:
+        assert runtime.probe_attention(CPU, contextlib.nullcontext(), 2, 2, 8, T, [5, -1], True) == "sdpa"
+    finally:
+        torch._dynamo.reset()
+        runtime.set_backend("sdpa")
+    out = capsys.readouterr().out
+    assert "sdpa rejected under compile: InductorError" in out and "sdpa runs eagerly" in out
+    assert runtime.COMPILE_NOTES == ["attention: no backend compiles, sdpa eager"]

@@ -14,12 +14,14 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
+from harness import knobs
 from harness.queue_store import QueueStore
 from harness.runner import RunResult, run_train
 from tests.test_verify import NON_CAUSAL, make_artifact
 
 REPO = Path(__file__).resolve().parent.parent
-SRC = (REPO / "train.py").read_text()
+# train.py as a tiny-profile tag commits it (the loop writes the profile's knob values into the base)
+SRC = knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0]
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
 

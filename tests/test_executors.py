@@ -242,7 +242,7 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     the pinned inputs checked first: what the loop's run + judge do, as one job."""
     import prepare
     from harness import knobs
-    train = knobs.set_knobs((REPO / "train.py").read_text(), {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
+    train = knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
                                                                "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
     prep = (REPO / "prepare.py").read_text()
     run_dir = tmp_path / "run"

@@ -2,8 +2,10 @@
 deadline, per-step timeouts; and the gpu profile's reference metric settings in prepare.py."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +28,14 @@ def test_smoke_runs_every_step_on_cpu(tiny_cache, tmp_path):
     assert gpu_check.main(["--smoke", "--inline", "--out", str(out)]) == 0
     rows = read_results(out)
     assert [r["step"] for r in rows] == STEP_NAMES
+    assert STEP_NAMES[:6] == ["env", "data", "recipe", "graph", "recipe-warm", "fallback"]  # by value
     by = {r["step"]: r for r in rows}
     for name in STEP_NAMES:
         want = "skipped" if name in CPU_UNUSABLE else "ok"
         assert by[name]["status"] == want, (name, by[name])
     for name in CPU_UNUSABLE:
         assert "not usable here" in by[name]["reason"]
-    assert by["env"]["gemm_tflops"] > 0 and by["env"]["device"] == "cpu"
+    assert by["env"]["gemm_tflops"] > 0 and by["env"]["device"] == "cpu" and by["env"]["cascade"] == ["sdpa", "naive"]
     assert by["data"]["profile"] == "tiny" and len(by["data"]["fingerprint"]) == 12
     assert by["attn:sdpa"]["usable"] and by["attn:sdpa"]["eager"]["max_err_vs_fp64"] < 1e-4
     assert not by["attn:fa3"]["usable"] and "CUDA" in by["attn:fa3"]["reason"]
@@ -42,8 +45,16 @@ def test_smoke_runs_every_step_on_cpu(tiny_cache, tmp_path):
         # run as the loop runs it: sealed (no self-evaluation), the trusted evaluation is the figure
         assert r["summary"]["profile"] == "tiny" and r["summary"]["val_bpb"] == "sealed"
         assert r["verify"]["ok"] and r["verify"]["trusted_bpb"] > 0 and "sealed run" in r["verify"]["reason"]
-        assert r["clock"]["steps_seen"] > 0 and r["clock"]["startup_s"] > 0
-        assert (out / f"{name}.log").read_text().count("val_bpb:") == 1
+        assert r["clock"]["steps_seen"] > 0 and r["startup_s"] > 0 and r["tok_per_s"] > 0
+        assert 0 < r["duty_cycle_300s"] < 1 and r["overhead_s"] >= r["startup_s"]
+        assert r["causality"]["causal"] and (out / f"{name}.log").read_text().count("val_bpb:") == 1
+        assert (out / "steps" / f"{name}.json").exists()
+    assert by["recipe"]["compile_cache"] == "write" and by["recipe-warm"]["compile_cache"] == "read"
+    g = by["graph"]   # fp32 on CPU: the replay is bitwise stable and the prefix does not move
+    assert g["run_to_run_bitwise"] and g["prefix_bitwise"] and g["suffix_changed"] and g["vs_eager_max_diff"] < 1e-4
+    f = by["fallback"]   # compile forced on with a broken compiler: eager, loudly, and it trains
+    assert f["steps"] == 3 and any("model runs eagerly" in ln for ln in f["compile_lines"])
+    assert f["compile"].startswith("attention: no backend compiles")
     log = (out / "gpu_check.log").read_text()
     assert "== recipe" in log and "-- recipe: ok" in log and "[model:sdpa]" in log
 
@@ -70,6 +81,55 @@ def test_plain_python_runs_a_step_in_a_subprocess_and_enforces_its_timeout(tiny_
     assert "killed after" in rows[0]["reason"] and rows[0]["seconds"] < 15
     assert proc.returncode == 1  # a step that timed out fails the check
     assert "-- env: timeout" in (out / "gpu_check.log").read_text()
+
+
+def _ours(marker):
+    """Pids whose command line or working directory names `marker` (this test's processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if marker in cmd or marker in cwd:
+            found.append((int(entry.name), cmd[:120]))
+    return found
+
+
+def test_a_check_killed_mid_recipe_leaves_its_log_and_partial_result_and_no_process(tiny_cache, tmp_path):
+    """The device call ends (kill -9 of the check itself) while train.py trains: what was measured
+    is on disk (the run's log streamed into OUT, the step's partial result), and the step's
+    process group, train.py with it, is gone within seconds."""
+    out = tmp_path / "out"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))   # the check's scratch folder lands here: findable
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--smoke", "--steps", "recipe",
+                             "--budget", "600", "--out", str(out)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = out / "recipe.log"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and (not log.exists() or log.read_text().count("\nstep ") < 2):
+            assert proc.poll() is None, "the check ended by itself"
+            time.sleep(0.5)
+        assert log.exists() and log.read_text().count("\nstep ") >= 2, "train.py never got going"
+        assert _ours(str(scratch)), "no process of the run to kill"
+    finally:
+        proc.kill()    # the check itself, not its group: the step must notice and end its own
+        proc.wait()
+    for _ in range(40):
+        if not _ours(str(scratch)):
+            break
+        time.sleep(0.5)
+    assert not _ours(str(scratch)), _ours(str(scratch))
+    partial = json.loads((out / "steps" / "recipe.json").read_text())
+    assert partial["phase"] == "training" and partial["log"] == "recipe.log" and not partial.get("done")
+    assert log.read_text().count("\nstep ") >= 2         # the log as it was streamed, kept
+    assert not (out / "results.jsonl").exists() or "recipe" not in (out / "results.jsonl").read_text()
 
 
 PROFILE_VALUES = """

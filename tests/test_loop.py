@@ -6,6 +6,7 @@ keep/discard bookkeeping, refusals, kill -9 and Ctrl-C followed by --resume, gua
 crash fixes and the rebase of a prefetched proposal.
 """
 import json
+import re
 import os
 import signal
 import subprocess
@@ -45,9 +46,11 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
             # the row shows the figure the decision rests on: trusted (mean over reruns) when verified
             shown = rec["trusted_bpb"] if rec.get("trusted_bpb") is not None else rec["summary"]["val_bpb"]
             assert row["val_bpb"] == pytest.approx(shown, abs=1e-6)
-    # the branch holds the baseline (the base commit) and the kept commits, nothing else
-    kept = [r["commit"] for r in records if r["status"] == "keep" and r["commit"] != user_head]
-    assert branch_commits(repo, tag) == [user_head] + kept
+    # the branch holds the baseline (the base commit: the user's, or on top of it the commit that
+    # writes the profile's knob values in) and the kept commits, nothing else
+    base = json.loads((wt / "run.json").read_text())["base_commit"]
+    kept = [r["commit"] for r in records if r["status"] == "keep" and r["commit"] not in (user_head, base)]
+    assert branch_commits(repo, tag) == list(dict.fromkeys([user_head, base])) + kept
     refs = dict(l.split(" ") for l in git(repo, "for-each-ref", "--format=%(refname) %(objectname)",
                                           f"refs/autoresearch/{tag}/discarded").splitlines() if l)
     for rec in records:
@@ -83,7 +86,18 @@ def test_loop_real_train(tiny_cache, tmp_path):
     wt = repo / ".autoresearch" / "t"
     assert f"results: {wt / 'results.tsv'}" in p.stdout
     records, rows = check_run(repo, "t", 3, user_head)
-    assert records[0]["proposer"] == "baseline" and records[0]["commit"] == user_head
+    # train.py holds the reference's values: the tag's base is the commit that writes the tiny
+    # profile's values in (a knob the test moved, DEPTH 2, keeps its value), and it is the baseline
+    run_json = json.loads((wt / "run.json").read_text())
+    base = run_json["base_commit"]
+    assert git(repo, "rev-parse", f"{base}^") == user_head and records[0]["commit"] == base
+    assert git(repo, "log", "-1", "--format=%s", base) == "baseline: the tiny profile's knob values"
+    base_knobs = knobs.values(git(repo, "show", f"{base}:train.py"))
+    assert base_knobs["DEPTH"] == 2 and base_knobs["HEAD_DIM"] == 64 and base_knobs["COMPILE"] is False
+    diff = git(repo, "diff", user_head, base, "--", "train.py")
+    changed = [ln for ln in diff.splitlines() if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))]
+    assert changed and all(re.match(r"^[+-][A-Z_]+ = ", ln) for ln in changed)   # knob lines only
+    assert records[0]["proposer"] == "baseline"
     for rec in records:
         if rec["status"] != "crash":
             assert rec["summary"]["profile"] == "tiny" and rec["summary"]["num_steps"] == 2
@@ -92,8 +106,7 @@ def test_loop_real_train(tiny_cache, tmp_path):
             assert rec["verdicts"]["verify"]["ok"] and rec["trusted_bpb"] is not None and rec["verify_seconds"] > 0
         assert (wt / rec["log"]).exists()
     assert all(r["proposer"] == "offline" for r in records[1:])
-    run_json = json.loads((wt / "run.json").read_text())
-    assert run_json["budget"] == 2 and run_json["profile"] == "tiny" and run_json["base_commit"] == user_head
+    assert run_json["budget"] == 2 and run_json["profile"] == "tiny"
     assert len(run_json["fingerprint"]) == 12
     spans = [json.loads(l)["name"] for l in (wt / "traces.jsonl").read_text().splitlines()]
     assert {"propose", "run", "judge"} <= set(spans)

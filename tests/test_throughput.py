@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def small_train(tiny_cache, tmp_path_factory):
     folder = tmp_path_factory.mktemp("cands")
-    src = knobs.set_knobs((REPO / "train.py").read_text(), SMALL_BASE)
+    src = knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], SMALL_BASE)
     path = folder / "small.py"
     path.write_text(src)
     return path

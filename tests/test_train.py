@@ -1,4 +1,5 @@
-"""train.py end to end on the tiny profile: summary block, artifact round trip, WSD resume, fast-fail."""
+"""train.py end to end on the tiny profile: summary block, artifact round trip, WSD resume, fast-fail;
+its knobs (the reference's values) and the cpu/tiny profiles' values (runtime.PROFILE_KNOBS)."""
 
 import hashlib
 import math
@@ -12,12 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
+import runtime
 import train
+from harness import knobs
 
 REPO = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = ["val_bpb", "training_seconds", "total_seconds", "peak_vram_mb", "mfu_percent",
                 "total_tokens_M", "num_steps", "num_params_M", "depth", "eval_seconds", "attn_backend",
-                "device", "profile", "data"]
+                "compile", "peak_flops", "device", "profile", "data"]
 KNOBS = ["DEPTH", "ASPECT_RATIO", "HEAD_DIM", "KV_HEAD_RATIO", "WINDOW_PATTERN", "DEVICE_BATCH_SIZE",
          "TOTAL_BATCH_SIZE", "MATRIX_LR", "EMBEDDING_LR", "UNEMBEDDING_LR", "SCALAR_LR", "WEIGHT_DECAY",
          "WARMUP_RATIO", "WARMDOWN_RATIO", "FINAL_LR_FRAC", "SEED"]
@@ -26,6 +29,12 @@ KNOBS = ["DEPTH", "ASPECT_RATIO", "HEAD_DIM", "KV_HEAD_RATIO", "WINDOW_PATTERN",
 # schedule that is not applied) moves them by orders of magnitude more.
 RESUME_TOLERANCE = 2e-6
 STEP_LINE = re.compile(r"^step (\d+) \| loss ([0-9.]+)", re.M)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """train.py as the tiny profile runs it: its source with the profile's knob values written in."""
+    return knobs.load_train("tiny")
 
 
 def run_train(env, cwd=REPO, script=None, **extra):
@@ -44,11 +53,14 @@ def losses(stdout):
     return {int(s): float(v) for s, v in STEP_LINE.findall(stdout)}
 
 
-def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path):
+def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path, tiny):
     import prepare
     artifact = tmp_path / "artifacts" / "exp-0001.pt"
     proc = run_train(tiny_cache, AUTORESEARCH_TIME_BUDGET=3, AUTORESEARCH_ARTIFACT=artifact)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # a bare run on the tiny profile runs the profile's values, and says which
+    assert "profile tiny: running these knobs at the profile's values" in proc.stdout
+    assert "DEPTH=4" in proc.stdout and "COMPILE=False" in proc.stdout
     lines = summary_of(proc.stdout)
     assert [ln.split(":")[0] for ln in lines] == SUMMARY_KEYS  # exactly these keys, in this order
     for ln in lines:
@@ -62,18 +74,19 @@ def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path):
     assert float(s["peak_vram_mb"]) > 50  # max RSS of a process that imported torch
     assert float(s["mfu_percent"]) == 0.0  # CPU: no peak figure, reported as zero
     assert int(s["num_steps"]) >= 1 and float(s["num_params_M"]) > 0
-    assert int(s["depth"]) == train.DEPTH and float(s["eval_seconds"]) > 0
-    assert (s["attn_backend"], s["device"], s["profile"]) == ("sdpa", "cpu", "tiny")
+    assert int(s["depth"]) == tiny.DEPTH == 4 and float(s["eval_seconds"]) > 0
+    assert (s["attn_backend"], s["compile"], s["device"], s["profile"]) == ("sdpa", "off", "cpu", "tiny")
     assert s["data"] == prepare.data_fingerprint()
     # the artifact rebuilds into the same model: evaluating it again gives the printed val_bpb
     saved = torch.load(artifact, weights_only=True)
     assert set(saved) == {"config", "state_dict", "train_py_sha", "graph", "constants"}
     assert saved["train_py_sha"] == hashlib.sha256((REPO / "train.py").read_bytes()).hexdigest()
+    assert saved["config"] == tiny.model_config(512, prepare.MAX_SEQ_LEN)
     model = train.build_model(saved["config"])
     model.load_state_dict(saved["state_dict"])
     torch.set_num_threads(1)
     with torch.no_grad():
-        bpb = prepare.evaluate_bpb(model, prepare.Tokenizer.from_directory(), train.DEVICE_BATCH_SIZE)
+        bpb = prepare.evaluate_bpb(model, prepare.Tokenizer.from_directory(), tiny.DEVICE_BATCH_SIZE)
     assert abs(bpb - float(s["val_bpb"])) < 2e-6
     # ...and so does its recorded graph, replayed as the trusted evaluator replays it
     from harness import graph
@@ -84,9 +97,9 @@ def test_end_to_end_summary_and_artifact(tiny_cache, tmp_path):
     assert abs(replayed - float(s["val_bpb"])) < 2e-6
 
 
-def test_build_model_round_trip(tmp_path):
+def test_build_model_round_trip(tmp_path, tiny):
     torch.manual_seed(0)
-    cfg = train.model_config(512, 64, "tiny")
+    cfg = tiny.model_config(512, 64)
     cfg["n_kv_head"] = cfg["n_head"] // 2  # GQA, so the config really carries it
     model = train.build_model(cfg)
     with torch.no_grad():  # move off the initialisation (zero projections would hide a bad load)
@@ -144,19 +157,95 @@ def test_nan_fast_fail(tiny_cache, tmp_path):
     assert "val_bpb:" not in proc.stdout
 
 
-def test_knobs_are_one_line_literals_that_reach_every_profile(monkeypatch):
+def test_a_compile_failure_falls_back_to_eager_loudly(tiny_cache, tmp_path):
+    """COMPILE on, with a C++ compiler that does not work (CXX=/bin/false: inductor's CPU code
+    cannot build, a real failure, not a mock): attention, the model and the reference Muon step
+    each fall back to eager with one loud line, the summary says why, and the run trains exactly
+    as the eager run does."""
+    source, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
+    (tmp_path / "train.py").write_text(knobs.set_knobs(source, {"COMPILE": True, "MUON_VARIANT": "reference"}))
+    (tmp_path / "eager.py").write_text(knobs.set_knobs(source, {"MUON_VARIANT": "reference"}))
+    env = dict(tiny_cache, AUTORESEARCH_KNOBS_AS_WRITTEN="1", AUTORESEARCH_STEPS="2", CXX="/bin/false",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    broken = run_train(env, cwd=tmp_path, script=tmp_path / "train.py")
+    eager = run_train(env, cwd=tmp_path, script=tmp_path / "eager.py")
+    assert broken.returncode == 0, broken.stdout[-3000:] + broken.stderr[-3000:]
+    out = broken.stdout
+    for name in ("model", "muon step", "evaluation"):
+        assert f"COMPILE FAILED: {name} runs eagerly (InductorError" in out, name
+    assert "none works under compile; sdpa runs eagerly" in out
+    compile_line = re.search(r"^compile:\s+(.*)$", out, re.M).group(1)
+    assert compile_line.startswith("attention: no backend compiles") and "model: InductorError" in compile_line
+    assert losses(out) == losses(eager.stdout) and len(losses(out)) == 2
+    assert re.search(r"^compile:\s+off$", eager.stdout, re.M)
+
+
+def test_knobs_are_one_line_literals_at_the_reference_values(monkeypatch):
     source = (REPO / "train.py").read_text()
     for name in KNOBS:
         found = re.findall(rf"^{name} = (.+?)  # \S", source, re.M)
         assert len(found) == 1, f"{name} must be one `NAME = literal  # why` line"
         assert repr(eval(found[0])) == repr(getattr(train, name))  # a plain literal
-    gpu = train.model_config(8192, 2048, "gpu")
+    assert not re.findall(r"^GPU_\w+ =", source, re.M)  # no multipliers: the values are what runs on a GPU
+    gpu = train.model_config(8192, 2048)
     assert (gpu["n_layer"], gpu["n_embd"], gpu["n_head"], gpu["head_dim"]) == (8, 512, 4, 128)  # the reference shape
-    monkeypatch.setattr(train, "DEPTH", 2)
-    assert train.model_config(512, 64, "cpu")["n_layer"] == 2
+    assert gpu["embed_dtype"] == "bfloat16"
     monkeypatch.setattr(train, "KV_HEAD_RATIO", 2)
-    gpu = train.model_config(8192, 2048, "gpu")
-    assert gpu["n_layer"] == 4 and gpu["n_kv_head"] * 2 == gpu["n_head"]
+    monkeypatch.setattr(train, "DEPTH", 4)
+    cfg = train.model_config(8192, 2048)
+    assert cfg["n_layer"] == 4 and cfg["n_kv_head"] * 2 == cfg["n_head"]
+
+
+# The values the cpu and tiny profiles ran before train.py held the reference's (docs/gpu.md:
+# the old base knobs and their gpu multipliers); the recorded CPU baseline rests on them.
+CPU_VALUES = {"DEPTH": 4, "ASPECT_RATIO": 32, "HEAD_DIM": 64, "DEVICE_BATCH_SIZE": 8, "TOTAL_BATCH_SIZE": 2048,
+              "MATRIX_LR": 0.02, "EMBEDDING_LR": 0.3, "WEIGHT_DECAY": 0.0, "MUON_VARIANT": "classic",
+              "EMBED_DTYPE": "float32", "GRAD_CLIP": 1.0, "STARTUP_STEPS": 3, "COMPILE": False}
+GPU_VALUES = {"DEPTH": 8, "ASPECT_RATIO": 64, "HEAD_DIM": 128, "DEVICE_BATCH_SIZE": 128, "TOTAL_BATCH_SIZE": 2 ** 19,
+              "MATRIX_LR": 0.04, "EMBEDDING_LR": 0.6, "WEIGHT_DECAY": 0.2, "MUON_VARIANT": "reference",
+              "EMBED_DTYPE": "bfloat16", "GRAD_CLIP": 0.0, "STARTUP_STEPS": 10, "COMPILE": True}
+
+
+def test_train_py_is_the_reference_and_the_small_profiles_run_the_old_values(tiny):
+    assert {k: getattr(train, k) for k in GPU_VALUES} == GPU_VALUES
+    assert {k: getattr(tiny, k) for k in CPU_VALUES} == CPU_VALUES
+    source = (REPO / "train.py").read_text()
+    cpu_source, changes = knobs.for_profile(source, "cpu")
+    assert changes == CPU_VALUES and knobs.for_profile(source, "tiny")[1] == CPU_VALUES
+    assert knobs.for_profile(source, "gpu") == (source, {})
+    assert knobs.for_profile(cpu_source, "cpu") == (cpu_source, {})  # applied once: nothing left to apply
+    # the harness reads the table from runtime.py's text; runtime applies the same in memory
+    assert runtime.profile_changes(knobs.values(source), "cpu") == CPU_VALUES
+    # a knob already moved off train.py's value keeps it (the tests' small models, a user's edit)
+    moved = knobs.set_knobs(source, {"DEPTH": 2, "TOTAL_BATCH_SIZE": 256})
+    new, changes = knobs.for_profile(moved, "cpu")
+    assert "DEPTH" not in changes and "TOTAL_BATCH_SIZE" not in changes and changes["HEAD_DIM"] == 64
+    assert knobs.values(new)["DEPTH"] == 2
+    # only the value lines change: a diff of the tag's base commit is the knob block alone
+    changed = [i for i, (a, b) in enumerate(zip(source.splitlines(), cpu_source.splitlines())) if a != b]
+    assert len(changed) == len(CPU_VALUES) and max(changed) < source.splitlines().index("# Runtime") + 5
+
+
+USE_PROFILE = """
+import os, runtime, sys, types
+m = types.ModuleType("fake_train"); sys.modules["fake_train"] = m
+m.DEPTH, m.HEAD_DIM, m.SEED = 8, 100, 42
+print(runtime.use_profile_knobs("fake_train", os.environ["P"]), m.DEPTH, m.HEAD_DIM)
+"""
+
+
+@pytest.mark.parametrize("profile,as_written,want", [
+    ("cpu", False, "{'DEPTH': 4} 4 100"), ("tiny", False, "{'DEPTH': 4} 4 100"),
+    ("gpu", False, "{} 8 100"), ("cpu", True, "{} 8 100")])
+def test_use_profile_knobs_by_hand_and_as_written_in_the_harness(profile, as_written, want):
+    import os
+    env = dict(os.environ, P=profile)
+    env.pop("AUTORESEARCH_KNOBS_AS_WRITTEN", None)
+    if as_written:
+        env["AUTORESEARCH_KNOBS_AS_WRITTEN"] = "1"
+    out = run_python(USE_PROFILE, env).stdout.strip().splitlines()
+    assert out[-1] == want
+    assert (f"profile {profile}: running these knobs at the profile's values" in out[0]) == want.startswith("{'")
 
 
 def test_wsd_schedule_under_a_step_budget():
@@ -172,37 +261,41 @@ def test_wsd_schedule_under_a_step_budget():
 
 
 def test_peak_flops_match_exact_device_names(capsys):
-    assert train.peak_flops_for("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)  # SXM
-    assert train.peak_flops_for("NVIDIA H100 PCIe") == pytest.approx(756.5e12)  # not SXM's peak
-    assert train.peak_flops_for("NVIDIA H100 NVL") == pytest.approx(835.5e12)
-    assert train.peak_flops_for("nvidia  h200") == pytest.approx(989.4e12)  # case and spacing ignored
-    for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA B200", "NVIDIA GB10",
+    assert runtime.peak_flops_for("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)  # SXM
+    assert runtime.peak_flops_for("NVIDIA H100 PCIe") == pytest.approx(756.5e12)  # not SXM's peak
+    assert runtime.peak_flops_for("NVIDIA H100 NVL") == pytest.approx(835.5e12)
+    assert runtime.peak_flops_for("nvidia  h200") == pytest.approx(989.4e12)  # case and spacing ignored
+    for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA B200",
                  "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090", "NVIDIA GH200 480GB"):
-        assert train.peak_flops_for(name) > 1e14, name
+        assert runtime.peak_flops_for(name) > 1e14, name
+    # no substring guesses; GB10 has no datasheet bf16 figure, so peak_flops() measures a GEMM there
+    for name in ("NVIDIA H100", "NVIDIA H100 PCIe (MIG 1g.10gb)", "Tesla T4", "NVIDIA GB10"):
+        assert runtime.peak_flops_for(name) == 0.0
+    assert runtime.peak_flops(torch.device("cpu")) == (0.0, "none on CPU")
     assert capsys.readouterr().out == ""
-    for name in ("NVIDIA H100", "NVIDIA H100 PCIe (MIG 1g.10gb)", "Tesla T4"):  # no substring guesses
-        assert train.peak_flops_for(name) == 0.0
-        assert f"unknown device {name!r}" in capsys.readouterr().out
 
 
 def test_mfu_is_flops_of_the_counted_steps_over_their_seconds():
-    assert train.mfu_percent(1e12, 10, 2.0, 1e13) == pytest.approx(50.0)
+    assert runtime.mfu_percent(1e12, 10, 2.0, 1e13) == pytest.approx(50.0)
     # a resumed run: 400 steps before (not in this process), 100 counted here in 20 s. Dividing the
     # resumed 100 s of training by the 100 local steps would read 5x too low.
-    assert train.mfu_percent(2e12, 100, 20.0, 1e14) == pytest.approx(10.0)
+    assert runtime.mfu_percent(2e12, 100, 20.0, 1e14) == pytest.approx(10.0)
     for args in ((1e12, 0, 2.0, 1e13), (1e12, 10, 0.0, 1e13), (1e12, 10, 2.0, 0.0)):
-        assert train.mfu_percent(*args) == 0.0
+        assert runtime.mfu_percent(*args) == 0.0
 
 
-def test_gpu_profile_is_the_reference_recipe():
-    cpu, gpu = train.effective_knobs("cpu"), train.effective_knobs("gpu")
-    assert (gpu["head_dim"], gpu["matrix_lr"], gpu["embedding_lr"], gpu["weight_decay"]) == (128, 0.04, 0.6, 0.2)
-    assert (gpu["muon_variant"], gpu["bf16_embeddings"], gpu["grad_clip"]) == ("reference", True, 0.0)
-    assert (gpu["rows"], gpu["total"], gpu["depth"]) == (128, 2 ** 19, 8)
-    # cpu and tiny are untouched: the recorded CPU baseline depends on it
-    assert cpu == train.effective_knobs("tiny")
-    assert (cpu["head_dim"], cpu["matrix_lr"], cpu["embedding_lr"], cpu["weight_decay"]) == (64, 0.02, 0.3, 0.0)
-    assert (cpu["muon_variant"], cpu["bf16_embeddings"], cpu["grad_clip"]) == ("classic", False, 1.0)
+def test_ptxas_is_chosen_by_its_version(tmp_path, monkeypatch, capsys):
+    """ensure_ptxas takes a ptxas only when `ptxas --version` says CUDA 13 or later."""
+    fake = tmp_path / "ptxas"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    fake.chmod(0o755)
+    assert runtime.ptxas_version(str(fake)) == (12, 4)
+    assert runtime.ptxas_version(str(tmp_path / "missing")) is None
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setattr(runtime.glob, "glob", lambda pattern: [str(fake)])
+    assert runtime.ensure_ptxas() is None and "no CUDA 13 ptxas" in capsys.readouterr().out
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    assert runtime.ensure_ptxas() == str(fake) and runtime.os.environ["TRITON_PTXAS_PATH"] == str(fake)
 
 
 def test_polar_express_orthogonalises_and_normuon_keeps_the_norm():
@@ -242,14 +335,16 @@ def nn_param(rows):
     return torch.nn.Parameter(torch.tensor(rows))
 
 
-def test_schedule_fades_the_reference_decay_only():
+def test_schedule_fades_the_reference_decay_only(tiny, monkeypatch):
     torch.manual_seed(0)
-    model = train.build_model(train.model_config(512, 64, "tiny"))
+    model = tiny.build_model(tiny.model_config(512, 64))
     plan = {"budget": 100.0, "steps": 0, "decay_steps": 0, "warmup_steps": 0}
-    ref = train.MuonAdamW(model, dict(train.effective_knobs("tiny"), muon_variant="reference", weight_decay=0.2))
-    classic = train.MuonAdamW(model, dict(train.effective_knobs("tiny"), weight_decay=0.2))
+    monkeypatch.setattr(tiny, "WEIGHT_DECAY", 0.2)
+    classic = tiny.MuonAdamW(model)
+    monkeypatch.setattr(tiny, "MUON_VARIANT", "reference")
+    ref = tiny.MuonAdamW(model)
     for opt in (ref, classic):
-        train.apply_schedule(opt, 5, 75.0, plan)
+        tiny.apply_schedule(opt, 5, 75.0, plan)
     assert [g["weight_decay"] for g in ref.muon.param_groups] == pytest.approx([0.05] * len(ref.muon.param_groups))
     assert {g["weight_decay"] for g in classic.muon.param_groups} == {0.2}
     # under a step budget: untouched before the cool-down whatever the budget (resumable), then faded
@@ -258,14 +353,16 @@ def test_schedule_fades_the_reference_decay_only():
         assert [train.weight_decay_multiplier(s, 0.0, plan) for s in range(n - 5, n)] == [1.0, 0.75, 0.5, 0.25, 0.0]
 
 
-def test_reference_recipe_trains_on_cpu_at_a_tiny_shape():
-    """The gpu recipe's optimizer and bf16 embeddings under autocast: a few steps lower the loss."""
+def test_reference_recipe_trains_on_cpu_at_a_tiny_shape(monkeypatch):
+    """train.py's own (gpu) recipe, optimizer and bf16 embeddings under autocast, two layers: a
+    few steps lower the loss."""
     torch.manual_seed(0)
-    knobs = train.effective_knobs("gpu")
-    cfg = train.model_config(64, 16, "tiny")
-    cfg["embed_dtype"] = "bfloat16"
+    monkeypatch.setattr(train, "DEPTH", 2)
+    cfg = train.model_config(64, 16)
+    assert cfg["embed_dtype"] == "bfloat16"
     model = train.build_model(cfg)
-    opt = train.MuonAdamW(model, knobs)
+    opt = train.MuonAdamW(model)
+    assert {g["variant"] for g in opt.muon.param_groups} == {"reference"}
     plan = {"budget": 100.0, "steps": 8, "decay_steps": 0, "warmup_steps": 0}
     x = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     losses = []
@@ -287,10 +384,10 @@ def run_python(code, env=None, timeout=60):
 
 
 LOAD_FA3 = """
-import os, time, train
+import os, time, runtime
 t = time.monotonic()
 try:
-    train.load_fa3()
+    runtime.load_fa3()
     print("loaded")
 except Exception as e:
     print("failed", type(e).__name__)
@@ -315,11 +412,11 @@ def test_load_fa3_fails_fast_when_the_hub_is_unreachable(endpoint, tmp_path):
 
 def test_hub_check_has_a_deadline_and_is_skipped_when_offline_is_set(monkeypatch):
     t = time.monotonic()
-    reason = train.hub_unreachable_reason("http://127.0.0.1:9", deadline=1.0)
+    reason = runtime.hub_unreachable_reason("http://127.0.0.1:9", deadline=1.0)
     assert "cannot connect to 127.0.0.1:9" in reason and time.monotonic() - t < 3
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(train, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
-    assert train.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
+    monkeypatch.setattr(runtime, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
+    assert runtime.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
 
 
 def test_reference_muon_state_round_trips():

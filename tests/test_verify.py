@@ -13,15 +13,19 @@ import torch
 
 import runtime
 from harness import graph as G
+from harness import knobs
 from harness.verify import EVAL_ROWS, eval_rows, judge_worker_output, tolerance, verify
 
 REPO = Path(__file__).resolve().parent.parent
-SRC = (REPO / "train.py").read_text()
-CAUSAL_SDPA = "y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)"
+# train.py as a tiny-profile tag commits it (the loop writes the profile's knob values into the base)
+SRC = knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0]
+CAUSAL_ATTENTION = "y = runtime.attention(q, k, v.to(q.dtype), window)"
+BIDIRECTIONAL = ("y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), "
+                 "v.to(q.dtype).transpose(1, 2)).transpose(1, 2)")
 FORWARD_EMBED = "        x = x0 = norm(self.wte(idx))\n"
 # Ways to see the future, each a replacement in train.py (the evaluator sees only their graphs).
 NON_CAUSAL = {
-    "bidirectional attention": (CAUSAL_SDPA, CAUSAL_SDPA.replace("is_causal=True", "is_causal=False")),
+    "bidirectional attention": (CAUSAL_ATTENTION, BIDIRECTIONAL),
     "the next token's embedding added in": (
         FORWARD_EMBED, FORWARD_EMBED + "        x = x + 0.5 * norm(self.wte(torch.roll(idx, -1, dims=1)))\n"),
     "a peek at every 8th position only": (
@@ -48,7 +52,7 @@ def make_artifact(source: str, folder: Path, name="train_under_test", sha_of=Non
     mod = load_module(source, folder, name)
     tok = prepare.Tokenizer.from_directory()
     V, T = tok.get_vocab_size(), prepare.MAX_SEQ_LEN
-    cfg = mod.model_config(V, T, prepare.PROFILE)
+    cfg = mod.model_config(V, T)
     torch.manual_seed(0)
     model = mod.build_model(cfg)
     with torch.no_grad():   # random weights: c_proj starts at zero, which would hide attention
@@ -112,7 +116,7 @@ def _graph_of(tmp_path):
     """A real recorded graph (and weights) to forge variants of."""
     import prepare
     mod = load_module(SRC, tmp_path, "base_train")
-    cfg = mod.model_config(prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN, prepare.PROFILE)
+    cfg = mod.model_config(prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN)
     model = mod.build_model(cfg).eval()
     tokens = torch.zeros(8, prepare.MAX_SEQ_LEN, dtype=torch.long)
     spec, consts = runtime.record_graph(model, tokens)

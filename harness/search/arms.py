@@ -211,7 +211,7 @@ def run_arms(train: Path, out: Path, *, seeds, max_steps, min_steps, eta, budget
     from harness.search.space import Space
 
     from harness import knobs
-    source = train.read_text()
+    source, _ = knobs.for_profile(train.read_text(), prepare.PROFILE)   # the profile's knob values
     if base_knobs:
         source = knobs.set_knobs(source, base_knobs)
     space = Space.for_source(source)

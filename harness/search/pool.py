@@ -33,13 +33,16 @@ from harness.summary import parse_summary
 TASK_TIMEOUT = 1800.0
 # Environment variables a task sets; anything else comes from the pool's base environment.
 TASK_ENV = ("AUTORESEARCH_STEPS", "AUTORESEARCH_DECAY_STEPS", "AUTORESEARCH_SAVE_STATE",
-            "AUTORESEARCH_RESUME_STATE", "AUTORESEARCH_SEED", "AUTORESEARCH_THREADS")
+            "AUTORESEARCH_RESUME_STATE", "AUTORESEARCH_SEED", "AUTORESEARCH_THREADS",
+            "AUTORESEARCH_KNOBS_AS_WRITTEN")
 
 
 def task_env(task: Task) -> dict[str, str]:
     env = {"AUTORESEARCH_STEPS": str(task.steps + task.decay_steps),
            "AUTORESEARCH_DECAY_STEPS": str(task.decay_steps),
-           "AUTORESEARCH_SEED": str(task.seed), "AUTORESEARCH_THREADS": str(task.threads)}
+           "AUTORESEARCH_SEED": str(task.seed), "AUTORESEARCH_THREADS": str(task.threads),
+           # a candidate's source carries its profile's knob values already (harness/knobs.for_profile)
+           "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"}
     if task.save is not None:
         env["AUTORESEARCH_SAVE_STATE"] = str(task.save)
     if task.resume is not None:

@@ -68,6 +68,26 @@ class Spec:
         return min(1.0, max(0.0, (v - lo) / (hi - lo))) if hi > lo else 0.5
 
 
+def around(spec: tuple, value) -> tuple:
+    """The spec itself when the committed value lies inside its range; else a range of the same
+    width (a log range: the same ratio) centred on the value, so the search brackets what the
+    file runs (the gpu profile's DEPTH 8 lies above the cpu-sized DEFAULT_SPECS range)."""
+    kind = spec[0]
+    if kind == "choice" or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return spec
+    lo, hi = spec[1], spec[2]
+    if lo <= value <= hi:
+        return spec
+    if kind == "log" and value > 0:
+        r = math.sqrt(hi / lo)
+        return (kind, knobs.normalize(value / r), knobs.normalize(value * r))
+    if kind == "int":
+        half = (hi - lo) // 2
+        return (kind, max(1, value - half), value + half)
+    half = (hi - lo) / 2
+    return (kind, knobs.normalize(max(0.0, value - half) if lo >= 0 else value - half), knobs.normalize(value + half))
+
+
 class Space:
     def __init__(self, specs: dict[str, tuple]):
         self.specs = {}
@@ -97,7 +117,7 @@ class Space:
             want_int = spec[0] == "int"
             if want_int != (type(have[name]) is int) and spec[0] != "choice":
                 continue
-            picked[name] = spec
+            picked[name] = around(spec, have[name])
         if only:
             unknown = [n for n in only if n not in picked]
             if unknown:

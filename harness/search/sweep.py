@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sw
     import prepare
     from harness import knobs
     from harness.search.space import SMALL_BASE
-    source = Path(args.train).read_text()
+    source, _ = knobs.for_profile(Path(args.train).read_text(), prepare.PROFILE)   # the profile's knob values
     if args.small:
         source = knobs.set_knobs(source, SMALL_BASE)
     space = Space.for_source(source, only=[k for k in args.knobs.split(",") if k] or None)

@@ -67,11 +67,13 @@ def tune(train: Path, prepare_dir: Path, steps: int = TUNE_STEPS, small: bool = 
     from harness import knobs
     from harness.search.space import SMALL_BASE
     cores = os.cpu_count() or 1
-    source = train.read_text()
-    work = Path(tempfile.mkdtemp(prefix="tune-"))
+    import prepare
+    source, _ = knobs.for_profile(train.read_text(), prepare.PROFILE)   # the profile's knob values
     if small:                              # tune for the small model (what bench and quick arms run)
-        train = work / "small_train.py"
-        train.write_text(knobs.set_knobs(source, SMALL_BASE))
+        source = knobs.set_knobs(source, SMALL_BASE)
+    work = Path(tempfile.mkdtemp(prefix="tune-"))
+    train = work / ("small_train.py" if small else "train.py")
+    train.write_text(source)
     results = {}
     try:
         for workers, threads in splits(cores):
@@ -119,7 +121,8 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
     `executor` ("local" or "ray") a third arm runs the harness's schedule on that executor."""
     from harness import knobs
     from harness.search.space import SMALL_BASE
-    source = train.read_text()
+    import prepare
+    source, _ = knobs.for_profile(train.read_text(), prepare.PROFILE)   # the profile's knob values
     if small:
         source = knobs.set_knobs(source, SMALL_BASE)
     space = Space.for_source(source)
