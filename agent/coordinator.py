@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
+from harness import knobs
+
 
 class Coordinator:
     def __init__(self, last_kept: str | None = None):
@@ -58,6 +60,12 @@ class Coordinator:
         with self.lock:
             if n in self.in_flight:
                 self.in_flight[n].update(fields)
+
+    def proposed(self, n: int, proposal) -> None:
+        """Experiment n's proposal is made: the other workers' proposers see what it tries (its
+        knob values and code), so an offline sampler keeps its trial running, not superseded."""
+        self.update(n, description=proposal.description, proposer=proposal.proposer,
+                    config=knobs.values(proposal.source), code=knobs.code_fingerprint(proposal.source))
 
     def finish(self, n: int) -> None:
         with self.lock:

@@ -154,7 +154,7 @@ class Worker(Phased):
                     except BaseException:
                         self.coord.finish(n)
                         raise
-                    self.coord.update(n, description=a.proposal.description)
+                    self.coord.proposed(n, a.proposal)
                 try:
                     self.coord.update(a.n, commit=a.commit)
                     run_experiment(self, a, committed=a.commit is not None)

@@ -261,3 +261,45 @@ def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
         with pytest.raises(OSError) as got:
             p.propose(request(fs, FAKE_TRAIN, history, n=300))
         assert is_out_of_space(got.value) and STUDY_FILE in str(got.value)
+
+
+def test_other_workers_trials_are_not_failed_while_they_run(tmp_path):
+    """--workers 2 with the offline sampler: worker 1's proposal is still training when worker 2
+    asks for one. The in-flight entry worker 2's request carries must keep worker 1's trial
+    RUNNING (not told FAIL as 'superseded'), so its result reaches the study as a value."""
+    from agent.coordinator import Coordinator, LockedProposer
+    coord = Coordinator(last_kept="c1")
+    coord.history.append(record(1, SYNTHETIC, "keep", 1.0))
+    shared = LockedProposer(OfflineProposer(), coord.proposer_lock)
+
+    def propose_for(worker):
+        n = coord.claim(worker, "c1")
+        req = request(tmp_path, SYNTHETIC, list(coord.history) + coord.pending_for_proposer(exclude=n), n=n)
+        prop = shared.propose(req)
+        coord.proposed(n, prop)            # what agent/workers.py tells the coordinator
+        return n, prop
+
+    n2, p2 = propose_for(1)
+    assert coord.pending_for_proposer()[0]["config"] == knobs.values(p2.source)   # not proposed again
+    n3, p3 = propose_for(2)                # worker 1's experiment is in flight meanwhile
+    by_n = {t.user_attrs.get("asked_for"): t for t in trials(tmp_path)}
+    assert by_n[n2].state == TrialState.RUNNING, "worker 1's running experiment was told FAIL"
+    for n, prop, bpb in ((n2, p2, 0.9), (n3, p3, 1.2)):
+        coord.finish(n)
+        coord.history.append(record(n, prop.source, "discard", bpb))
+    propose_for(1)                         # the next request syncs both results
+    done = {t.user_attrs.get("asked_for"): t for t in trials(tmp_path)}
+    assert (done[n2].state, done[n2].value) == (TrialState.COMPLETE, 0.9)
+    assert (done[n3].state, done[n3].value) == (TrialState.COMPLETE, 1.2)
+    assert sum(t.state == TrialState.FAIL for t in trials(tmp_path)) == 0
+
+
+def test_an_adopted_experiment_without_a_config_stays_running(tmp_path):
+    """An experiment resumed from a pending file is in flight with a description only: the study
+    cannot tell its config, so its trial is left running rather than failed."""
+    p = OfflineProposer()
+    prop = p.propose(request(tmp_path, SYNTHETIC, [record(1, SYNTHETIC, "keep", 1.0)], n=2))
+    p.propose(request(tmp_path, SYNTHETIC, [record(1, SYNTHETIC, "keep", 1.0),
+                                            {"n": 2, "status": "pending", "description": "resumed"}], n=3))
+    states = {t.user_attrs.get("asked_for"): t.state for t in trials(tmp_path)}
+    assert states[2] == TrialState.RUNNING and prop.source != SYNTHETIC

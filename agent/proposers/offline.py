@@ -241,7 +241,7 @@ class KnobStudy:
         dists = {n: distribution(s) for n, s in space.items()}
         finished = {r["n"]: r for r in history if isinstance(r.get("config"), dict) and r.get("n") is not None
                     and r.get("status") in ("keep", "discard", "crash") and r.get("kind", "experiment") == "experiment"}
-        pending = [r for r in history if r.get("status") == "pending" and isinstance(r.get("config"), dict)]
+        pending = [r for r in history if r.get("status") == "pending"]
         changed = 0
         covered = set()
         for t in self.study.get_trials(deepcopy=False):
@@ -257,7 +257,8 @@ class KnobStudy:
                     else:   # refused before it ran: nothing was measured
                         self.study.tell(t.number, state=TrialState.FAIL)
                     changed += 1
-                elif not any(p.get("n") == n and _matches(t.params, p["config"]) for p in pending):
+                elif not any(p.get("n") == n and (not isinstance(p.get("config"), dict)   # in flight, config unknown
+                                                  or _matches(t.params, p["config"])) for p in pending):
                     self.study.tell(t.number, state=TrialState.FAIL)   # superseded by another proposal
                     changed += 1
             elif "n" in t.user_attrs or (rec is not None and _matches(t.params, rec["config"])
