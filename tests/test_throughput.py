@@ -5,6 +5,7 @@ resumed from a pre-decay checkpoint ends where an uninterrupted run ends; adapti
 a lone task all cores; a crashing candidate (exception, hard exit, leaked torch state) loses
 nothing and does not poison the next task; screen() ranks sources by successive halving.
 """
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,15 @@ def test_screen_ranks_by_successive_halving(pool, small_train, tmp_path):
     win = res.records[0]
     assert win["winner"] and win["rungs"][-1]["steps"] == 9 and win["rungs"][-1]["val_bpb"] is not None
     assert res.records[-1]["rungs"][0]["error"]
+
+
+def test_a_bench_whose_arms_measured_nothing_fails_with_the_reason(tmp_path):
+    """No prepared data: every task fails, so there is no speedup and no winner to report; the
+    bench says why and exits non-zero (it printed 'speedup 3.67x, same winner: True' before)."""
+    env = dict(os.environ, AUTORESEARCH_CACHE=str(tmp_path / "empty"), AUTORESEARCH_PROFILE="tiny")
+    proc = subprocess.run([sys.executable, "-m", "harness.search.throughput", "bench", "--max-steps", "2",
+                           "--min-steps", "1", "--eta", "2", "--out", str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the baseline arm measured nothing" in proc.stderr and "no tokenizer" in proc.stderr
+    assert "speedup" not in proc.stdout and not (tmp_path / "out" / "bench.json").exists()

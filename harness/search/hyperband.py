@@ -271,7 +271,8 @@ def run_schedule(executor, plan: list[Bracket],
         res = executor.next_result()
         in_flight -= 1
         rec = records[res.task.id]
-        rec.update(val_bpb=res.val_bpb, wall=res.wall, error=res.error, threads=res.task.threads)
+        rec.update(val_bpb=res.val_bpb, wall=res.wall, error=res.error, threads=res.task.threads,
+                   log=str(res.log) if getattr(res, "log", None) else None)
         for sh in active:
             if sh.index == res.task.bracket:
                 sh.record(res)

@@ -114,6 +114,22 @@ class _Fixed:
         return self.cands[:bracket.rungs[0].n]
 
 
+class BenchFailed(RuntimeError):
+    """A benchmark arm measured nothing: no speedup or winner can be reported."""
+
+
+def _why(recs: list[dict]) -> str:
+    """The first failed task's reason: its error, and its log's last line (the exception)."""
+    bad = next((r for r in recs if r.get("val_bpb") is None), None)
+    if bad is None:
+        return "no task reported a val_bpb"
+    last = ""
+    if bad.get("log") and Path(bad["log"]).is_file():
+        lines = [ln for ln in Path(bad["log"]).read_text(errors="replace").splitlines() if ln.strip()]
+        last = lines[-1].strip()[:400] if lines else ""
+    return "; ".join(x for x in (bad.get("error") or "", last, f"log {bad.get('log')}" if bad.get("log") else "") if x)
+
+
 def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEPS,
           min_steps=BENCH_MIN_STEPS, eta=BENCH_ETA, decay_steps=1, seed=0, small=True, log=print,
           executor: str | None = None, ray_address: str | None = None, gpus_per_task: float = 0) -> dict:
@@ -152,7 +168,8 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
         else:
             box, view = worker_seal(log)
             tasks = Pool(a["workers"], prepare_dir=prepare_dir, log_dir=out / name / "logs", cores=cores,
-                         mode=a["mode"], threads=a["threads"], sandbox=box, data=view, root=out / name)
+                         mode=a["mode"], threads=a["threads"], sandbox=box, data=view,
+                         root=out)   # the arms share out/candidates: the sandbox sees the whole folder
         with tasks as pool:
             recs = run_schedule(pool, [bracket], _Fixed(cands), decay_steps=decay_steps,
                                 ckpt_dir=out / name / "ckpt", seed=seed, promotion=a["promotion"],
@@ -167,6 +184,9 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
                         "winner_bpb": final[0]["val_bpb"] if final else None}
         log(f"bench: {name}: {wall:.1f}s, {evals} evals, {report[name]['evals_per_hour']:.0f} evals/hour, "
             f"winner {report[name]['winner']} ({report[name]['winner_bpb']})")
+        if not final:   # an arm that measured nothing has no speed and no winner to compare
+            raise BenchFailed(f"the {name} arm measured nothing ({evals} of {len(recs)} evaluations"
+                              f"{', no final rung' if evals else ''}): {_why(recs)}")
     report["speedup"] = round(report["baseline"]["wall_s"] / report["harness"]["wall_s"], 3)
     report["same_winner"] = report["baseline"]["winner"] == report["harness"]["winner"]
     report["load_avg"] = os.getloadavg()
@@ -208,10 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.out.exists():
             shutil.rmtree(args.out)
-        bench(args.train.resolve(), prepare_dir, args.out, max_steps=args.max_steps,
-              min_steps=args.min_steps, eta=args.eta, decay_steps=args.decay_steps, seed=args.seed,
-              small=not args.full_size, executor=args.executor, ray_address=args.ray_address,
-              gpus_per_task=args.gpus_per_task)
+        try:
+            bench(args.train.resolve(), prepare_dir, args.out, max_steps=args.max_steps,
+                  min_steps=args.min_steps, eta=args.eta, decay_steps=args.decay_steps, seed=args.seed,
+                  small=not args.full_size, executor=args.executor, ray_address=args.ray_address,
+                  gpus_per_task=args.gpus_per_task)
+        except BenchFailed as exc:
+            print(f"bench failed: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
