@@ -35,7 +35,8 @@ from agent.proposing import Prefetch, call_proposer, with_dropped
 from agent.recovery import reconcile
 from agent import screening
 from agent.judges import stats
-from agent.judges.reviewer import build_reviewer
+from agent.judges.hierarchy import JudgeHierarchy
+from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
 from agent.sealing import SealError, clear_leftovers, make_seal
@@ -51,6 +52,14 @@ DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minut
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
 EXIT_OUT_OF_SPACE = 75
+
+
+def build_reviewer(args, loop) -> Reviewer:
+    """The reviewer the loop uses: the judge hierarchy (it may read args.baseline_repeats,
+    args.seed, loop.run_dir...), or SimpleReviewer with --reviewer simple."""
+    if getattr(args, "reviewer", "hierarchy") == "simple":
+        return SimpleReviewer()
+    return JudgeHierarchy.for_loop(args, loop)
 
 
 class OutOfSpaceStop(Exception):

@@ -7,7 +7,6 @@ crash fixes and the rebase of a prefetched proposal.
 """
 import json
 import re
-import os
 import signal
 import subprocess
 import time

@@ -1,12 +1,7 @@
 """harness/runner.py: each crash class from a stand-in train.py, timeouts kill the whole group."""
-import os
-import signal
 import subprocess
-import sys
 import textwrap
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
