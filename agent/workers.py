@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from agent.coordinator import LockedProposer, Phased
+from agent.errors import WorkerStopped
 from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
@@ -38,10 +39,6 @@ from harness.results import append_journal, read_json
 POLL_S = 0.5
 BOUNDARY_EVERY_S = 10.0
 PENDING_GLOB = "pending-w*.json"
-
-
-class WorkerStopped(KeyboardInterrupt):
-    """Raised inside a worker's run when the loop stops (Ctrl-C, another worker's fatal error)."""
 
 
 class _NoPrefetch:
