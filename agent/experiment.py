@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
+from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import call_proposer
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
 from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
-from harness.results import append_journal, append_result, write_json_atomic
+from harness.results import append_journal, append_result
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.node import materialise
 from harness.runner import RunResult, run_train
@@ -112,11 +113,7 @@ def _timed_git(a: Attempt, fn, *args):
 
 
 def write_pending(loop, a: Attempt) -> None:
-    write_json_atomic(loop.pending_path, scrub({
-        "n": a.n, "parent": a.parent, "commit": a.commit, "description": a.proposal.description,
-        "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
-        "model": a.proposal.model, "notes": a.proposal.notes, "info": a.info,
-        "attempts": a.attempts, "started_at": a.started_at}))
+    PendingFile.of(a).write(loop.pending_path)
 
 
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:

@@ -46,6 +46,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from agent import budget, cli, summary
@@ -53,6 +54,7 @@ from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
+from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import SEARCHES, LocalProposer
 from agent.proposers.offline import OfflineProposer
@@ -66,11 +68,11 @@ from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
 from agent.sealing import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
-from harness import gitops, knobs
+from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import RunState
-from harness.results import append_journal, read_json, write_state
+from harness.results import append_journal, write_state
 from harness.runner import timeout_for
 
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
@@ -362,10 +364,8 @@ class Loop(Phased):
             return   # workers overlap proposing with each other's runs; none is prefetched here
         if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
             return
-        pending = {"n": a.n, "status": "pending", "commit": a.commit, "parent": a.parent,
-                   "description": a.proposal.description, "config": knobs.values(new_source),
-                   "code": knobs.code_fingerprint(new_source), "proposer": a.proposal.proposer,
-                   "handover": a.info.get("handover")}
+        pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
+                              handover=a.info.get("handover")).entry()
         if self.proposer is not self.offline:
             if budget.streak_reason(list(self.history) + [dict(pending, status="crash")], self.args.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
@@ -448,8 +448,8 @@ class Loop(Phased):
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
-                pending = read_json(self.pending_path) or {}
-                label = pending.get("n", f"unrecorded-{int(time.time())}")
+                pending = PendingFile.read(self.pending_path)
+                label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
         with contextlib.suppress(Exception):

@@ -19,11 +19,11 @@ from __future__ import annotations
 import difflib
 
 from agent.experiment import Attempt
-from agent.proposers.base import Proposal
+from agent.pending import PendingFile
 from harness import gitops
 from harness.appendlog import is_json_object, repair_torn
 from harness.records import ExperimentRecord, ResultRow
-from harness.results import append_journal, read_journal, read_json, read_results, rewrite_results
+from harness.results import append_journal, read_journal, read_results, rewrite_results
 from harness.runner import kill_leftover
 
 
@@ -91,11 +91,11 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
 
 
 def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
-    pending = read_json(loop.pending_path)
-    if not pending:
+    pending = PendingFile.read(loop.pending_path)
+    if pending is None:
         loop.pending_path.unlink(missing_ok=True)
         return None
-    n, commit, parent = pending.get("n"), pending.get("commit"), pending.get("parent")
+    n, commit, parent = pending.n, pending.commit, pending.parent
     if n in {r.get("n") for r in records}:
         loop.pending_path.unlink(missing_ok=True)
         return None
@@ -111,12 +111,8 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
         loop.pending_path.unlink(missing_ok=True)
         return None
     source = gitops.show_file(loop.repo, commit, "train.py")
-    proposal = Proposal(description=pending.get("description", ""), hypothesis=pending.get("hypothesis", ""),
-                        source=source, proposer=pending.get("proposer", "offline"),
-                        model=pending.get("model"), notes=pending.get("notes", ""))
-    info = dict(pending.get("info") or {}, resumed=True)
-    a = Attempt(n=n, parent=parent, proposal=proposal, info=info, commit=commit,
-                attempts=pending.get("attempts") or [])
+    a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=dict(pending.info, resumed=True),
+                commit=commit, attempts=pending.attempts)
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a
 
