@@ -16,11 +16,11 @@ Invariants restored (the loop's write order makes each case recoverable):
 """
 from __future__ import annotations
 
-import difflib
 
 from agent.experiment import Attempt
 from agent.pending import PendingFile
 from harness import gitops
+from harness.matching import match_rows
 from harness.appendlog import is_json_object, repair_torn
 from harness.records import ExperimentRecord, ResultRow
 from harness.results import append_journal, read_journal, read_results, rewrite_results
@@ -119,13 +119,7 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
 
 def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list[str]:
     """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
-    key_rec = [(str(r.get("commit") or "")[:7], r.get("status")) for r in records]
-    key_row = [(row["commit"][:7], row["status"]) for row in rows]
-    match = difflib.SequenceMatcher(None, key_rec, key_row, autojunk=False)
-    row_of = {}
-    for a, b, size in match.get_matching_blocks():
-        for k in range(size):
-            row_of[a + k] = b + k
+    row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
     notes = []
     missing = [i for i in range(len(records)) if i not in row_of]
     if missing:
