@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harness import knobs
+from agent.pending import InFlight
 
 
 class Coordinator:
@@ -22,7 +22,7 @@ class Coordinator:
         self.history: list[dict] = []      # decided experiment records, in decision order
         self.best: dict | None = None      # {"commit", "val_bpb"} of the branch tip
         self.last_kept: str | None = last_kept
-        self.in_flight: dict[int, dict] = {}   # n -> what the proposer is told about it
+        self.in_flight: dict[int, InFlight] = {}   # n -> what the proposers are told about it
         # One record + git step at a time. Re-entrant: a record may refresh state under it.
         self.lock = threading.RLock()
         # Proposers are never called concurrently (an LLM conversation, an Optuna study).
@@ -45,27 +45,27 @@ class Coordinator:
             n = self.next_n()
             if limit is not None and n > limit:
                 return None
-            self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
-                                 "commit": None, "description": "(being proposed)"}
+            self.in_flight[n] = InFlight(n=n, parent=parent, worker=worker)
             return n
 
-    def adopt(self, worker: int, n: int, parent: str | None, commit: str | None, description: str) -> None:
-        """An experiment resumed from a pending file: in flight under its old number (worker 0:
+    def adopt(self, worker: int, a) -> None:
+        """Attempt `a`, resumed from a pending file: in flight under its old number (worker 0:
         queued for the first free worker)."""
         with self.lock:
-            self.in_flight[n] = {"n": n, "status": "pending", "worker": worker, "parent": parent,
-                                 "commit": commit, "description": description}
+            self.in_flight[a.n] = InFlight.of(a.n, a.parent, a.proposal, commit=a.commit, worker=worker)
 
     def update(self, n: int, **fields) -> None:
         with self.lock:
-            if n in self.in_flight:
-                self.in_flight[n].update(fields)
+            entry = self.in_flight.get(n)
+            for name, value in fields.items() if entry is not None else ():
+                setattr(entry, name, value)
 
     def proposed(self, n: int, proposal) -> None:
         """Experiment n's proposal is made: the other workers' proposers see what it tries (its
         knob values and code), so an offline sampler keeps its trial running, not superseded."""
-        self.update(n, description=proposal.description, proposer=proposal.proposer,
-                    config=knobs.values(proposal.source), code=knobs.code_fingerprint(proposal.source))
+        with self.lock:
+            if n in self.in_flight:
+                self.in_flight[n].proposed(proposal)
 
     def finish(self, n: int) -> None:
         with self.lock:
@@ -75,7 +75,7 @@ class Coordinator:
         """The experiments in flight, as history entries with status "pending": the proposer sees
         them and does not propose the same idea twice."""
         with self.lock:
-            return [dict(e) for n, e in sorted(self.in_flight.items()) if n != exclude]
+            return [e.entry() for n, e in sorted(self.in_flight.items()) if n != exclude]
 
     def moved_since(self, parent: str | None) -> bool:
         """Has the branch moved past `parent` (another worker kept something meanwhile)?"""

@@ -1,4 +1,5 @@
-"""One experiment, start to finish: guard, commit, run (with crash fixes), judge, record, keep/reset.
+"""One experiment, start to finish: steps 5-10 of the protocol in agent/loop.py (guard, commit, run
+with crash fixes, evaluate, judge, record, keep/reset).
 
 The order is the point: the journal record and the results.tsv row are written (and fsynced)
 before git moves, and pending.json marks a committed-but-unrecorded experiment, so a kill at any
@@ -15,13 +16,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from agent.proposers.base import Proposal, ProposalError, ProposalRequest
+from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
+from agent.pending import PendingFile
+from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import call_proposer
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
 from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
-from harness.results import append_journal, append_result, write_json_atomic
+from harness.results import append_journal, append_result
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.node import materialise
 from harness.runner import RunResult, run_train
@@ -110,11 +113,7 @@ def _timed_git(a: Attempt, fn, *args):
 
 
 def write_pending(loop, a: Attempt) -> None:
-    write_json_atomic(loop.pending_path, scrub({
-        "n": a.n, "parent": a.parent, "commit": a.commit, "description": a.proposal.description,
-        "hypothesis": a.proposal.hypothesis, "proposer": a.proposal.proposer,
-        "model": a.proposal.model, "notes": a.proposal.notes, "info": a.info,
-        "attempts": a.attempts, "started_at": a.started_at}))
+    PendingFile.of(a).write(loop.pending_path)
 
 
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
@@ -125,16 +124,16 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         loop.set_phase("guarding", a.n)
         diff = _unified(old_source, a.proposal.source)
         ctx = context(loop, a, old_source, a.proposal.source, diff)
-        with loop.tracer.span("guard", input={"n": a.n}) as sp:
+        with loop.tracer.span("guard", input={"n": a.n}) as sp:     # 5. guard
             guard = loop.reviewer.guard(ctx)
             sp.log(output={"ok": guard.ok, "reason": guard.reason})
-        if not _commit(loop, a):
+        if not _commit(loop, a):                                      # 6. commit
             guard = GuardVerdict(False, "the proposal does not change train.py")
         if not guard.ok:
             loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
             return record(loop, a, old_source, None,
                           Decision("discard", f"guard: {guard.reason}", basis=Basis.GUARD), guard)
-    write_pending(loop, a)
+    write_pending(loop, a)                                            # 6. pending.json
 
     while True:
         new_source = gitops.show_file(loop.repo, a.commit, TRAIN)
@@ -142,7 +141,7 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         ctx = context(loop, a, old_source, new_source, diff)
         loop.prefetch_next(a, new_source)
         try:
-            run, decision = _run_and_judge(loop, a, ctx)
+            run, decision = _run_and_judge(loop, a, ctx)              # 7. run, 8. evaluate, 9. judge
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
@@ -150,16 +149,12 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
             if _ask_fix(loop, a, new_source, run) is not None:
                 continue
         try:
-            return record(loop, a, old_source, run, decision, guard)
+            return record(loop, a, old_source, run, decision, guard)  # 10. record, then git
         except BranchMoved:   # another worker kept meanwhile: rebase onto the tip and confirm there
             moved = rebase_onto_tip(loop, a, old_source, new_source, run, decision)
             if isinstance(moved, Decision):
                 return record(loop, a, old_source, run, moved, guard)
             old_source, guard = moved
-
-
-class BranchMoved(Exception):
-    """Raised under the decision lock: a keep whose parent is no longer the branch tip."""
 
 
 def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, decision: Decision):
@@ -205,21 +200,12 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     return tip_source, guard
 
 
-class InterruptedBaseline(Exception):
-    """Ctrl-C while a baseline repeat trained, after a run that finished and was judged: the loop
-    records the baseline with the runs it has (its band then rests on them) before it stops."""
-
-    def __init__(self, run: RunResult, decision: Decision):
-        super().__init__("interrupted during a baseline repeat")
-        self.run, self.decision = run, decision
-
-
 def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult, Decision]:
     reruns, last_ok, last_decision = [], None, None
     while True:
         try:
             return _run_and_judge_once(loop, a, ctx, reruns, last_ok)
-        except _Rerun as again:
+        except Rerun as again:
             last_ok, last_decision = again.run, again.decision
         except KeyboardInterrupt:
             if a.parent is None and last_ok is not None and last_decision is not None \
@@ -232,13 +218,8 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
             raise
 
 
-class _Rerun(Exception):
-    def __init__(self, run: RunResult, decision: Decision):
-        self.run, self.decision = run, decision
-
-
 def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok):
-    """One run and its judgement; raises _Rerun when the judge asks for the same commit again."""
+    """One run and its judgement; raises Rerun when the judge asks for the same commit again."""
     loop.set_phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{len(reruns)}" if reruns else "") + ".log"
@@ -260,7 +241,7 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
         sp.log(output={"status": decision.status, "reason": decision.reason})
     if decision.rerun and len(reruns) < MAX_RERUNS:
         reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.extra.get("clock")})
-        raise _Rerun(run, decision)
+        raise Rerun(run, decision)
     if reruns:
         decision.verdicts.setdefault("reruns", reruns)
         if run.crash_class is not None and decision.status != "crash":

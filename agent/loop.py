@@ -6,12 +6,36 @@
         [--seed 0] [--worktree-root DIR] [--baseline-repeats 5] [--screen K]
         [--workers N] [--executor local|ray] [--ray-address ADDR] [--gpus 0,1,...]
 
-Everything happens on branch autoresearch/<tag> in its own worktree; the files a run writes
-(results.tsv, journal.jsonl, state.json, logs/...) sit at the top of that worktree. The first
-experiment is the unmodified baseline. Ctrl-C (or SIGTERM) ends the running child and leaves a
-consistent state; --resume continues after any stop (see agent/recovery.py). With --workers N,
-N experiments are in flight at once, each in its own worktree and on its own GPU (agent/workers.py);
-the tag's state and its decisions stay with one coordinator (agent/coordinator.py).
+THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is steps 4-10
+(agent/experiment.py run_experiment, in this order):
+
+ 0. set up: the tag's worktree on branch autoresearch/<tag>, its lock, the data's description,
+    run.json, the seal (agent/sealing.py), the trusted compile cache; with --resume, reconcile
+    what a stop left half done (agent/recovery.py)
+ 1. baseline: the unmodified train.py, run until it is kept (Loop.ensure_baseline)
+ 2. stop? --max-experiments, --until, a signal (Ctrl-C, SIGTERM), a full disk (Loop.run)
+ 3. between experiments: the human queue's decisions applied to the branch (reviewer.boundary),
+    old artifacts pruned, the disk checked (Loop.check_space)
+ 4. propose: Claude or the offline search edits train.py (agent/proposing.py; --screen K picks
+    among K in agent/screening.py; the next proposal is prefetched while this one trains)
+ 5. guard: the diff is checked before anything runs (agent/judges/guard.py)
+ 6. commit on autoresearch/<tag>; pending.json marks it committed-but-unrecorded
+ 7. run: train.py trains in the sandbox for the budget, by the harness's clock (harness/runner.py,
+    harness/sandbox.py); a crash may be sent back to the proposer to fix (--fix-tries)
+ 8. evaluate: the trusted evaluator replays the saved model graph on the pinned validation data
+    (harness/verify.py, harness/eval_worker.py); the model crosses as data, never as code
+ 9. judge: keep, discard, run again, or escalate to the human queue (agent/judges/hierarchy.py:
+    the sequential test of agent/judges/stats.py, the LLM judge, the MetaJudge)
+10. record: the journal, then results.tsv (both fsynced), then git: a keep advances the branch,
+    anything else is preserved under refs/autoresearch/<tag>/discarded/<n> and reset; pending.json goes
+    (agent/experiment.py record)
+
+Control flow by exception lives in agent/errors.py. The files a run writes (results.tsv,
+journal.jsonl, state.json, logs/...) sit at the top of the tag's worktree. Ctrl-C (or SIGTERM)
+ends the running child and leaves a consistent state; --resume continues after any stop. With
+--workers N, N experiments are in flight at once, each in its own worktree and on its own GPU
+(agent/workers.py: the same steps 4-10 per worker); the tag's state and its decisions stay with
+one coordinator (agent/coordinator.py).
 """
 from __future__ import annotations
 
@@ -22,29 +46,33 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from agent import budget, cli, summary
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
-from agent.proposers.base import Proposal, ProposalError, ProposalRequest
+from agent.errors import OutOfSpaceStop, ProposalError
+from agent.pending import InFlight, PendingFile
+from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import SEARCHES, LocalProposer
 from agent.proposers.offline import OfflineProposer
 from agent.proposing import Prefetch, call_proposer, with_dropped
 from agent.recovery import reconcile
 from agent import screening
 from agent.judges import stats
-from agent.judges.reviewer import build_reviewer
+from agent.judges.hierarchy import JudgeHierarchy
+from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
 from agent import diskspace, sdk_logs, workspace
 from agent.sealing import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
-from harness import gitops, knobs
+from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import RunState
-from harness.results import append_journal, read_json, write_state
+from harness.results import append_journal, write_state
 from harness.runner import timeout_for
 
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
@@ -53,8 +81,12 @@ BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose bas
 EXIT_OUT_OF_SPACE = 75
 
 
-class OutOfSpaceStop(Exception):
-    """Too little free disk for the next experiment (checked before it starts)."""
+def build_reviewer(args, loop) -> Reviewer:
+    """The reviewer the loop uses: the judge hierarchy (it may read args.baseline_repeats,
+    args.seed, loop.run_dir...), or SimpleReviewer with --reviewer simple."""
+    if getattr(args, "reviewer", "hierarchy") == "simple":
+        return SimpleReviewer()
+    return JudgeHierarchy.for_loop(args, loop)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -218,7 +250,7 @@ class Loop(Phased):
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
-        rerun = self.setup()
+        rerun = self.setup()                                          # 0. set up (and reconcile)
         deadline = deadline_of(self.args.until)
         if rerun is not None:
             self.check_space()
@@ -237,21 +269,21 @@ class Loop(Phased):
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
-        self.ensure_baseline()
+        self.ensure_baseline()                                        # 1. baseline
         while True:
-            n = self.next_n()
+            n = self.next_n()                                         # 2. stop?
             if self.args.max_experiments is not None and n > self.args.max_experiments:
                 self.stop_reason = f"reached --max-experiments {self.args.max_experiments}"
                 break
             if deadline is not None and time.time() >= deadline:
                 self.stop_reason = f"reached --until {self.args.until}"
                 break
-            for rec in self.reviewer.boundary(self) or []:   # e.g. human-queue decisions applied
+            for rec in self.reviewer.boundary(self) or []:            # 3. the human queue's decisions
                 append_journal(self.journal_path, rec)
                 if rec.get("kind", "experiment") == "experiment":
                     self.history.append(rec)
-            self.check_space()
-            run_experiment(self, self.next_attempt(n))
+            self.check_space()                                        # 3. disk
+            run_experiment(self, self.next_attempt(n))                # 4. propose; 5-10 in run_experiment
 
     def ensure_baseline(self) -> None:
         """The tag's first keep is its unmodified train.py, never an experiment: a baseline that is
@@ -332,10 +364,8 @@ class Loop(Phased):
             return   # workers overlap proposing with each other's runs; none is prefetched here
         if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
             return
-        pending = {"n": a.n, "status": "pending", "commit": a.commit, "parent": a.parent,
-                   "description": a.proposal.description, "config": knobs.values(new_source),
-                   "code": knobs.code_fingerprint(new_source), "proposer": a.proposal.proposer,
-                   "handover": a.info.get("handover")}
+        pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
+                              handover=a.info.get("handover")).entry()
         if self.proposer is not self.offline:
             if budget.streak_reason(list(self.history) + [dict(pending, status="crash")], self.args.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
@@ -418,8 +448,8 @@ class Loop(Phased):
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
-                pending = read_json(self.pending_path) or {}
-                label = pending.get("n", f"unrecorded-{int(time.time())}")
+                pending = PendingFile.read(self.pending_path)
+                label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
         with contextlib.suppress(Exception):

@@ -16,14 +16,14 @@ Invariants restored (the loop's write order makes each case recoverable):
 """
 from __future__ import annotations
 
-import difflib
 
 from agent.experiment import Attempt
-from agent.proposers.base import Proposal
+from agent.pending import PendingFile
 from harness import gitops
+from harness.matching import match_rows
 from harness.appendlog import is_json_object, repair_torn
 from harness.records import ExperimentRecord, ResultRow
-from harness.results import append_journal, read_journal, read_json, read_results, rewrite_results
+from harness.results import append_journal, read_journal, read_results, rewrite_results
 from harness.runner import kill_leftover
 
 
@@ -91,11 +91,11 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
 
 
 def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
-    pending = read_json(loop.pending_path)
-    if not pending:
+    pending = PendingFile.read(loop.pending_path)
+    if pending is None:
         loop.pending_path.unlink(missing_ok=True)
         return None
-    n, commit, parent = pending.get("n"), pending.get("commit"), pending.get("parent")
+    n, commit, parent = pending.n, pending.commit, pending.parent
     if n in {r.get("n") for r in records}:
         loop.pending_path.unlink(missing_ok=True)
         return None
@@ -111,25 +111,15 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
         loop.pending_path.unlink(missing_ok=True)
         return None
     source = gitops.show_file(loop.repo, commit, "train.py")
-    proposal = Proposal(description=pending.get("description", ""), hypothesis=pending.get("hypothesis", ""),
-                        source=source, proposer=pending.get("proposer", "offline"),
-                        model=pending.get("model"), notes=pending.get("notes", ""))
-    info = dict(pending.get("info") or {}, resumed=True)
-    a = Attempt(n=n, parent=parent, proposal=proposal, info=info, commit=commit,
-                attempts=pending.get("attempts") or [])
+    a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=dict(pending.info, resumed=True),
+                commit=commit, attempts=pending.attempts)
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a
 
 
 def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list[str]:
     """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
-    key_rec = [(str(r.get("commit") or "")[:7], r.get("status")) for r in records]
-    key_row = [(row["commit"][:7], row["status"]) for row in rows]
-    match = difflib.SequenceMatcher(None, key_rec, key_row, autojunk=False)
-    row_of = {}
-    for a, b, size in match.get_matching_blocks():
-        for k in range(size):
-            row_of[a + k] = b + k
+    row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
     notes = []
     missing = [i for i in range(len(records)) if i not in row_of]
     if missing:

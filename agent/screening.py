@@ -14,9 +14,9 @@ import os
 import time
 from dataclasses import replace
 
+from agent.pending import InFlight
 from agent.proposers.base import Proposal
 from agent.proposing import call_proposer
-from harness import knobs
 from harness.proxy import make_proxy
 from harness.results import append_journal
 from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
@@ -38,9 +38,8 @@ def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> l
     tries = 0
     while len(got) < k and tries < 2 * k:
         tries += 1
-        pending = [{"n": n, "status": "pending", "commit": None, "parent": loop.last_kept,
-                    "description": f"(screen candidate) {p.description}", "config": knobs.values(p.source),
-                    "code": knobs.code_fingerprint(p.source)} for p, _ in got]
+        pending = [InFlight.of(n, loop.last_kept, replace(p, description=f"(screen candidate) {p.description}")).entry()
+                   for p, _ in got]
         proposal, info = call_proposer(loop, loop.request(n, source, extra_history=pending))
         if proposal.source in seen or proposal.source == source:
             continue

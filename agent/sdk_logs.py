@@ -6,7 +6,7 @@ endpoint fills the console with tracebacks that quote the server's reply, and a 
 echoes request headers puts the API key on the console (and into anything that tees it).
 
 Everything they say goes through `SdkLines` instead: only the first line of each message (no
-traceback frames, no multi-line server replies), secrets removed (`agent.tracing.scrub` plus
+traceback frames, no multi-line server replies), secrets removed (`harness.secrets.scrub` plus
 Authorization headers and bearer tokens), cut to MAX_CHARS, and at most MAX_PER_WINDOW lines per
 source per WINDOW_SECONDS (the count of suppressed lines is given with the next one shown).
 
@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from agent.tracing import REDACTED, scrub
+from harness.secrets import REDACTED, scrub
 
 # Loggers of the SDKs we use (children such as anthropic._base_client included).
 SDK_LOGGERS = ("braintrust", "anthropic", "httpx", "httpcore", "urllib3", "requests")

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agent import sdk_logs
 from harness.appendlog import append_line, is_json_object, is_out_of_space
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,6 @@ class Tracer:
         if self._bt is None and os.environ.get("BRAINTRUST_API_KEY"):
             try:
                 import braintrust
-                from agent import sdk_logs   # lazily: sdk_logs imports this module
                 # set_current=False: this tracer owns its logger; nothing global changes.
                 self._bt = braintrust.init_logger(project=braintrust_project or DEFAULT_BT_PROJECT,
                                                   set_current=False)
@@ -184,9 +184,8 @@ class Tracer:
 
     def _bt_failed(self, e: Exception) -> None:
         if not self._bt_broken:   # the error may quote a server reply: one scrubbed line only
-            from agent.sdk_logs import clean_line   # lazily: sdk_logs imports this module
             log.warning("tracing: Braintrust logging failed (%s: %s); it is off for this run",
-                        type(e).__name__, clean_line(str(e)))
+                        type(e).__name__, sdk_logs.clean_line(str(e)))
         self._bt_broken = True
 
     def _bt_start(self, sp: Span, parent_span: Span | None) -> None:

@@ -26,22 +26,19 @@ import time
 from pathlib import Path
 
 from agent.coordinator import LockedProposer, Phased
+from agent.errors import WorkerStopped
 from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
-from agent.proposers.base import Proposal
+from agent.pending import PendingFile
 from agent.proposing import call_proposer
 from harness import gitops
 from harness.executors import LocalExecutor
 from harness.records import WorkerState
-from harness.results import append_journal, read_json
+from harness.results import append_journal
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5
 BOUNDARY_EVERY_S = 10.0
 PENDING_GLOB = "pending-w*.json"
-
-
-class WorkerStopped(KeyboardInterrupt):
-    """Raised inside a worker's run when the loop stops (Ctrl-C, another worker's fatal error)."""
 
 
 class _NoPrefetch:
@@ -115,11 +112,11 @@ class Worker(Phased):
         return self.loop.clock_reference()
 
     def state(self) -> WorkerState:
-        entry = self.coord.in_flight.get(self.experiment) or {}
+        entry = self.coord.in_flight.get(self.experiment)
         return WorkerState(worker=self.wid, n=self.experiment, phase=self.phase, gpu=self.gpu,
                            phase_started_at=self.phase_started_at, run_started_at=self.run_started_at,
-                           commit=entry.get("commit"), parent=entry.get("parent"),
-                           description=entry.get("description") or "", done=self.done)
+                           commit=entry.commit if entry else None, parent=entry.parent if entry else None,
+                           description=entry.description if entry else "", done=self.done)
 
     # ---- the worker's own loop -------------------------------------------------------------
     def next_attempt(self, n: int, parent: str) -> Attempt:
@@ -135,7 +132,7 @@ class Worker(Phased):
                 item = _pop(resumed, self.coord.lock)
                 if item is not None:
                     a, origin = item
-                    self.coord.adopt(self.wid, a.n, a.parent, a.commit, a.proposal.description)
+                    self.coord.adopt(self.wid, a)
                     with self.coord.lock:
                         gitops.reset_hard(self.worktree, a.commit)
                         take_over(self, a, origin)
@@ -193,7 +190,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
                        f"{loop.workers[0].worktree.parent}")
     resumed = pending_attempts(loop)
     for a, _ in resumed:   # their numbers are taken before any worker claims one
-        loop.coord.adopt(0, a.n, a.parent, a.commit, a.proposal.description)
+        loop.coord.adopt(0, a)
         loop.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
     limit = loop.args.max_experiments
     for w in loop.workers:
@@ -315,20 +312,16 @@ def pending_attempts(loop) -> list[Attempt]:
     gone, is removed."""
     out, recorded = [], {r.get("n") for r in loop.history}
     for path in sorted(loop.run_dir.glob(PENDING_GLOB)):
-        pending = read_json(path) or {}
-        n, commit = pending.get("n"), pending.get("commit")
-        if n is None or n in recorded or not commit or not gitops.rev_parse(loop.repo, commit):
-            if n is not None and n not in recorded:
-                loop.console.event(f"resume: experiment {n}: pending commit {commit} not found; dropped")
+        pending = PendingFile.read(path)
+        commit = pending.commit if pending else None
+        if pending is None or pending.n in recorded or not commit or not gitops.rev_parse(loop.repo, commit):
+            if pending is not None and pending.n not in recorded:
+                loop.console.event(f"resume: experiment {pending.n}: pending commit {commit} not found; dropped")
             path.unlink(missing_ok=True)
             continue
-        proposal = Proposal(description=pending.get("description", ""), hypothesis=pending.get("hypothesis", ""),
-                            source=gitops.show_file(loop.repo, commit, TRAIN),
-                            proposer=pending.get("proposer", "offline"), model=pending.get("model"),
-                            notes=pending.get("notes", ""))
-        out.append((Attempt(n=n, parent=pending.get("parent"), proposal=proposal, commit=commit,
-                            info=dict(pending.get("info") or {}, resumed=True),
-                            attempts=pending.get("attempts") or []), path))
+        n = pending.n
+        out.append((Attempt(n=n, parent=pending.parent, proposal=pending.proposal(gitops.show_file(loop.repo, commit, TRAIN)),
+                            commit=commit, info=dict(pending.info, resumed=True), attempts=pending.attempts), path))
         recorded.add(n)   # two files naming one experiment (a resume stopped early): run it once
     return sorted(out, key=lambda item: item[0].n)
 

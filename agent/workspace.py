@@ -161,11 +161,11 @@ def warm_compile_cache(repo: Path, run_dir: Path, run_info: dict, seal, budget: 
     """The tag's trusted compile cache (harness/compile_cache.py): its base train.py compiled once,
     sealed, before the first run; every later run copies it into its own private cache. A no-op
     when published already, unsealed, or when the base train.py does not compile (cpu, tiny)."""
-    from harness import compile_cache
+    from harness import compile_warm
     from harness.executors import sources_at
     from harness.verify import eval_rows
     files = sources_at(repo, run_info["base_commit"])
-    return compile_cache.warm(files, run_dir, budget, sandbox=getattr(seal, "sandbox", None),
+    return compile_warm.warm(files, run_dir, budget, sandbox=getattr(seal, "sandbox", None),
                               data=getattr(seal, "data", None), eval_rows=eval_rows(run_info.get("profile")), say=say)
 
 

@@ -10,8 +10,8 @@ import math
 import re
 import os
 import time
-from collections import defaultdict
 
+from harness.matching import match_rows
 from dashboard import data, gitdiff
 from harness.records import ExperimentRecord, RunState, finite as _finite, fnum as _fnum
 from dashboard.runs import Run
@@ -25,28 +25,8 @@ STALE_STATE_S = 120
 
 
 def match_journal(rows: list[dict], records: list[dict]) -> dict[int, dict]:
-    """Row number -> its journal record: by commit (k-th row of a commit gets its k-th
-    record, for baseline repeats and reruns), else by experiment number and status."""
-    by_commit: dict[str, list[dict]] = defaultdict(list)
-    for rec in records:
-        c = str(rec.get("short") or rec.get("commit") or "")[:7].lower()
-        if c:
-            by_commit[c].append(rec)
-    used, out = set(), {}
-    for row in rows:
-        queue = by_commit.get(row["commit"][:7].lower()) if len(row["commit"]) >= 7 else None
-        while queue:
-            rec = queue.pop(0)
-            if id(rec) not in used:
-                used.add(id(rec))
-                out[row["n"]] = rec
-                break
-    by_n = {rec.get("n"): rec for rec in records if id(rec) not in used and isinstance(rec.get("n"), int)}
-    for row in rows:
-        rec = by_n.get(row["n"])
-        if row["n"] not in out and rec is not None and rec.get("status") == row["status"]:
-            out[row["n"]] = rec
-    return out
+    """Row number -> its journal record (harness/matching.py, the matcher recovery uses too)."""
+    return {rows[i]["n"]: records[j] for i, j in match_rows(rows, records, loose=True).items()}
 
 
 def data_warning(run_json: dict | None) -> str | None:

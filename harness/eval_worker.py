@@ -140,7 +140,6 @@ class Checked:
         return self
 
     def __call__(self, idx):
-        torch = self.torch
         x = idx.clone()
         logits = self.graph(x)
         if self.calls == 0:              # the graph's own run-to-run difference, on identical input

@@ -126,7 +126,7 @@ def write_state(path: Path, **state) -> dict:
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):   # absent, torn, not JSON, not UTF-8
         return None
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import compile_cache, knobs  # noqa: E402
+from harness import compile_warm, knobs  # noqa: E402
 from harness.executors.node import materialise  # noqa: E402
 from harness.runner import run_train  # noqa: E402
 from harness.sandbox import DataView, detect  # noqa: E402
@@ -53,7 +53,7 @@ def main(argv=None):
     env = {"AUTORESEARCH_STEPS": str(args.steps)}
     out = {"profile": prepare.PROFILE, "steps": args.steps, "run_dir": str(run_dir)}
     t0 = time.time()
-    out["warm_up"] = compile_cache.warm(files, run_dir, 300, sandbox=box, data=view,
+    out["warm_up"] = compile_warm.warm(files, run_dir, 300, sandbox=box, data=view,
                                         eval_rows=eval_rows(prepare.PROFILE))
     for n, (label, mode) in enumerate((("cold", "off"), ("warm", "read")), start=1):
         src = materialise(files, run_dir / ".runs" / "src")

@@ -42,6 +42,8 @@ def main() -> int:
     p.add_argument("--budget", type=float, default=20.0, help="training seconds per experiment")
     p.add_argument("--experiments", type=int, default=3, help="experiments, baseline included")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--baseline-repeats", type=int, default=None,
+                   help="the loop's --baseline-repeats (default: the loop's own, 5)")
     p.add_argument("--keep", action="store_true", help="keep the throwaway repo and print its path")
     args = p.parse_args()
 
@@ -57,6 +59,8 @@ def main() -> int:
     cmd = [sys.executable, str(REPO / "agent" / "loop.py"), "--tag", "bench", "--proposer", "offline",
            "--budget", f"{args.budget:g}", "--max-experiments", str(args.experiments),
            "--seed", str(args.seed)]
+    if args.baseline_repeats is not None:
+        cmd += ["--baseline-repeats", str(args.baseline_repeats)]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
     loop_wall = time.monotonic() - t0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import compile_cache
+from harness import compile_cache, compile_warm
 from harness.runner import run_train
 from harness.sandbox import Sandbox, detect
 
@@ -59,7 +59,7 @@ def test_warm_up_publishes_and_later_runs_read_a_private_copy(tmp_path):
     (run_dir / "logs").mkdir(parents=True)
     files = {"train.py": STAND_IN}
     said = []
-    result = compile_cache.warm(files, run_dir, 5, sandbox=box, data=None, say=said.append)
+    result = compile_warm.warm(files, run_dir, 5, sandbox=box, data=None, say=said.append)
     assert result["status"] == "published" and result["bytes"] > 0, (result, said)
     trusted = compile_cache.published(run_dir)
     assert trusted == run_dir / compile_cache.FOLDER and not (run_dir / compile_cache.WORK).exists()
@@ -79,7 +79,7 @@ def test_warm_up_publishes_and_later_runs_read_a_private_copy(tmp_path):
     assert warm["planted"]["/tmp/inductor-cache/planted.txt"] == "written"
     assert sorted(str(p.relative_to(trusted)) for p in trusted.rglob("*")) == before
     # a second warm-up does nothing: the trusted cache is written once
-    assert compile_cache.warm(files, run_dir, 5, sandbox=box, data=None, say=said.append)["status"] == "skipped"
+    assert compile_warm.warm(files, run_dir, 5, sandbox=box, data=None, say=said.append)["status"] == "skipped"
     # "off": cold again
     off = report(run_train(src, run_dir, 2, 5, sandbox=box, sealed=True, compile_cache="off"))
     assert off["files_at_start"] == 0 and off["hits"] == 0
@@ -89,9 +89,9 @@ def test_warm_up_is_skipped_where_nothing_compiles_or_nothing_is_sealed(tmp_path
     from harness import knobs
     cpu_train = knobs.for_profile((REPO / "train.py").read_text(), "cpu")[0]
     said = []
-    r = compile_cache.warm({"train.py": cpu_train}, tmp_path, 5, sandbox=detect(), data=None, say=said.append)
+    r = compile_warm.warm({"train.py": cpu_train}, tmp_path, 5, sandbox=detect(), data=None, say=said.append)
     assert r == {"status": "skipped", "reason": "the base train.py does not compile (COMPILE = False)"}
-    r = compile_cache.warm({"train.py": STAND_IN}, tmp_path, 5, sandbox=Sandbox("none", "test"), data=None)
+    r = compile_warm.warm({"train.py": STAND_IN}, tmp_path, 5, sandbox=Sandbox("none", "test"), data=None)
     assert r["status"] == "skipped" and "unsealed" in r["reason"]
     assert compile_cache.wants_compile((REPO / "train.py").read_text())  # the gpu train.py compiles
     assert not said and compile_cache.published(tmp_path) is None
@@ -101,6 +101,6 @@ def test_a_failed_warm_up_publishes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "logs").mkdir(parents=True)
     broken = STAND_IN.replace("fn(torch.randn(64))", "raise SystemExit(3)")
-    r = compile_cache.warm({"train.py": broken}, run_dir, 5, sandbox=detect(), data=None, say=lambda s: None)
+    r = compile_warm.warm({"train.py": broken}, run_dir, 5, sandbox=detect(), data=None, say=lambda s: None)
     assert r["status"] == "failed" and compile_cache.published(run_dir) is None
     assert not (run_dir / compile_cache.WORK).exists()

@@ -33,7 +33,9 @@ def test_renders_a_run_folder_written_by_the_real_loop(loop_run):
     assert api["count"] == len(rows) and all(r["problem"] is None for r in api["rows"]) and api["problems"] == []
     st = c.get("/api/state?tag=rec").get_json()
     assert st["phase"] == "stopped" and st["experiments"] == len(rows) == len(journal) and st["workers"] == []
-    assert st["best"]["val_bpb"] == pytest.approx(float(rows[0][1]))
+    # the simple reviewer keeps what beats the best: the best is the last keep, the lowest kept row
+    kept = [float(r[1]) for r in rows if r[3] == "keep"]
+    assert st["best"]["val_bpb"] == pytest.approx(min(kept)) == pytest.approx(kept[-1])
     # the band falls back to the first row: the simple reviewer measures no noise
     band = runview.noise_band(data.read_results(loop_run / "results.tsv").rows, journal)
     assert band["source"] == "first row (no judge baseline recorded)" and band["threshold"] is None

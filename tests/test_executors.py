@@ -318,9 +318,10 @@ def test_hyperband_runs_on_ray(ray_runtime, tmp_path):
     from harness.executors.ray_exec import RayExecutor
     ex = RayExecutor(slots=2)
     try:
-        _sweep(ex, tmp_path)
+        recs = _sweep(ex, tmp_path)      # the schedule's own checks, then the same count as locally
     finally:
         ex.close()
+    assert len(recs) == 9 + 3 + 1 and all(r["error"] is None for r in recs)
 
 
 # ---- the pinned inputs, checked where the evaluation runs -----------------------------------------

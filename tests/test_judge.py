@@ -212,3 +212,16 @@ def test_serving_figures_of_unreadable_artifacts_are_none(tmp_path):
     torch.save({"config": {"n_layer": 2}, "state_dict": {"w": torch.zeros(2, 3)}}, tmp_path / "old.pt")
     assert artifact_cost(tmp_path / "old.pt") == {"kv_bytes_per_token": None, "decode_flops_per_token": None,
                                                   "params": 6}   # a config without the keys: no claim
+
+
+def test_a_knob_moved_the_other_way_is_another_experiment():
+    """The guard refused the offline search's 'the other way of a discarded step' (ADAM_BETA1
+    0.8 -> 0.8583 after 0.8 -> 0.7417): its long comment made the two knob lines 92% alike."""
+    line = "ADAM_BETA1 = {}  # Adam beta1 for embeddings and scalars: the reference's value, see the notes\n"
+    d = "--- a/train.py\n+++ b/train.py\n-" + line.format("0.8") + "+" + line.format("{}")
+    hist = [{"n": 2, "diff": d.format("0.7417")}]
+    assert near_duplicates(d.format("0.8583"), hist) == []             # the other way
+    assert near_duplicates(d.format("0.7420"), hist) == [2]            # within 1%: the same experiment
+    assert near_duplicates(d.format("0.7417").replace("ADAM_BETA1", "ADAM_BETA2"), hist) == []   # another knob
+    two = d.format("0.7417") + "-DEPTH = 4  # layers\n+DEPTH = 6  # layers\n"
+    assert near_duplicates(two, hist) == [] and near_duplicates(d.format("0.7417"), [{"n": 5, "diff": two}]) == []

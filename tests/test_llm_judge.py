@@ -1,6 +1,5 @@
 """The LLM judge through the real anthropic client against the local Messages API server."""
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
 from agent.judges.hierarchy import JudgeHierarchy

@@ -7,7 +7,6 @@ crash fixes and the rebase of a prefetched proposal.
 """
 import json
 import re
-import os
 import signal
 import subprocess
 import time
@@ -100,6 +99,7 @@ def test_loop_real_train(tiny_cache, tmp_path):
     assert records[0]["proposer"] == "baseline"
     for rec in records:
         if rec["status"] != "crash":
+            assert rec["summary"], (rec["status"], rec["decision_reason"], rec.get("description"))
             assert rec["summary"]["profile"] == "tiny" and rec["summary"]["num_steps"] == 2
             assert rec["timings"]["run"] > 0 and "overhead" in rec["timings"]
             # the judge hierarchy decided on the trusted re-evaluation of the saved model

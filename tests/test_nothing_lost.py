@@ -17,7 +17,7 @@ import pytest
 
 from agent import diskspace
 from harness.appendlog import OutOfSpace, append_line, is_json_object, repair_torn
-from harness.results import (RESULTS_HEADER, append_journal, append_result, init_results,
+from harness.results import (append_journal, append_result, init_results,
                              read_journal, read_results)
 from tests.loop_fixtures import (FAKE_PREPARE, FAKE_TRAIN, REPO, fake_env, fake_repo, git, make_repo,
                                  run_loop)

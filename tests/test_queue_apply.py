@@ -2,7 +2,6 @@
 onto the branch (re-measured), reject reverts a keep; both become commits with notes and journal records."""
 import json
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

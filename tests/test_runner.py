@@ -1,12 +1,7 @@
 """harness/runner.py: each crash class from a stand-in train.py, timeouts kill the whole group."""
-import os
-import signal
 import subprocess
-import sys
 import textwrap
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -47,6 +42,8 @@ def test_success_parses_summary_and_passes_env(tmp_path):
     ("print('FAIL: loss is nan at step 3')\nimport sys; sys.exit(1)\n", runner.NAN),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", runner.KILLED),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", runner.SEGFAULT),
+    # faulthandler prints a Python stack ("Traceback"-like) before the process dies of the signal
+    ("import ctypes, faulthandler\nfaulthandler.enable()\nctypes.string_at(0)\n", runner.SEGFAULT),
     ("print('training done, forgot the summary')\n", runner.MISSING),
     ("raise MemoryError('out of memory allocating 9 GiB')\n", runner.OOM),
     (SUMMARY.replace('"1.234567"', '"nan"'), runner.NAN),

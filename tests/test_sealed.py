@@ -8,7 +8,6 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 

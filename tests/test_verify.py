@@ -119,7 +119,11 @@ def _graph_of(tmp_path):
     cfg = mod.model_config(prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN)
     model = mod.build_model(cfg).eval()
     tokens = torch.zeros(8, prepare.MAX_SEQ_LEN, dtype=torch.long)
-    spec, consts = runtime.record_graph(model, tokens)
+    backend, runtime._backend = runtime._backend, runtime.attn_sdpa   # as runtime.save_model records
+    try:
+        spec, consts = runtime.record_graph(model, tokens)
+    finally:
+        runtime._backend = backend
     return spec, model.state_dict(), consts
 
 

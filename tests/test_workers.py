@@ -71,7 +71,7 @@ def test_two_workers_share_one_history(tmp_path):
     assert {r.get("worker") for r in recs[1:]} == {1, 2}, "both workers carried experiments"
     # each experiment's parent was the tip when it started; keeps form one line from the base
     keeps = [r for r in recs if r["status"] == "keep"]
-    log = git(repo, "rev-list", "--first-parent", f"autoresearch/w").split()
+    log = git(repo, "rev-list", "--first-parent", "autoresearch/w").split()
     assert log[0] == keeps[-1]["commit"] and all(k["commit"] in log for k in keeps)
     overlap = [(a["n"], b["n"]) for a in recs[1:] for b in recs[1:]
                if a["n"] < b["n"] and a["started_at"] < b["ended_at"] and b["started_at"] < a["ended_at"]]

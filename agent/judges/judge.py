@@ -46,6 +46,11 @@ NEAR_DUPLICATE_RATIO = 0.92
 EFFICIENCY_MARGIN = 0.10
 # ...and no serving figure grows by more than this fraction (trading KV for FLOPs is no clear win).
 EFFICIENCY_MAX_GROWTH = 0.01
+# A knob line of train.py as a diff shows it: "+MATRIX_LR = 0.04  # comment".
+KNOB_LINE_RE = re.compile(r"^[+-]([A-Z][A-Z0-9_]*) = ([^#\s]+)")
+# Two knob-only proposals are the same experiment when every moved knob lands within this
+# fraction of the earlier value (below the offline search's smallest step: a sixth of a range, or x sqrt 2).
+KNOB_NEAR_RTOL = 0.01
 TOKEN_RE = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\w+|\S")
 
 
@@ -167,14 +172,39 @@ def changed_lines(diff: str) -> list[str]:
     return TOKEN_RE.findall("\n".join(lines))
 
 
+def knob_moves(diff: str) -> dict[str, str] | None:
+    """{knob: new literal} when every changed line of the diff is a CAPS knob line, else None."""
+    lines = [line for line in (diff or "").splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    if not lines or not all(KNOB_LINE_RE.match(line) for line in lines):
+        return None
+    return {m.group(1): m.group(2) for line in lines if line[0] == "+" for m in [KNOB_LINE_RE.match(line)]}
+
+
+def _close(a: str, b: str) -> bool:
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return a == b
+    return abs(x - y) <= KNOB_NEAR_RTOL * max(abs(x), abs(y)) or x == y
+
+
 def near_duplicates(diff: str, history: list[dict], window: int = 50) -> list[int]:
-    """Experiment numbers (recent first) whose diff is near-identical to this one."""
+    """Experiment numbers (recent first) whose diff is near-identical to this one. Knob-only
+    diffs are compared by their values (the same knobs, each within KNOB_NEAR_RTOL of the earlier
+    value): a knob moved the other way, or twice as far, is another experiment, whatever its
+    comment says. Other diffs by their tokens."""
     mine = changed_lines(diff)
     if not mine:
         return []
+    moves = knob_moves(diff)
     out = []
     for rec in reversed(history[-window:]):
-        theirs = changed_lines(rec.get("diff") or "")
+        theirs_diff = rec.get("diff") or ""
+        if moves is not None and (theirs := knob_moves(theirs_diff)) is not None:
+            if theirs.keys() == moves.keys() and all(_close(moves[k], theirs[k]) for k in moves):
+                out.append(rec.get("n"))
+            continue
+        theirs = changed_lines(theirs_diff)
         if theirs and difflib.SequenceMatcher(None, mine, theirs, autojunk=False).ratio() >= NEAR_DUPLICATE_RATIO:
             out.append(rec.get("n"))
     return out

@@ -89,12 +89,3 @@ class SimpleReviewer:
 
     def boundary(self, loop) -> list[dict]:
         return []
-
-
-def build_reviewer(args, loop) -> Reviewer:
-    """The reviewer the loop uses. The judge hierarchy plugs in here (it may read
-    args.baseline_repeats, args.seed, loop.run_dir...); --reviewer simple picks SimpleReviewer."""
-    if getattr(args, "reviewer", "hierarchy") == "simple":
-        return SimpleReviewer()
-    from agent.judges.hierarchy import JudgeHierarchy   # lazy: hierarchy imports this module
-    return JudgeHierarchy.for_loop(args, loop)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from agent.errors import ProposalError, ProposerUnavailable  # noqa: F401  (part of the protocol: proposers raise them)
+
 
 @dataclass
 class Proposal:
@@ -42,9 +44,3 @@ class Proposer(Protocol):
     def propose(self, req: ProposalRequest) -> Proposal: ...
 
 
-class ProposerUnavailable(Exception):
-    """The API stayed down past --api-patience; the loop uses the offline proposer this time."""
-
-
-class ProposalError(Exception):
-    """This attempt failed (malformed reply, nothing left to try, can't fix); message says why."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import logging
 import math
 import re
 from pathlib import Path

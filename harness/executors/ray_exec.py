@@ -82,7 +82,7 @@ def _no_uv_packaging() -> None:
 def _warm(hold: float) -> str:
     """A worker process's first task: import what a job runs, hold the slot briefly so every
     slot gets a process of its own."""
-    from harness.executors import node  # noqa: F401  (the import is the point)
+    import harness.executors.node  # noqa: F401  (the import is the point)
     time.sleep(hold)
     return os.getpid()
 

@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 
 from harness.search.arms_llm import ClaudePolicy  # noqa: F401  (the claude arm; tests import it here)
+from harness.search.arms_html import render_html
 from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, run_screen_arm, screen_k
+from harness.search.arms_stats import best_at, seed_ratio  # noqa: F401  (tests import them here)
 from harness.search.arms_stats import (completed_brackets, describe_pairs, fair_budget, fairness,
                                 format_headline, headline_stats, pairwise, plans_json, spread)
 from harness.search.hybrid import HYBRID_ARM, OPTUNA_ARMS, hybrid_setup, run_sampler_arm
@@ -72,16 +74,6 @@ def trajectory(records: list[dict]) -> list[tuple[int, float]]:
             best = v
             out.append((int(r["cum_steps"]), float(v)))
     return out
-
-
-def best_at(traj: list[tuple[int, float]], steps: float) -> float | None:
-    """Best quality reached with at most `steps` steps spent (None before the first result)."""
-    val = None
-    for s, v in traj:
-        if s > steps:
-            break
-        val = v
-    return val
 
 
 def steps_to_reach(traj: list[tuple[int, float]], target: float) -> int | None:
@@ -142,16 +134,6 @@ def summarize(runs: dict[int, dict[str, list[dict]]], budget: int) -> dict:
             "separation": {"headline": pairwise(ratios), "final_quality": pairwise(finals),
                            "rule": "told apart only when the min-max ranges across seeds do not overlap"},
             "seeds_without_baseline": [s for s in per_seed if s not in with_base]}
-
-
-def seed_ratio(report: dict, seed, arm: str) -> str:
-    """One seed's headline: '0.576', or 'not reached (> 0.95)' with the bound it implies."""
-    ps = report["per_seed"][seed]
-    v = ps["headline"].get(arm)
-    if v is not None:
-        return f"{v:.3f}"
-    bound = (ps.get("not_reached_above") or {}).get(arm)
-    return "not reached" + (f" (> {bound:.2f})" if bound else "")
 
 
 def console_summary(report: dict) -> list[str]:
@@ -344,7 +326,6 @@ def print_report(report: dict, jpath: Path, hpath: Path) -> None:
 
 
 def write_reports(report: dict, out: Path) -> tuple[Path, Path]:
-    from harness.search.arms_html import render_html
     out.mkdir(parents=True, exist_ok=True)
     jpath, hpath = out / "arms_report.json", out / "arms_report.html"
     jpath.write_text(json.dumps(report, indent=1, default=str))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from harness.search.arms import best_at, seed_ratio   # arms imports this module lazily, so no cycle
+from harness.search.arms_stats import best_at, seed_ratio
 from harness.search.arms_stats import describe_pairs
 
 # Plot geometry (px) and the number of points sampled along the step axis.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from harness import llm
-from harness.search.hybrid import Idea, IdeaBatch
+from harness.search.ideas import Idea, IdeaBatch
 from harness.search.space import Space
 
 # Output caps: a list of configurations, and a few ideas with their edits.

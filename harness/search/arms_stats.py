@@ -249,3 +249,23 @@ def completed_brackets(records: list[dict], max_steps: int) -> tuple[int, int]:
 
 def plans_json(plans: list[ArmPlan]) -> dict[str, dict]:
     return {p.arm: asdict(p) for p in plans}
+
+
+def best_at(traj: list[tuple[int, float]], steps: float) -> float | None:
+    """Best quality reached with at most `steps` steps spent (None before the first result)."""
+    val = None
+    for s, v in traj:
+        if s > steps:
+            break
+        val = v
+    return val
+
+
+def seed_ratio(report: dict, seed, arm: str) -> str:
+    """One seed's headline: '0.576', or 'not reached (> 0.95)' with the bound it implies."""
+    ps = report["per_seed"][seed]
+    v = ps["headline"].get(arm)
+    if v is not None:
+        return f"{v:.3f}"
+    bound = (ps.get("not_reached_above") or {}).get(arm)
+    return "not reached" + (f" (> {bound:.2f})" if bound else "")

@@ -23,11 +23,12 @@ saying so (as the claude arm is).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from harness import knobs, llm
+from harness.search.ideas import Idea, IdeaBatch, Ideas  # noqa: F401  (re-exported)
 from harness.search.optuna_arm import ARM_SAMPLERS, IDEA_PARAM, run_optuna_arm
 from harness.search.space import Space
 
@@ -43,38 +44,6 @@ OPTUNA_ARMS = tuple(ARM_SAMPLERS)
 # before the model takes over; more would leave ideas never tried within a quick budget.
 IDEAS = 3
 NO_IDEA = "none"
-
-
-@dataclass
-class Idea:
-    name: str                                   # short id used as the IDEA choice
-    description: str
-    edits: list[tuple[str, str]] = field(default_factory=list)   # exact (old, new), in order
-    knobs: dict = field(default_factory=dict)   # overrides of knobs outside the searched space
-
-    def apply(self, source: str, space: Space | None = None) -> str:
-        """train.py with this idea in it; ValueError when an edit does not match exactly once."""
-        for old, new in self.edits:
-            count = source.count(old) if old else 0
-            if count != 1:
-                raise ValueError(f"edit {old[:40]!r} matches {count} times (needs exactly 1)")
-            source = source.replace(old, new)
-        fixed = {k: v for k, v in self.knobs.items() if not space or k not in space.specs}
-        return knobs.set_knobs(source, fixed) if fixed else source
-
-
-@dataclass
-class IdeaBatch:
-    """What an ideas callable returns: the ideas and what asking for them cost."""
-    ideas: list[Idea]
-    tokens: dict = field(default_factory=dict)
-    cost_usd: float = 0.0
-    errors: list[str] = field(default_factory=list)
-    model: str | None = None
-
-
-class Ideas(Protocol):
-    def __call__(self, source: str, space: Space, n: int) -> IdeaBatch: ...
 
 
 def usable(batch: IdeaBatch, source: str, space: Space) -> tuple[list[Idea], list[str]]:

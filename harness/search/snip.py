@@ -57,7 +57,7 @@ class SnipFilter:
             T = prepare.MAX_SEQ_LEN
             V = self._tok.get_vocab_size() if self._tok else prepare.Tokenizer.from_directory().get_vocab_size()
             torch.manual_seed(0)
-            model = mod.build_model(mod.model_config(V, T, prepare.PROFILE))
+            model = mod.build_model(mod.model_config(V, T))
             x, y = self._data(T)
             logits = model(x)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=-1)

@@ -1,0 +1,99 @@
+"""The one shape of an experiment that is not decided yet, in its two places:
+
+- `InFlight`: an experiment in flight as the proposers see it, a history entry with status
+  "pending" (the single loop's prefetch, --screen's gathered candidates, the coordinator's
+  experiments in flight under --workers). It carries the proposal's knob values and code
+  fingerprint where known, so a proposer neither repeats it nor takes it for a lost trial.
+- `PendingFile`: pending.json (pending-wK.json per worker): committed but not recorded. Written
+  before the run, removed after the record; --resume and a stopping loop read it
+  (agent/recovery.py, agent/workers.py pending_attempts, Loop.stop).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from agent.proposers.base import Proposal
+from harness import knobs
+from harness.results import read_json, write_json_atomic
+from harness.secrets import scrub
+
+BEING_PROPOSED = "(being proposed)"
+
+
+@dataclass
+class InFlight:
+    n: int
+    parent: str | None
+    commit: str | None = None
+    description: str = BEING_PROPOSED
+    config: dict | None = None        # knob values of the proposed train.py, once there is one
+    code: str | None = None           # its code fingerprint (harness/knobs.code_fingerprint)
+    proposer: str | None = None
+    worker: int | None = None         # --workers: which worker carries it (0: queued for the first free)
+    handover: str | None = None       # agent/budget.py: why the offline proposer made it
+
+    @classmethod
+    def of(cls, n: int, parent: str | None, proposal: Proposal | None = None, **fields) -> InFlight:
+        entry = cls(n=n, parent=parent, **fields)
+        if proposal is not None:
+            entry.proposed(proposal)
+        return entry
+
+    def proposed(self, proposal: Proposal, description: str | None = None) -> None:
+        """The proposal is made: what it tries becomes visible to the other proposers."""
+        self.description = proposal.description if description is None else description
+        self.proposer = proposal.proposer
+        self.config, self.code = knobs.values(proposal.source), knobs.code_fingerprint(proposal.source)
+
+    def entry(self) -> dict:
+        """The history entry a ProposalRequest carries (agent/proposers/base.py)."""
+        return {"status": "pending", **asdict(self)}
+
+
+@dataclass
+class PendingFile:
+    n: int
+    parent: str | None
+    commit: str | None
+    description: str = ""
+    hypothesis: str = ""
+    proposer: str = "offline"
+    model: str | None = None
+    notes: str = ""
+    info: dict = field(default_factory=dict)
+    attempts: list = field(default_factory=list)
+    started_at: float | None = None
+
+    @classmethod
+    def of(cls, a) -> PendingFile:
+        """Of an Attempt (agent/experiment.py)."""
+        p = a.proposal
+        return cls(n=a.n, parent=a.parent, commit=a.commit, description=p.description, hypothesis=p.hypothesis,
+                   proposer=p.proposer, model=p.model, notes=p.notes, info=dict(a.info),
+                   attempts=list(a.attempts), started_at=a.started_at)
+
+    def write(self, path: Path) -> None:
+        write_json_atomic(Path(path), scrub(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> PendingFile | None:
+        """The file's experiment, or None where there is none to resume: absent, empty, torn, or
+        without an integer experiment number (a value of the wrong type is left at its default)."""
+        raw = read_json(Path(path))
+        if not isinstance(raw, dict) or not isinstance(raw.get("n"), int) or isinstance(raw.get("n"), bool):
+            return None
+        out = cls(n=raw["n"], parent=_str(raw.get("parent")), commit=_str(raw.get("commit")))
+        for name, kind in (("description", str), ("hypothesis", str), ("proposer", str), ("model", str),
+                           ("notes", str), ("info", dict), ("attempts", list), ("started_at", (int, float))):
+            if isinstance(raw.get(name), kind) and not isinstance(raw.get(name), bool):
+                setattr(out, name, raw[name])
+        return out
+
+    def proposal(self, source: str) -> Proposal:
+        return Proposal(description=self.description, hypothesis=self.hypothesis, source=source,
+                        proposer=self.proposer, model=self.model, notes=self.notes)
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) and v else None

@@ -1,0 +1,46 @@
+"""agent/pending.py: the one shape of an undecided experiment (in flight; pending.json)."""
+from agent.experiment import Attempt, write_pending
+from agent.pending import InFlight, PendingFile
+from agent.proposers.base import Proposal
+from harness import knobs
+
+SRC = "DEPTH = 4  # layers\nLR = 0.01  # a rate\n"
+
+
+def attempt():
+    p = Proposal(description="deeper", hypothesis="more layers", source=SRC, proposer="claude", model="m",
+                 notes="a note")
+    return Attempt(n=7, parent="a" * 40, proposal=p, info={"seconds": 1.5}, commit="b" * 40)
+
+
+def test_pending_file_round_trip_through_the_writer(tmp_path):
+    a = attempt()
+
+    class Host:
+        pending_path = tmp_path / "pending.json"
+    write_pending(Host, a)          # what run_experiment writes before the run
+    got = PendingFile.read(Host.pending_path)
+    assert (got.n, got.parent, got.commit, got.description, got.proposer) == (7, a.parent, a.commit, "deeper", "claude")
+    p = got.proposal(SRC)
+    assert (p.hypothesis, p.model, p.notes, p.source) == ("more layers", "m", "a note", SRC)
+    assert got.info == {"seconds": 1.5} and got.started_at == a.started_at
+
+
+def test_a_torn_or_hostile_pending_file_is_no_experiment(tmp_path):
+    path = tmp_path / "pending.json"
+    for text in (b"", b'{"n": 3, "commit": "ab', b"\xff\xfe{", b"[1, 2]", b'{"n": "3"}', b'{"n": true}'):
+        path.write_bytes(text)
+        assert PendingFile.read(path) is None, text
+    path.write_text('{"n": 3, "commit": "c", "info": "not a dict", "attempts": 5, "description": 9}')
+    got = PendingFile.read(path)
+    assert (got.n, got.commit, got.info, got.attempts, got.description) == (3, "c", {}, [], "")
+    assert PendingFile.read(tmp_path / "absent.json") is None
+
+
+def test_in_flight_entries_carry_what_the_proposal_tries():
+    e = InFlight(n=5, parent="p", worker=2)
+    assert e.entry()["status"] == "pending" and e.entry()["config"] is None
+    e.proposed(attempt().proposal)
+    entry = e.entry()
+    assert entry["config"] == knobs.values(SRC) and entry["code"] == knobs.code_fingerprint(SRC)
+    assert (entry["n"], entry["worker"], entry["description"], entry["proposer"]) == (5, 2, "deeper", "claude")
