@@ -21,14 +21,18 @@ def _short(commit) -> str:
     return str(commit or "")[:7].lower()
 
 
+def _status(v) -> str | None:
+    return v if isinstance(v, str) else None     # a hostile value (a list, a number) matches nothing
+
+
 def record_key(rec: dict) -> tuple[str, str | None]:
-    return _short(rec.get("short") or rec.get("commit")), rec.get("status")
+    return _short(rec.get("short") or rec.get("commit")), _status(rec.get("status"))
 
 
 def match_rows(rows: list[dict], records: list[dict], *, loose: bool = False) -> dict[int, int]:
     """Index of each matched row -> index of its record. `rows`: dicts with "commit" and
     "status" (and "n", their 1-based position, for `loose`); `records`: journal records."""
-    key_row = [(_short(r.get("commit")), r.get("status")) for r in rows]
+    key_row = [(_short(r.get("commit")), _status(r.get("status"))) for r in rows]
     key_rec = [record_key(r) for r in records]
     out: dict[int, int] = {}
     for a, b, size in difflib.SequenceMatcher(None, key_row, key_rec, autojunk=False).get_matching_blocks():
@@ -50,7 +54,7 @@ def match_rows(rows: list[dict], records: list[dict], *, loose: bool = False) ->
     by_n = {rec.get("n"): j for j, rec in enumerate(records) if j not in used and isinstance(rec.get("n"), int)}
     for i, row in enumerate(rows):
         j = by_n.get(row.get("n"))
-        if i not in out and j is not None and records[j].get("status") == row.get("status"):
+        if i not in out and j is not None and _status(records[j].get("status")) == _status(row.get("status")) is not None:
             out[i] = j
             used.add(j)
             by_n.pop(row.get("n"))

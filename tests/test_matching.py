@@ -45,3 +45,12 @@ def test_the_dashboard_pairs_malformed_rows_loosely(tmp_path):
     by_row = match_journal(res.rows, recs)
     assert by_row[3]["n"] == 3 and [by_row[k]["n"] for k in (1, 2, 4, 5)] == [1, 2, 4, 5]
     assert 2 not in match_rows(res.rows, recs)            # strict (recovery): a broken row is no match
+
+
+def test_hostile_journal_values_match_nothing_and_raise_nothing(tmp_path):
+    rows, recs = write(tmp_path)
+    recs[1] = dict(recs[1], status=["keep"], commit={"x": 1}, short=None)
+    recs[2] = dict(recs[2], n=[3], status=7)
+    strict, loose = match_rows(rows, recs), match_rows(rows, recs, loose=True)
+    assert strict == {0: 0, 3: 3, 4: 4}
+    assert loose == {0: 0, 2: 2, 3: 3, 4: 4}      # its commit is still good: the dashboard pairs it
