@@ -39,7 +39,6 @@ one coordinator (agent/coordinator.py).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import os
@@ -50,18 +49,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent import budget, cli, summary
+from agent.cli import DEFAULT_BUDGET, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
 from agent.experiment import Attempt, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposers.local import SEARCHES, LocalProposer
+from agent.proposers.local import LocalProposer
 from agent.proposers.offline import OfflineProposer
 from agent.proposing import Prefetch, call_proposer, with_dropped
 from agent.recovery import reconcile
 from agent import screening
-from agent.judges import stats
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
@@ -75,7 +74,6 @@ from harness.records import RunState
 from harness.results import append_journal, write_state
 from harness.runner import timeout_for
 
-DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
 EXIT_OUT_OF_SPACE = 75
@@ -87,64 +85,6 @@ def build_reviewer(args, loop) -> Reviewer:
     if getattr(args, "reviewer", "hierarchy") == "simple":
         return SimpleReviewer()
     return JudgeHierarchy.for_loop(args, loop)
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tag", required=True, help="run name; branch autoresearch/<tag>")
-    p.add_argument("--budget", type=float, default=None,
-                   help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
-    p.add_argument("--max-experiments", type=int, default=None, help="stop after N experiments (baseline included)")
-    p.add_argument("--until", default=None, help="start no experiment after this local time, HH:MM")
-    p.add_argument("--proposer", choices=("claude", "offline"), default=None,
-                   help="default: claude when ANTHROPIC_API_KEY is set, else offline")
-    p.add_argument("--model", default=None, help="Claude model id (claude proposer)")
-    p.add_argument("--max-cost", type=float, default=None, metavar="USD",
-                   help="LLM spend cap in dollars: past it the offline proposer proposes and the judge stops "
-                        "calling the LLM; the loop goes on (default: no cap)")
-    p.add_argument("--crash-streak", type=int, default=budget.CRASH_STREAK, metavar="N",
-                   help=f"N crashes in a row of the LLM's hand {budget.HANDOVER_EXPERIMENTS} experiments to the "
-                        f"offline proposer (default {budget.CRASH_STREAK}; 0: never)")
-    p.add_argument("--resume", action="store_true", help="continue an existing tag")
-    p.add_argument("--fix-tries", type=int, default=2, help="times the proposer may fix a crash")
-    p.add_argument("--api-patience", type=float, default=600.0,
-                   help="seconds of API outage before the offline proposer stands in")
-    p.add_argument("--seed", type=int, default=0, help="seed of the offline search")
-    p.add_argument("--offline-search", choices=SEARCHES, default="local",
-                   help="the offline proposer: local (default: one resolvable step of one knob from the "
-                        "incumbent, chosen from the evidence) or an Optuna sampler over every knob (tpe, cmaes, random)")
-    p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
-    p.add_argument("--baseline-repeats", type=int, default=stats.BASELINE_RUNS,
-                   help=f"baseline runs used by the judges to estimate noise (default {stats.BASELINE_RUNS})")
-    p.add_argument("--reviewer", choices=("hierarchy", "simple"), default="hierarchy",
-                   help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
-                   "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
-    p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
-                   "(default max(2x budget, budget + 300 s))")
-    p.add_argument("--repo", default=".", help="the repository (default: the current one)")
-    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
-                   help="seal train.py runs with bubblewrap: auto (default; says loudly when it cannot), "
-                        "bwrap (refuse to run without it) or none")
-    p.add_argument("--screen", type=int, default=1, metavar="K",
-                   help="propose K candidates per experiment, screen them with short successive-halving "
-                        "runs, give only the winner the full run (default 1: no screen)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="experiments in flight at once, each in its own worktree and on its own GPU "
-                        "(default 1)")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="where --workers run: local subprocesses (default) or Ray tasks")
-    p.add_argument("--ray-address", default=None,
-                   help="join this Ray cluster (default: start a local Ray runtime)")
-    p.add_argument("--gpus", default=None,
-                   help="GPU ids for local workers, comma-separated (default: CUDA_VISIBLE_DEVICES, "
-                        "else every GPU nvidia-smi lists, else none: CPU)")
-    args = p.parse_args(argv)
-    if args.budget is None:
-        args.budget = cli.budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
-    cli.validate(p, args)   # before anything exists: a bad argument creates nothing
-    if args.proposer is None:
-        args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    return args
 
 
 def make_offline(args):
