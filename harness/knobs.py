@@ -11,6 +11,7 @@ import ast
 import io
 import re
 import tokenize
+from harness import pyparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def profile_table(runtime_source: str | None = None) -> tuple[dict, tuple]:
     """(PROFILE_KNOBS, SMALL_PROFILES) of a runtime.py source (default: this checkout's)."""
     source = RUNTIME_PY.read_text() if runtime_source is None else runtime_source
     found = {}
-    for node in ast.parse(source).body:
+    for node in pyparse.parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                 and node.targets[0].id in ("PROFILE_KNOBS", "SMALL_PROFILES"):
             found[node.targets[0].id] = ast.literal_eval(node.value)

@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 from agent.proposers.base import Proposal
 from harness.records import Basis, Decision  # noqa: F401  (re-exported: the loop's imports)
 from harness.runner import RunResult
+from harness import pyparse
 
 # train.py must keep these for the trusted re-evaluation and the knob tools (docs/contracts.md).
 REQUIRED_DEFS = ("build_model",)
@@ -55,7 +56,7 @@ class Reviewer(Protocol):
 def _defines(source: str, names: tuple[str, ...]) -> list[str]:
     """Names of `names` that the source does not define at module level (best effort on bad syntax)."""
     try:
-        tree = ast.parse(source)
+        tree = pyparse.parse(source)
     except SyntaxError:
         return [n for n in names if f"def {n}(" not in source]
     top = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
