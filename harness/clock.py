@@ -28,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from harness.experiment_record import ExperimentRecord
+
 STEP_RE = re.compile(r"^step (\d+) \|")
 # Fields of a progress line shown on the console (and kept as the run's last figures).
 FIELD_RE = re.compile(r"(loss|tok/s|trained|dt)\s+([0-9.,]+)")
@@ -75,13 +77,12 @@ class ClockReference:
 
 
 def reference_of(history: list) -> ClockReference:
-    """The tag's clock reference from its journal records: the baseline's runs (its own clock
-    figures and those of its repeats)."""
+    """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts):
+    the baseline's runs (its own clock figures and those of its repeats)."""
     for rec in history:
-        if isinstance(rec, dict) and rec.get("proposer") == "baseline" and isinstance(rec.get("clock"), dict):
-            reruns = (rec.get("verdicts") or {}).get("reruns") if isinstance(rec.get("verdicts"), dict) else None
-            runs = [rec["clock"]] + [r.get("clock") for r in reruns or [] if isinstance(r, dict)]
-            return ClockReference.from_figures([c for c in runs if isinstance(c, dict)])
+        rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
+        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.clock, dict):
+            return ClockReference.from_figures(rec.clock_runs())
     return ClockReference()
 
 

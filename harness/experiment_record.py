@@ -1,0 +1,366 @@
+"""The journal's experiment record, typed: what the loop keeps in memory and every reader reads.
+
+- Decision and its typed Basis: what a judge decided and on what grounds (str Enum: the journal
+  keeps the same strings).
+- ExperimentRecord: the journal's "experiment" record (agent/experiment.py record()), with
+  to_dict/from_dict that round-trip a journal line exactly (unknown keys kept in `extra`) and
+  typed accessors for what readers need (the decision's val_bpb, the judge's figures, the noise
+  band, the basis, timings...). The loop's history is a list of these; a record becomes a dict
+  only where it is written (the journal) and is built with from_dict only where it is read.
+- EvidenceFigures: a record's `evidence`, read safely.
+
+Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
+the accessors check types (a hostile journal gives None or an empty value, never an exception).
+harness/records.py re-exports every name here.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
+
+from harness.figures import as_dict, as_int as _int, as_str, as_str as _str, finite, fnum
+
+# ---------------------------------------------------------------- decisions
+
+class Basis(str, Enum):
+    """What a decision rests on; the journal stores the value (verdicts.judge.basis)."""
+    BASELINE = "baseline"        # the unmodified train.py, measured (with repeats) for the noise band
+    METRIC = "metric"            # the trusted val_bpb against the best and the noise band
+    SIMPLICITY = "simplicity"    # program.md's simplicity rule (tiny gain for much code; deletions)
+    EFFICIENCY = "efficiency"    # equal result, clearly cheaper to serve
+    LLM_VETO = "llm_veto"        # the LLM judge vetoed a rule keep
+    INTEGRITY = "integrity"      # the trusted evaluation failed or the run broke the rules
+    CRASH = "crash"              # the run crashed
+    GUARD = "guard"              # rejected before running
+    CONFLICT = "conflict"        # --workers: a late keep that cannot be stacked on the moved tip
+
+    @classmethod
+    def parse(cls, value) -> "Basis | None":
+        """The Basis a stored string names, or None (unknown, missing, not a string)."""
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
+@dataclass
+class Decision:
+    """A judge's decision on one run (the Reviewer protocol, agent/judges/reviewer.py)."""
+    status: str                      # keep | discard | crash
+    reason: str
+    trusted_bpb: float | None = None
+    verdicts: dict = field(default_factory=dict)
+    rerun: bool = False              # ask the loop to run the same commit again (e.g. a noisy call)
+    basis: Basis = Basis.METRIC      # set by the judge where it decides, never parsed from `reason`
+
+    def __post_init__(self):
+        self.basis = Basis(self.basis)   # a plain string from a caller becomes the enum (or raises)
+
+
+# ---------------------------------------------------------------- the journal's experiment record
+
+@dataclass
+class NoiseBandFigures:
+    """The judge's noise band as its baseline record stores it (verdicts.judge.band)."""
+    values: list[float]          # trusted val_bpb of the baseline runs
+    spread: float | None
+    k: float | None
+    threshold: float | None      # k x spread: a gain must clear this
+
+
+@dataclass
+class ExperimentRecord:
+    """journal.jsonl, kind "experiment": the keys agent/experiment.py record() writes, in order."""
+    kind: str = "experiment"
+    n: int | None = None
+    tag: str | None = None
+    parent: str | None = None
+    commit: str | None = None
+    short: str | None = None
+    status: str | None = None
+    description: str = ""
+    hypothesis: str = ""
+    proposer: str | None = None
+    model: str | None = None
+    diff: str = ""
+    summary: dict | None = None
+    trusted_bpb: float | None = None
+    clock: dict | None = None
+    sealed: bool = False
+    verify_seconds: float | None = None
+    crash_class: str | None = None
+    decision_reason: str = ""
+    verdicts: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    tokens: dict = field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float = 0.0
+    log: str | None = None
+    discarded_ref: str | None = None
+    started_at: float | None = None
+    memory_gb: float = 0.0
+    config: dict = field(default_factory=dict)
+    code: str | None = None
+    attempts: list = field(default_factory=list)
+    notes: str = ""
+    # Written only when present (the loop's optional keys; recovery's minimal records).
+    fallback: str | None = None
+    proposal_error: str | None = None
+    fix_error: str | None = None
+    prefetched: object = None
+    rebased_from: str | None = None
+    fixes: list | None = None
+    resumed: bool | None = None
+    stale_parent: object = None
+    screen: dict | None = None
+    screen_error: str | None = None
+    recovered: bool | None = None
+    rebases: list | None = None          # --workers: the runs on parents the branch moved past
+    evidence: dict | None = None         # the judge's evidence: the runs, the bar, the noise, the test
+    handover: str | None = None          # why the offline proposer had this turn (cost cap, crash streak)
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged to this record)
+    worker: int | None = None            # --workers: which worker carried it
+    ended_at: float | None = None
+    extra: dict = field(default_factory=dict)                            # keys this class does not know
+    _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
+
+    # ---- (de)serialisation
+    def to_dict(self) -> dict:
+        """The journal object: a record read by from_dict gives back the same keys in the same
+        order; a new one gives record()'s keys (optional ones only when set)."""
+        vals = {k: getattr(self, k) for k in RECORD_KEYS}
+        if self._keys is None:
+            keys = [k for k in RECORD_KEYS if k not in OPTIONAL_KEYS or vals[k] is not None]
+        else:
+            keys = [k for k in self._keys if k in vals or k in self.extra]
+            keys += [k for k in RECORD_KEYS if k not in self._keys and vals[k] != _DEFAULTS[k]]
+        out = {k: (vals[k] if k in vals else self.extra[k]) for k in keys}
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExperimentRecord":
+        """Never raises on a dict; values are kept as read (check them with the accessors)."""
+        known = {k: d[k] for k in RECORD_KEYS if k in d}
+        extra = {k: v for k, v in d.items() if k not in known}
+        return cls(**known, extra=extra, _keys=tuple(d))
+
+    # ---- typed accessors
+    @property
+    def number(self) -> int | None:
+        return self.n if isinstance(self.n, int) and not isinstance(self.n, bool) else None
+
+    @property
+    def judge(self) -> dict:
+        """verdicts["judge"] (the judge's figures), or {}."""
+        v = self.verdicts.get("judge") if isinstance(self.verdicts, dict) else None
+        return v if isinstance(v, dict) else {}
+
+    @property
+    def verify(self) -> dict:
+        """verdicts["verify"] (harness/verify.py VerifyResult.as_dict()), or {}."""
+        v = self.verdicts.get("verify") if isinstance(self.verdicts, dict) else None
+        return v if isinstance(v, dict) else {}
+
+    @property
+    def basis(self) -> Basis | None:
+        return Basis.parse(self.judge.get("basis"))
+
+    @property
+    def is_baseline(self) -> bool:
+        """The loop's baseline: the unmodified train.py (basis "baseline", or proposer "baseline")."""
+        return self.basis is Basis.BASELINE or self.proposer == "baseline"
+
+    @property
+    def decision_bpb(self) -> float | None:
+        """The val_bpb the decision rests on: the trusted figure, else the printed one."""
+        if finite(self.trusted_bpb):
+            return float(self.trusted_bpb)
+        printed = self.summary.get("val_bpb") if isinstance(self.summary, dict) else None
+        return fnum(printed)
+
+    def trusted(self) -> tuple[float | None, str | None]:
+        """(trusted val_bpb, where from): the decision's figure (the mean of the runs for the
+        baseline), else the trusted re-evaluation's own."""
+        if finite(self.trusted_bpb):
+            return self.trusted_bpb, "decision"
+        v = self.verify.get("trusted_bpb")
+        return (v, "verification") if finite(v) else (None, None)
+
+    def noise_band(self) -> NoiseBandFigures | None:
+        """The noise band the baseline record carries (judge hierarchy: verdicts.judge has
+        baseline_values, spread, threshold = k x spread, and band.k); None for any record
+        without baseline_values (every other experiment)."""
+        judge = self.judge
+        raw = judge.get("baseline_values")
+        if not isinstance(raw, list):
+            return None
+        band = judge.get("band") if isinstance(judge.get("band"), dict) else {}
+        return NoiseBandFigures([float(v) for v in raw if finite(v)], fnum(judge.get("spread")),
+                                fnum(band.get("k")), fnum(judge.get("threshold")))
+
+    def evidence_figures(self) -> dict:
+        """The judge's evidence (the hierarchy: runs, bar, noise, test) as stored, or {}."""
+        return self.evidence if isinstance(self.evidence, dict) else {}
+
+    def evidence_view(self) -> "EvidenceFigures | None":
+        """The same, typed (hostile values read as None)."""
+        return EvidenceFigures.of(self.evidence)
+
+    def token_counts(self) -> dict:
+        """{"input", "output"} as ints (0 for anything that is not a finite number)."""
+        t = self.tokens if isinstance(self.tokens, dict) else {}
+        return {k: int(fnum(t.get(k)) or 0) for k in ("input", "output")}
+
+    def cost(self) -> float:
+        return fnum(self.cost_usd) or 0.0
+
+    # ---- what the readers look at (every one safe on a hostile record)
+    @property
+    def is_experiment(self) -> bool:
+        """kind "experiment" (the journal's default when absent)."""
+        return self.kind == "experiment"
+
+    @property
+    def summary_view(self) -> dict:
+        """The summary block as parsed (train.py's keys), or {}."""
+        return as_dict(self.summary)
+
+    def summary_figure(self, key: str) -> float | None:
+        """One summary key as a finite float, else None."""
+        return fnum(self.summary_view.get(key))
+
+    @property
+    def printed_bpb(self) -> float | None:
+        """The val_bpb in the summary block (a sealed run's is the trusted one, written in by record())."""
+        return self.summary_figure("val_bpb")
+
+    @property
+    def metajudge(self) -> dict:
+        """verdicts["metajudge"] (the MetaJudge's audit), or {}."""
+        return as_dict(as_dict(self.verdicts).get("metajudge"))
+
+    def judge_figure(self, key: str) -> float | None:
+        """One of the judge's figures (best_before, threshold, spread, net_lines...) as a float, else None."""
+        return fnum(self.judge.get(key))
+
+    def opinion(self, part: str) -> str | None:
+        """The status of one opinion the judge weighed: verdicts.judge[part].status (part "rule", "llm")."""
+        return as_str(as_dict(self.judge.get(part)).get("status"))
+
+    @property
+    def reruns(self) -> list[dict]:
+        """verdicts["reruns"]: the earlier runs of the same commit (the baseline's repeats), dicts only."""
+        raw = as_dict(self.verdicts).get("reruns")
+        return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+
+    def clock_runs(self) -> list[dict]:
+        """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""
+        return [c for c in [self.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]
+
+    def timing(self, key: str) -> float | None:
+        """timings[key] (proposal, run, eval, git, overhead...) in seconds, else None."""
+        return fnum(as_dict(self.timings).get(key))
+
+    @property
+    def knob_values(self) -> dict | None:
+        """The knob values of the record's train.py (harness/knobs.values), None when not a dict."""
+        return self.config if isinstance(self.config, dict) else None
+
+    @property
+    def code_id(self) -> str | None:
+        """The code fingerprint of its train.py (harness/knobs.code_fingerprint), None when not a string."""
+        return self.code if isinstance(self.code, str) and self.code else None
+
+    def text(self, name: str) -> str:
+        """A text field (description, hypothesis, decision_reason, diff, crash_class...) as a string
+        ("" when missing or not a string)."""
+        v = getattr(self, name, None) if name in RECORD_KEYS else self.extra.get(name)
+        return v if isinstance(v, str) else ""
+
+
+# record()'s keys in order (optional ones before ended_at, as the loop writes them).
+RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
+OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
+                 "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "handover",
+                 "dropped_prefetch", "worker")
+_DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
+             for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
+
+
+def experiment_records(records: list[dict]) -> list[ExperimentRecord]:
+    """Journal objects of kind "experiment" (the default when absent), typed."""
+    return [ExperimentRecord.from_dict(r) for r in records
+            if isinstance(r, dict) and r.get("kind", "experiment") == "experiment"]
+
+
+# ---------------------------------------------------------------- the judge's evidence
+
+@dataclass
+class EvidenceRun:
+    bpb: float | None
+    seed: int | None
+    used: bool
+    why: str | None                       # why it is no evidence (disturbed), else None
+    log: str | None
+
+
+@dataclass
+class EvidenceFigures:
+    """A record's `evidence` (agent/judges/hierarchy.py), read safely: what the decision rested on."""
+    call: str | None = None               # keep | discard | more | undecided | baseline
+    why: str | None = None
+    runs: list = field(default_factory=list)             # the candidate's (or the baseline's) runs
+    incumbent_commit: str | None = None
+    incumbent_runs: list = field(default_factory=list)   # the bar's runs
+    incumbent_mean: float | None = None
+    remembered: bool = False              # the bar was the loop's remembered figure (no runs known)
+    gain: float | None = None
+    margin: float | None = None
+    p_better: float | None = None
+    p_keep: float | None = None
+    sigma: float | None = None
+    df: int | None = None
+    se: float | None = None
+
+    @classmethod
+    def of(cls, ev) -> "EvidenceFigures | None":
+        if not isinstance(ev, dict) or not ev:
+            return None
+
+        def runs(raw):
+            out = []
+            for r in raw if isinstance(raw, list) else []:
+                if isinstance(r, dict):
+                    out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
+                                           _str(r.get("why")), _str(r.get("log"))))
+            return out
+        cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
+        inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}
+        cmp = ev.get("comparison") if isinstance(ev.get("comparison"), dict) else {}
+        noise = ev.get("noise") if isinstance(ev.get("noise"), dict) else {}
+        return cls(call=_str(ev.get("call")), why=_str(ev.get("why")), runs=runs(cand.get("runs")),
+                   incumbent_commit=_str(inc.get("commit")), incumbent_runs=runs(inc.get("runs")),
+                   incumbent_mean=fnum(cmp.get("incumbent_mean")), remembered=inc.get("remembered") is True,
+                   gain=fnum(cmp.get("gain")), margin=fnum(cmp.get("margin")), p_better=fnum(cmp.get("p_better")),
+                   p_keep=fnum(ev.get("p_keep")), sigma=fnum(cmp.get("sigma", noise.get("sigma"))),
+                   df=_int(cmp.get("df", noise.get("df"))), se=fnum(cmp.get("se")))
+
+    def summary(self) -> str:
+        """One line: the runs, the bar, the noise and the test the decision used."""
+        used = [r.bpb for r in self.runs if r.used and r.bpb is not None]
+        left = sum(1 for r in self.runs if not r.used)
+        parts = [f"{len(used)} run(s) of its own [{', '.join(f'{v:.6f}' for v in used)}]"
+                 + (f" ({left} disturbed, left out)" if left else "")]
+        if self.incumbent_commit or self.incumbent_runs:
+            m = len([r for r in self.incumbent_runs if r.used])
+            bar = f"{self.incumbent_mean:.6f}" if self.incumbent_mean is not None else "-"
+            parts.append(f"against the incumbent {str(self.incumbent_commit or '?')[:7]}'s "
+                         + ("remembered figure" if self.remembered else f"{m} run(s)") + f" (mean {bar})")
+        if self.sigma is not None:
+            parts.append(f"sigma {self.sigma:.6f} ({self.df} df)")
+        if self.gain is not None:
+            parts.append(f"gain {self.gain:+.6f}" + (f" vs margin {self.margin:.6f}" if self.margin is not None else ""))
+        if self.p_better is not None:
+            parts.append(f"P(better) {self.p_better:.4f} (keep at >= {self.p_keep or 0.99:g})")
+        return "; ".join(parts)
