@@ -14,6 +14,8 @@ and summed up in the end summary and the morning report.
 """
 from __future__ import annotations
 
+from harness.records import ExperimentRecord
+
 # LLM crashes in a row that hand over (--crash-streak default).
 CRASH_STREAK = 3
 # Experiments the offline proposer takes after a crash streak.
@@ -21,16 +23,12 @@ HANDOVER_EXPERIMENTS = 2
 OFFLINE = ("offline", "baseline", "scripted")
 
 
-def spent(history: list[dict]) -> float:
-    total = 0.0
-    for r in history:
-        c = r.get("cost_usd")
-        if isinstance(c, (int, float)) and not isinstance(c, bool) and c == c and c != float("inf"):
-            total += float(c)
-    return total
+def spent(history: list) -> float:
+    """The LLM spend of the decided records (an experiment in flight, InFlight, has none yet)."""
+    return sum(r.cost() for r in history if isinstance(r, ExperimentRecord))
 
 
-def cap_reason(history: list[dict], cap: float | None) -> str | None:
+def cap_reason(history: list, cap: float | None) -> str | None:
     if cap is None:
         return None
     now = spent(history)
@@ -39,17 +37,18 @@ def cap_reason(history: list[dict], cap: float | None) -> str | None:
     return None
 
 
-def streak_reason(history: list[dict], streak: int | None) -> str | None:
-    """A crash streak's hand-over still running, or None. History in decision order; an experiment
-    still in flight ("pending") counts as handed over when it is, and otherwise ends the look back."""
+def streak_reason(history: list, streak: int | None) -> str | None:
+    """A crash streak's hand-over still running, or None. History in decision order (records, then
+    experiments still in flight, InFlight, status "pending"): one in flight counts as handed over
+    when it is, and otherwise ends the look back."""
     if not streak:
         return None
-    exps = [r for r in history if r.get("kind", "experiment") == "experiment"]
+    exps = [r for r in history if not isinstance(r, ExperimentRecord) or r.is_experiment]
     handed, i = 0, len(exps) - 1
-    while i >= 0 and str(exps[i].get("handover") or "").startswith("crash streak"):
+    while i >= 0 and str(exps[i].handover or "").startswith("crash streak"):
         handed, i = handed + 1, i - 1
     crashes = 0
-    while i >= 0 and exps[i].get("status") == "crash" and exps[i].get("proposer") not in OFFLINE:
+    while i >= 0 and exps[i].status == "crash" and exps[i].proposer not in OFFLINE:
         crashes, i = crashes + 1, i - 1
     if crashes >= streak and handed < HANDOVER_EXPERIMENTS:
         return (f"crash streak: the LLM's last {crashes} experiments crashed; the offline proposer takes "
@@ -59,7 +58,8 @@ def streak_reason(history: list[dict], streak: int | None) -> str | None:
 
 def handover(host, history: list | None = None) -> str | None:
     """Why the LLM does not propose this experiment (None: it does). `host`: the loop or a worker;
-    `history`: what the proposal request sees (experiments in flight included), else the host's."""
+    `history`: what the proposal request sees (ProposalRequest.tried(): experiments in flight
+    included), else the host's."""
     loop = getattr(host, "loop", host)
     args = getattr(loop, "args", None)
     history = list(history if history is not None else getattr(host, "history", None) or [])
@@ -86,19 +86,19 @@ def announce(host, why: str, n) -> None:
         console.event(f"exp {n}: hand-over: {why}")
 
 
-def night_lines(records: list[dict], cap: float | None = None) -> list[str]:
+def night_lines(records: list[ExperimentRecord], cap: float | None = None) -> list[str]:
     """What the end summary and the report say about the LLM's spend and the hand-overs."""
-    exps = [r for r in records if r.get("kind", "experiment") == "experiment"]
-    capped = [r for r in exps if str(r.get("handover") or "").startswith("cost cap")]
-    streaks = [r for r in exps if str(r.get("handover") or "").startswith("crash streak")]
+    exps = [r for r in records if r.is_experiment]
+    capped = [r for r in exps if str(r.handover or "").startswith("cost cap")]
+    streaks = [r for r in exps if str(r.handover or "").startswith("crash streak")]
     out = []
     if capped:
-        out.append(f"cost cap reached at exp {capped[0].get('n')}: the offline proposer proposed {len(capped)} "
-                   f"experiment(s) since and the judge stopped calling the LLM ({capped[0]['handover']})")
+        out.append(f"cost cap reached at exp {capped[0].n}: the offline proposer proposed {len(capped)} "
+                   f"experiment(s) since and the judge stopped calling the LLM ({capped[0].handover})")
     elif cap is not None:
         out.append(f"cost cap ${cap:.4f}: ${spent(exps):.4f} spent, not reached")
     if streaks:
         starts = sum(1 for i, r in enumerate(exps) if r in streaks and (i == 0 or exps[i - 1] not in streaks))
         out.append(f"crash streaks: {starts} hand-over(s) to the offline proposer, {len(streaks)} experiment(s) "
-                   f"(exp {', '.join(str(r.get('n')) for r in streaks)})")
+                   f"(exp {', '.join(str(r.n) for r in streaks)})")
     return out

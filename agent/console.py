@@ -114,17 +114,12 @@ def clock(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def bpb_of(rec: dict) -> float | None:
-    """The val_bpb a record's decision rests on: the trusted one, else the printed one."""
-    return ExperimentRecord.from_dict(rec).decision_bpb
-
-
-def decision_line(rec: dict) -> str:
-    bpb = bpb_of(rec)
-    bpb_text = f"{bpb:.6f}" if isinstance(bpb, (int, float)) else "-"
-    extra = f" [{rec['crash_class']}]" if rec.get("crash_class") else ""
-    return (f"exp {rec['n']} {rec['short']} {rec['status']}{extra} val_bpb {bpb_text}: "
-            f"{rec['description']} -- {rec['decision_reason']}")
+def decision_line(rec: ExperimentRecord) -> str:
+    bpb = rec.decision_bpb
+    bpb_text = f"{bpb:.6f}" if bpb is not None else "-"
+    extra = f" [{rec.crash_class}]" if rec.crash_class else ""
+    return (f"exp {rec.n} {rec.short} {rec.status}{extra} val_bpb {bpb_text}: "
+            f"{rec.description} -- {rec.decision_reason}")
 
 
 def progress_text(progress: dict | None, budget: float) -> str:
@@ -212,9 +207,9 @@ class Console:
         else:
             print(text, flush=True)
 
-    def decision(self, rec: dict) -> None:
+    def decision(self, rec: ExperimentRecord) -> None:
         self.event(decision_line(rec))
-        ev = ExperimentRecord.from_dict(rec).evidence_view()
+        ev = rec.evidence_view()
         if ev is not None and ev.call != "baseline" and ev.runs:
             self.event(f"  evidence: {ev.summary()}")
 

@@ -15,11 +15,12 @@ import threading
 import time
 
 from agent.pending import InFlight
+from harness.records import ExperimentRecord
 
 
 class Coordinator:
     def __init__(self, last_kept: str | None = None):
-        self.history: list[dict] = []      # decided experiment records, in decision order
+        self.history: list[ExperimentRecord] = []   # decided experiment records, in decision order
         self.best: dict | None = None      # {"commit", "val_bpb"} of the branch tip
         self.last_kept: str | None = last_kept
         self.in_flight: dict[int, InFlight] = {}   # n -> what the proposers are told about it
@@ -33,7 +34,7 @@ class Coordinator:
         number handed out but never committed (a kill -9 while proposing) is handed out again,
         so --max-experiments N ends with experiments 1..N, none missing."""
         with self.lock:
-            taken = {r.get("n") for r in self.history} | set(self.in_flight)
+            taken = {r.n for r in self.history} | set(self.in_flight)
             n = 1
             while n in taken:
                 n += 1
@@ -71,11 +72,11 @@ class Coordinator:
         with self.lock:
             self.in_flight.pop(n, None)
 
-    def pending_for_proposer(self, exclude: int | None = None) -> list[dict]:
-        """The experiments in flight, as history entries with status "pending": the proposer sees
-        them and does not propose the same idea twice."""
+    def pending_for_proposer(self, exclude: int | None = None) -> list[InFlight]:
+        """The experiments in flight (copies; status "pending"): the proposer sees them and does
+        not propose the same idea twice."""
         with self.lock:
-            return [e.entry() for n, e in sorted(self.in_flight.items()) if n != exclude]
+            return [e.snapshot() for n, e in sorted(self.in_flight.items()) if n != exclude]
 
     def moved_since(self, parent: str | None) -> bool:
         """Has the branch moved past `parent` (another worker kept something meanwhile)?"""

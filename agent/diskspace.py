@@ -90,14 +90,14 @@ def out_of_space_message(path: str | Path | None, need: int | None, free: int | 
             f"space and run again with --resume to continue.")
 
 
-def prune_artifacts(run_dir: Path, history: list[dict], keep_last: int = KEEP_LAST_ARTIFACTS,
+def prune_artifacts(run_dir: Path, history: list, keep_last: int = KEEP_LAST_ARTIFACTS,
                     busy=()) -> list[str]:
     """Delete artifacts of experiments that were neither kept nor among the last `keep_last`,
     nor `busy` (in flight on another worker)."""
     folder = Path(run_dir) / "artifacts"
     if not folder.is_dir():
         return []
-    kept = {r.get("n") for r in history if r.get("status") == "keep"}
+    kept = {r.n for r in history if r.status == "keep"}
     found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := ARTIFACT_RE.match(p.name)))
     recent = {n for n, _ in found[-keep_last:]} if keep_last > 0 else set()
     removed = []

@@ -64,7 +64,7 @@ class ExperimentHost(Protocol):
     def critical(self): ...                                       # the decision lock
     def set_phase(self, phase: str, n=None, run_started_at=None) -> None: ...
     def refresh(self, force: bool = False) -> None: ...
-    def request(self, n, source, feedback="", fix_of=None, extra_history=()) -> ProposalRequest: ...
+    def request(self, n, source, feedback="", fix_of=None, pending=()) -> ProposalRequest: ...
     def prefetch_next(self, a: "Attempt", new_source: str) -> None: ...
     def clock_reference(self) -> ClockReference: ...
     def after_record(self, rec: dict, bpb) -> None: ...
@@ -365,7 +365,7 @@ def _commit(loop, a: Attempt) -> bool:
 
 
 def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: Decision,
-           guard: GuardVerdict) -> dict:
+           guard: GuardVerdict) -> ExperimentRecord:
     """Journal, then results.tsv (both fsynced), then git: keep advances, else preserve + reset."""
     loop.set_phase("judging", a.n)
     summary = dict((run.summary if run else None) or {})
@@ -416,17 +416,17 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
             setattr(rec, key, a.info[key])
     rec.worker = getattr(loop, "wid", None)   # --workers N: which worker carried it
     rec.ended_at = time.time()
-    rec = rec.to_dict()
     total = time.monotonic() - a.t0
-    rec["timings"].update(total=total, overhead=total - training)
-    rec = scrub(rec)
+    rec.timings.update(total=total, overhead=total - training)
+    # The record as the journal will hold it: every value through the one scrubber.
+    rec = ExperimentRecord.from_dict(scrub(rec.to_dict()))
     with loop.critical():
         if status == "keep" and a.parent is not None and a.parent != loop.last_kept:
             raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
-        append_journal(loop.journal_path, rec)
+        append_journal(loop.journal_path, rec.to_dict())
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result.
-        append_result(loop.results_path, commit, bpb, rec["memory_gb"], status, rec["description"])
+        append_result(loop.results_path, commit, bpb, rec.memory_gb, status, rec.description)
         t0 = time.monotonic()
         if status == "keep":
             branch = getattr(loop, "branch_worktree", loop.worktree)   # a worker's own worktree is not the branch's
@@ -442,7 +442,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
                                                      f"val_bpb={bpb} ({decision.reason})"))
         except gitops.GitError as exc:
             loop.console.event(f"warning: could not write git note: {exc}")
-        rec["timings"]["git"] += time.monotonic() - t0
+        rec.timings["git"] += time.monotonic() - t0
         loop.after_record(rec, bpb)
     return rec
 

@@ -70,7 +70,7 @@ from harness.pinned import PinnedError
 from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
-from harness.records import RunState
+from harness.records import ExperimentRecord, RunState
 from harness.results import append_journal, write_state
 from harness.runner import timeout_for
 
@@ -220,8 +220,9 @@ class Loop(Phased):
                 break
             for rec in self.reviewer.boundary(self) or []:            # 3. the human queue's decisions
                 append_journal(self.journal_path, rec)
-                if rec.get("kind", "experiment") == "experiment":
-                    self.history.append(rec)
+                typed = ExperimentRecord.from_dict(rec)                # audits, queue_applied: not experiments
+                if typed.is_experiment:
+                    self.history.append(typed)
             self.check_space()                                        # 3. disk
             run_experiment(self, self.next_attempt(n))                # 4. propose; 5-10 in run_experiment
 
@@ -230,15 +231,15 @@ class Loop(Phased):
         not kept (a crash, an integrity failure) is run again, and after BASELINE_TRIES the tag
         stops with the reason, before any experiment could take its place."""
         while self.best is None:
-            tries = [r for r in self.history if r.get("proposer") == "baseline"]
+            tries = [r for r in self.history if r.proposer == "baseline"]
             if len(tries) >= BASELINE_TRIES:
-                why = tries[-1].get("decision_reason") or tries[-1].get("crash_class")
+                why = tries[-1].decision_reason or tries[-1].crash_class
                 raise workspace.SetupError(
                     f"the baseline (unmodified train.py) failed {len(tries)} times; the tag stops rather "
                     f"than measure experiments against nothing. Last reason: {why}. Logs: "
                     f"{self.run_dir / 'logs'}")
             if tries:
-                self.console.event(f"baseline try {len(tries)} was not kept ({tries[-1].get('decision_reason')}); "
+                self.console.event(f"baseline try {len(tries)} was not kept ({tries[-1].decision_reason}); "
                                    "running it again")
             self.check_space()
             run_experiment(self, self.baseline())
@@ -285,9 +286,10 @@ class Loop(Phased):
         proposal, info = got
         return Attempt(n=n, parent=self.last_kept, proposal=proposal, info=info)
 
-    def request(self, n, source, feedback="", fix_of=None, extra_history=()) -> ProposalRequest:
+    def request(self, n, source, feedback="", fix_of=None, pending=()) -> ProposalRequest:
+        """`pending`: experiments in flight (agent/pending.py InFlight) the proposer must not repeat."""
         return ProposalRequest(n=n, worktree=self.worktree, train_source=source, program=self.program(),
-                               history=list(self.history) + list(extra_history), best=self.best,
+                               history=list(self.history), pending=list(pending), best=self.best,
                                feedback=feedback, fix_of=fix_of, seed=self.args.seed)
 
     def program(self) -> str:
@@ -305,32 +307,33 @@ class Loop(Phased):
         if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
             return
         pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
-                              handover=a.info.get("handover")).entry()
+                              handover=a.info.get("handover"))
         if self.proposer is not self.offline:
-            if budget.streak_reason(list(self.history) + [dict(pending, status="crash")], self.args.crash_streak):
+            if budget.streak_reason(list(self.history) + [pending.as_crash()], self.args.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
             cap = self.args.max_cost
             if cap is not None and budget.spent(self.history) + a.proposal.cost_usd >= cap:
                 return   # n's proposal reaches the cap: n + 1 is the offline proposer's
-        self.prefetch.start(self.request(n, new_source, extra_history=[pending]), a.commit)
+        self.prefetch.start(self.request(n, new_source, pending=[pending]), a.commit)
 
-    def after_record(self, rec: dict, bpb) -> None:
+    def after_record(self, rec: ExperimentRecord, bpb) -> None:
         self.note_decision(rec, bpb)
-        self.set_phase("idle", rec["n"])
+        self.set_phase("idle", rec.n)
 
-    def note_decision(self, rec: dict, bpb) -> None:
+    def note_decision(self, rec: ExperimentRecord, bpb) -> None:
         """A recorded decision into the tag's state (under the coordinator's lock)."""
         self.history.append(rec)
-        if rec["status"] == "keep":
-            self.best = {"commit": rec["commit"], "val_bpb": bpb}
+        if rec.status == "keep":
+            self.best = {"commit": rec.commit, "val_bpb": bpb}
+        counts = rec.token_counts()
         for k in self.tokens:
-            self.tokens[k] += int((rec.get("tokens") or {}).get(k, 0))
-        self.cost_usd += float(rec.get("cost_usd") or 0.0)
-        self.last_decision = f"exp {rec['n']} {rec['status']}: {rec['decision_reason']}"
+            self.tokens[k] += counts.get(k, 0)
+        self.cost_usd += rec.cost()
+        self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.console.decision(rec)
         capped = budget.cap_reason(self.history, self.args.max_cost)
         if capped and self.proposer is not self.offline:
-            budget.announce(self, capped, rec["n"] + 1)   # the judge stops calling the LLM at once
+            budget.announce(self, capped, rec.n + 1)   # the judge stops calling the LLM at once
 
     # ---- status, signals -----------------------------------------------------------------------
     def announce(self, n: int, decision) -> None:
@@ -347,7 +350,7 @@ class Loop(Phased):
             return
         self._last_state = time.time()
         decided = len(self.history)
-        keeps = sum(1 for r in self.history if r.get("status") == "keep")
+        keeps = sum(1 for r in self.history if r.status == "keep")
         log, progress = run_progress(self.run_dir, self.phase, self.run_started_at, self.experiment)
         state = RunState(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
                          run_started_at=self.run_started_at, budget=self.budget, best=self.best,
@@ -424,7 +427,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         loop.stop()
         if not _forget_unstarted(loop):
-            reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.get("n") for r in loop.history])
+            reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
                                                cap=args.max_cost)), flush=True)
         return 130

@@ -1,7 +1,7 @@
 """The one shape of an experiment that is not decided yet, in its two places:
 
-- `InFlight`: an experiment in flight as the proposers see it, a history entry with status
-  "pending" (the single loop's prefetch, --screen's gathered candidates, the coordinator's
+- `InFlight`: an experiment in flight as the proposers see it (ProposalRequest.pending; its
+  status reads "pending") (the single loop's prefetch, --screen's gathered candidates, the coordinator's
   experiments in flight under --workers). It carries the proposal's knob values and code
   fingerprint where known, so a proposer neither repeats it nor takes it for a lost trial.
 - `PendingFile`: pending.json (pending-wK.json per worker): committed but not recorded. Written
@@ -10,11 +10,13 @@
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 from agent.proposers.base import Proposal
 from harness import knobs
+from harness.records import ExperimentRecord
 from harness.results import read_json, write_json_atomic
 from harness.secrets import scrub
 
@@ -23,6 +25,7 @@ BEING_PROPOSED = "(being proposed)"
 
 @dataclass
 class InFlight:
+    status: ClassVar[str] = "pending"   # what a proposer reads beside the decided records' statuses
     n: int
     parent: str | None
     commit: str | None = None
@@ -46,9 +49,24 @@ class InFlight:
         self.proposer = proposal.proposer
         self.config, self.code = knobs.values(proposal.source), knobs.code_fingerprint(proposal.source)
 
-    def entry(self) -> dict:
-        """The history entry a ProposalRequest carries (agent/proposers/base.py)."""
-        return {"status": "pending", **asdict(self)}
+    @property
+    def knob_values(self) -> dict | None:
+        """Its knob values (None until proposed): what ExperimentRecord.knob_values is for a record."""
+        return self.config if isinstance(self.config, dict) else None
+
+    @property
+    def code_id(self) -> str | None:
+        return self.code or None
+
+    def snapshot(self) -> InFlight:
+        """A copy a ProposalRequest carries (the coordinator's entry goes on changing)."""
+        return replace(self)
+
+    def as_crash(self) -> ExperimentRecord:
+        """The record it would leave if it crashed (agent/budget.py: would that start a crash streak?)."""
+        return ExperimentRecord(n=self.n, parent=self.parent, commit=self.commit, status="crash",
+                                description=self.description, proposer=self.proposer, handover=self.handover,
+                                config=self.config or {}, code=self.code)
 
 
 @dataclass

@@ -38,24 +38,24 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
         torn = repair_torn(path, complete)
         if torn:
             notes.append(torn)
-    records, problems = read_journal(loop.journal_path)
+    journal, problems = read_journal(loop.journal_path)
     notes += [f"journal {p} (skipped)" for p in problems]
-    seen, unique = set(), []
-    for rec in records:   # journal order: with --workers, decisions are not in number order
-        if rec.get("n") in seen:
-            notes.append(f"journal: duplicate record for experiment {rec.get('n')} ignored")
+    seen, records = set(), []
+    for rec in map(ExperimentRecord.from_dict, journal):   # journal order: with --workers, not number order
+        key = rec.n if isinstance(rec.n, (int, str, type(None))) else repr(rec.n)   # a hostile n stays hashable
+        if key in seen:
+            notes.append(f"journal: duplicate record for experiment {rec.n} ignored")
             continue
-        seen.add(rec.get("n"))
-        unique.append(rec)
-    records = unique
+        seen.add(key)
+        records.append(rec)
     table = read_results(loop.results_path)
     notes += [f"results.tsv {p} (left as is)" for p in table.problems]
     notes += _match_records_and_rows(loop, records, table.rows)
 
     for rec in records:
-        ref = rec.get("discarded_ref")
-        if ref and rec.get("commit") and not gitops.ref_exists(loop.repo, ref):
-            gitops.update_ref(loop.repo, ref, rec["commit"])
+        ref = rec.discarded_ref
+        if ref and rec.commit and not gitops.ref_exists(loop.repo, ref):
+            gitops.update_ref(loop.repo, ref, rec.commit)
             notes.append(f"git: restored {ref}")
 
     base = loop.run_info["base_commit"]
@@ -79,11 +79,12 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
     head, bpb = base, None
     everything, _ = read_journal(journal_path, kind=None)
     for rec in everything:
-        kind = rec.get("kind", "experiment")
-        if kind == "experiment" and rec.get("status") == "keep" and rec.get("commit"):
-            head = rec["commit"]
-            bpb = ExperimentRecord.from_dict(rec).decision_bpb
-        elif kind == "queue_applied" and rec.get("action") in ("restore", "revert") and rec.get("commit"):
+        typed = ExperimentRecord.from_dict(rec)
+        if typed.is_experiment:
+            if typed.status == "keep" and typed.commit:
+                head, bpb = typed.commit, typed.decision_bpb
+        # a queue_applied journal object (agent/judges/queue_apply.py), not an experiment record
+        elif typed.kind == "queue_applied" and rec.get("action") in ("restore", "revert") and rec.get("commit"):
             head = rec["commit"]
             if rec.get("trusted_bpb") is not None:
                 bpb = rec["trusted_bpb"]
@@ -96,7 +97,7 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
         loop.pending_path.unlink(missing_ok=True)
         return None
     n, commit, parent = pending.n, pending.commit, pending.parent
-    if n in {r.get("n") for r in records}:
+    if n in {r.number for r in records}:
         loop.pending_path.unlink(missing_ok=True)
         return None
     if not commit or not gitops.rev_parse(loop.repo, commit):
@@ -117,9 +118,10 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
     return a
 
 
-def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list[str]:
+def _match_records_and_rows(loop, records: list[ExperimentRecord], rows: list[dict]) -> list[str]:
     """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
-    row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
+    # harness/matching.py aligns journal objects (the dashboard's too): the records as written
+    row_of = {j: i for i, j in match_rows(rows, [r.to_dict() for r in records]).items()}   # record -> row
     notes = []
     missing = [i for i in range(len(records)) if i not in row_of]
     if missing:
@@ -131,8 +133,7 @@ def _match_records_and_rows(loop, records: list[dict], rows: list[dict]) -> list
     return notes
 
 
-def _row_of_record(rec: dict) -> str:
-    r = ExperimentRecord.from_dict(rec)
+def _row_of_record(r: ExperimentRecord) -> str:
     return ResultRow(r.commit, r.decision_bpb, r.memory_gb, r.status, r.description or "").format()
 
 
@@ -148,15 +149,15 @@ def _rebuild_rows(loop, records, rows, row_of, missing) -> list[str]:
         out.append(line if line.endswith("\n") else line + "\n")
     out += [_row_of_record(records[i]) for i in todo]
     rewrite_results(loop.results_path, out)
-    return [f"results.tsv: rebuilt the missing row of experiment {records[i].get('n')} from the journal"
+    return [f"results.tsv: rebuilt the missing row of experiment {records[i].n} from the journal"
             for i in missing]
 
 
 def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
     """A minimal journal record for each row that has none (its journal line was lost)."""
-    notes, used = [], {r.get("n") for r in records}
+    notes, used = [], {r.number for r in records}
     for j in orphans:
-        before = [records[i].get("n", 0) for i, jj in row_of.items() if jj < j]
+        before = [records[i].number or 0 for i, jj in row_of.items() if jj < j]
         n = (max(before) if before else 0) + 1
         while n in used:
             n += 1
@@ -167,8 +168,8 @@ def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
                                description=row["description"],
                                summary={"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
                                memory_gb=row["memory_gb"], recovered=True,
-                               decision_reason="recovered from results.tsv (journal line lost)").to_dict()
-        append_journal(loop.journal_path, rec)
+                               decision_reason="recovered from results.tsv (journal line lost)")
+        append_journal(loop.journal_path, rec.to_dict())
         records.append(rec)
         notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")
     return notes

@@ -47,9 +47,9 @@ def _num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def bpb_of(rec: dict) -> float | None:
+def bpb_of(rec: ExperimentRecord) -> float | None:
     """The figure a decision rested on: trusted when verified, else the printed val_bpb."""
-    return ExperimentRecord.from_dict(rec).decision_bpb
+    return rec.decision_bpb
 
 
 def _find(d, key):
@@ -65,49 +65,50 @@ def _find(d, key):
 
 
 def load(run: Path) -> dict:
+    """The run's journal (its experiment records, typed; "journal": the objects as read, for the
+    dashboard's readers), run.json, the base commit."""
     run = Path(run)
-    records, problems = read_journal(run / "journal.jsonl")
+    journal, problems = read_journal(run / "journal.jsonl")
+    records = [ExperimentRecord.from_dict(r) for r in journal]
     try:
         info = json.loads((run / "run.json").read_text())
     except (OSError, ValueError):
         info = {}
-    base = info.get("base_commit") or (records[0]["commit"] if records else None)
-    return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
+    base = info.get("base_commit") or (records[0].commit if records else None)
+    return {"run": run, "records": records, "journal": journal, "problems": problems, "info": info, "base": base,
             "tag": info.get("tag") or run.name}
 
 
-def kept_changes(data: dict) -> list[dict]:
-    return [r for r in data["records"] if r.get("status") == "keep" and r.get("parent")
-            and r.get("commit") != data["base"]]
+def kept_changes(data: dict) -> list[ExperimentRecord]:
+    return [r for r in data["records"] if r.status == "keep" and r.parent and r.commit != data["base"]]
 
 
-def _parent_config(rec: dict, by_commit: dict) -> dict | None:
-    parent = by_commit.get(rec.get("parent"))
-    return parent.get("config") if parent else None
+def _parent_config(rec: ExperimentRecord, by_commit: dict) -> dict | None:
+    parent = by_commit.get(rec.parent) if isinstance(rec.parent, str) else None
+    return parent.config if parent else None
 
 
-def idea_of(rec: dict, by_commit: dict) -> str:
+def idea_of(rec: ExperimentRecord, by_commit: dict) -> str:
     """Knob names a change moved (same code), else the first words of its description."""
-    parent = by_commit.get(rec.get("parent"))
-    if parent and parent.get("code") and parent.get("code") == rec.get("code"):
-        old, new = parent.get("config") or {}, rec.get("config") or {}
+    parent = by_commit.get(rec.parent) if isinstance(rec.parent, str) else None
+    if parent and parent.code and parent.code == rec.code:
+        old, new = parent.config or {}, rec.config or {}
         moved = sorted(k for k in new if old.get(k) != new.get(k))
         if moved:
             return "knobs: " + ", ".join(moved)
-    words = re.findall(r"[a-z_]+", (rec.get("description") or "").lower())
+    words = re.findall(r"[a-z_]+", rec.text("description").lower())
     return "idea: " + (" ".join(words[:IDEA_WORDS]) or "(no description)")
 
 
-def runs_total(recs: list[dict]) -> dict:
+def runs_total(recs: list[ExperimentRecord]) -> dict:
     """Training runs the judge's decisions took (each record's evidence; one per older record)."""
     out = {"runs": 0, "decisions": 0, "baseline": 0, "confirming": 0}
     for r in recs:
-        typed = ExperimentRecord.from_dict(r)
-        ev = typed.evidence_view()
-        k = len(ev.runs) if ev else (1 if r.get("status") in ("keep", "discard") and r.get("trusted_bpb") is not None else 0)
+        ev = r.evidence_view()
+        k = len(ev.runs) if ev else (1 if r.status in ("keep", "discard") and r.trusted_bpb is not None else 0)
         out["runs"] += k
         out["decisions"] += 1
-        if typed.is_baseline:
+        if r.is_baseline:
             out["baseline"] += k
         else:
             out["confirming"] += max(0, k - 1)
@@ -116,44 +117,43 @@ def runs_total(recs: list[dict]) -> dict:
 
 def summarize(data: dict) -> dict:
     recs = data["records"]
-    by_commit = {r.get("commit"): r for r in recs if r.get("commit")}
-    baseline = next((r for r in recs if r.get("commit") == data["base"]), recs[0] if recs else None)
+    by_commit = {r.commit: r for r in recs if r.commit and isinstance(r.commit, str)}
+    baseline = next((r for r in recs if r.commit == data["base"]), recs[0] if recs else None)
     changes, best = [], bpb_of(baseline) if baseline else None
     for k, rec in enumerate(kept_changes(data), start=1):
         bpb = bpb_of(rec)
-        judge = (rec.get("verdicts") or {}).get("judge") or {}
-        changes.append({"k": k, "n": rec.get("n"), "commit": rec.get("commit"), "parent": rec.get("parent"),
-                        "description": rec.get("description", ""), "hypothesis": rec.get("hypothesis", ""),
-                        "diff": rec.get("diff") or "", "bpb": bpb, "before": best,
+        judge = rec.judge
+        ev = rec.evidence_view()
+        changes.append({"k": k, "n": rec.n, "commit": rec.commit, "parent": rec.parent,
+                        "description": rec.description, "hypothesis": rec.hypothesis,
+                        "diff": rec.diff or "", "bpb": bpb, "before": best,
                         "gain": (best - bpb) if best is not None and bpb is not None else None,
                         "threshold": _num(_find(judge, "threshold")), "spread": _num(_find(judge, "spread")),
-                        "reason": rec.get("decision_reason", ""),
-                        "evidence": (lambda ev: ev.summary() if ev else None)(ExperimentRecord.from_dict(rec).evidence_view())})
+                        "reason": rec.decision_reason,
+                        "evidence": ev.summary() if ev else None})
         if bpb is not None:
             best = bpb
     groups = defaultdict(list)
     for rec in recs:
-        if rec.get("status") == "discard" and rec is not baseline:
+        if rec.status == "discard" and rec is not baseline:
             groups[idea_of(rec, by_commit)].append(rec)
     discards = []
     for idea, rs in groups.items():
         measured = [r for r in rs if bpb_of(r) is not None]
         top = min(measured, key=bpb_of) if measured else None
-        discards.append({"idea": idea, "count": len(rs), "experiments": [r.get("n") for r in rs],
-                         "best": bpb_of(top) if top else None, "best_n": top.get("n") if top else None,
-                         "best_description": top.get("description") if top else rs[-1].get("description")})
+        discards.append({"idea": idea, "count": len(rs), "experiments": [r.n for r in rs],
+                         "best": bpb_of(top) if top else None, "best_n": top.n if top else None,
+                         "best_description": top.description if top else rs[-1].description})
     discards.sort(key=lambda d: (-d["count"], d["best"] if d["best"] is not None else 1e9))
-    crashes = Counter(r.get("crash_class") or "unknown" for r in recs if r.get("status") == "crash")
+    crashes = Counter(r.crash_class or "unknown" for r in recs if r.status == "crash")
     tokens = {"input": 0, "output": 0}
     cost = gpu = wall = 0.0
     for r in recs:
-        typed = ExperimentRecord.from_dict(r)
-        for key, count in typed.token_counts().items():
+        for key, count in r.token_counts().items():
             tokens[key] += count
-        cost += typed.cost()
-        t = r.get("timings") or {}
-        gpu += (_num(t.get("run")) or 0.0) + (_num(t.get("eval")) or 0.0)
-        wall += sum(_num(v) or 0.0 for v in t.values())
+        cost += r.cost()
+        gpu += (r.timing("run") or 0.0) + (r.timing("eval") or 0.0)
+        wall += sum(_num(v) or 0.0 for v in (r.timings.values() if isinstance(r.timings, dict) else ()))
     final = changes[-1] if changes else None
     return {"tag": data["tag"], "base": data["base"], "experiments": len(recs), "baseline": baseline,
             "baseline_bpb": bpb_of(baseline) if baseline else None, "changes": changes, "discards": discards,
@@ -175,7 +175,7 @@ def without(repo: Path, final: str, change: dict) -> str | None:
 
 def measured_by_judge(data: dict) -> bool:
     """Was the run judged on the trusted (sealed) evaluation? Then ablations are measured so too."""
-    return any(r.get("trusted_bpb") is not None for r in data["records"])
+    return any(r.trusted_bpb is not None for r in data["records"])
 
 
 class Scratch:
@@ -414,7 +414,7 @@ def progress_figure(data: dict) -> str | None:
     rows = read_results(data["run"] / "results.tsv").rows
     if not rows:
         return None
-    return progress_svg(rows, noise_band(rows, data["records"]))
+    return progress_svg(rows, noise_band(rows, data.get("journal") or [r.to_dict() for r in data["records"]]))
 
 
 def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:

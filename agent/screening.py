@@ -38,9 +38,9 @@ def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> l
     tries = 0
     while len(got) < k and tries < 2 * k:
         tries += 1
-        pending = [InFlight.of(n, loop.last_kept, replace(p, description=f"(screen candidate) {p.description}")).entry()
+        pending = [InFlight.of(n, loop.last_kept, replace(p, description=f"(screen candidate) {p.description}"))
                    for p, _ in got]
-        proposal, info = call_proposer(loop, loop.request(n, source, extra_history=pending))
+        proposal, info = call_proposer(loop, loop.request(n, source, pending=pending))
         if proposal.source in seen or proposal.source == source:
             continue
         seen.add(proposal.source)

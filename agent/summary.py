@@ -43,14 +43,15 @@ def dashboard_command(run_dir: Path, tag: str) -> str:
 
 
 def build(run_dir: Path, tag: str, reason: str, session_seconds: float, cap: float | None = None) -> EndSummary:
-    records, _problems = read_journal(Path(run_dir) / "journal.jsonl")
+    journal, _problems = read_journal(Path(run_dir) / "journal.jsonl")
+    records = experiment_records(journal)
     out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
                      results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag),
                      night=budget.night_lines(records, cap))
     box = (read_json(Path(run_dir) / "run.json") or {}).get("sandbox")
     if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
         out.unsealed = str(box.get("reason") or box.get("kind"))
-    for rec in experiment_records(records):
+    for rec in records:
         if rec.status in out.counts:
             out.counts[rec.status] += 1
         for k, count in rec.token_counts().items():

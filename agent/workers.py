@@ -32,7 +32,7 @@ from agent.pending import PendingFile
 from agent.proposing import call_proposer
 from harness import gitops
 from harness.executors import LocalExecutor
-from harness.records import WorkerState
+from harness.records import ExperimentRecord, WorkerState
 from harness.results import append_journal
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
@@ -95,15 +95,15 @@ class Worker(Phased):
     def refresh(self, force: bool = False) -> None:
         self.loop.refresh(force)
 
-    def after_record(self, rec: dict, bpb) -> None:
+    def after_record(self, rec: ExperimentRecord, bpb) -> None:
         self.loop.note_decision(rec, bpb)
         self.done += 1
-        self.set_phase("idle", rec["n"])
+        self.set_phase("idle", rec.n)
 
-    def request(self, n, source, feedback="", fix_of=None, extra_history=()):
+    def request(self, n, source, feedback="", fix_of=None, pending=()):
         in_flight = self.coord.pending_for_proposer(exclude=n)
         return self.loop.request(n, source, feedback=feedback, fix_of=fix_of,
-                                 extra_history=list(extra_history) + in_flight)
+                                 pending=list(pending) + in_flight)
 
     def prefetch_next(self, a, new_source) -> None:
         pass
@@ -227,8 +227,9 @@ def _boundary(loop) -> None:
     with loop.coord.lock:
         for rec in loop.reviewer.boundary(loop) or []:
             append_journal(loop.journal_path, rec)
-            if rec.get("kind", "experiment") == "experiment":
-                loop.history.append(rec)
+            typed = ExperimentRecord.from_dict(rec)          # audits, queue_applied: not experiments
+            if typed.is_experiment:
+                loop.history.append(typed)
 
 
 class SharedExecutor:
@@ -310,7 +311,7 @@ def pending_attempts(loop) -> list[Attempt]:
     """(attempt, pending file) of each experiment a stopped parallel loop had in flight
     (pending-wK.json), to run again. A file whose experiment has a record, or whose commit is
     gone, is removed."""
-    out, recorded = [], {r.get("n") for r in loop.history}
+    out, recorded = [], {r.n for r in loop.history}
     for path in sorted(loop.run_dir.glob(PENDING_GLOB)):
         pending = PendingFile.read(path)
         commit = pending.commit if pending else None

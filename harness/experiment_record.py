@@ -240,9 +240,25 @@ class ExperimentRecord:
         """verdicts["metajudge"] (the MetaJudge's audit), or {}."""
         return as_dict(as_dict(self.verdicts).get("metajudge"))
 
+    def serving(self) -> dict | None:
+        """The serving figures the trusted evaluator measured (verdicts.verify.details.serving), or None."""
+        v = as_dict(self.verify.get("details")).get("serving")
+        return v if isinstance(v, dict) else None
+
+    def escalated_kinds(self) -> list[str]:
+        """The kinds of bias the MetaJudge escalated on this record (verdicts.metajudge.escalated)."""
+        raw = self.metajudge.get("escalated")
+        return [f["kind"] for f in raw if isinstance(f, dict) and isinstance(f.get("kind"), str)] \
+            if isinstance(raw, list) else []
+
     def judge_figure(self, key: str) -> float | None:
         """One of the judge's figures (best_before, threshold, spread, net_lines...) as a float, else None."""
         return fnum(self.judge.get(key))
+
+    def judge_values(self, key: str) -> list[float] | None:
+        """A list of figures of the judge's (baseline_values, runs): its finite numbers, None when not a list."""
+        raw = self.judge.get(key)
+        return [float(v) for v in raw if finite(v)] if isinstance(raw, list) else None
 
     def opinion(self, part: str) -> str | None:
         """The status of one opinion the judge weighed: verdicts.judge[part].status (part "rule", "llm")."""
@@ -264,7 +280,10 @@ class ExperimentRecord:
 
     @property
     def knob_values(self) -> dict | None:
-        """The knob values of the record's train.py (harness/knobs.values), None when not a dict."""
+        """The knob values of the record's train.py (harness/knobs.values); None when not a dict,
+        or when the journal object it was read from had none."""
+        if self._keys is not None and "config" not in self._keys:
+            return None
         return self.config if isinstance(self.config, dict) else None
 
     @property
@@ -303,6 +322,7 @@ class EvidenceRun:
     used: bool
     why: str | None                       # why it is no evidence (disturbed), else None
     log: str | None
+    pace_s: float | None = None           # seconds per step by the harness clock
 
 
 @dataclass
@@ -311,6 +331,7 @@ class EvidenceFigures:
     call: str | None = None               # keep | discard | more | undecided | baseline
     why: str | None = None
     runs: list = field(default_factory=list)             # the candidate's (or the baseline's) runs
+    has_runs: bool = False                # the candidate's runs were recorded (a list; older journals: none)
     incumbent_commit: str | None = None
     incumbent_runs: list = field(default_factory=list)   # the bar's runs
     incumbent_mean: float | None = None
@@ -333,13 +354,14 @@ class EvidenceFigures:
             for r in raw if isinstance(raw, list) else []:
                 if isinstance(r, dict):
                     out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
-                                           _str(r.get("why")), _str(r.get("log"))))
+                                           _str(r.get("why")), _str(r.get("log")), fnum(r.get("pace_s"))))
             return out
         cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
         inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}
         cmp = ev.get("comparison") if isinstance(ev.get("comparison"), dict) else {}
         noise = ev.get("noise") if isinstance(ev.get("noise"), dict) else {}
         return cls(call=_str(ev.get("call")), why=_str(ev.get("why")), runs=runs(cand.get("runs")),
+                   has_runs=isinstance(cand.get("runs"), list),
                    incumbent_commit=_str(inc.get("commit")), incumbent_runs=runs(inc.get("runs")),
                    incumbent_mean=fnum(cmp.get("incumbent_mean")), remembered=inc.get("remembered") is True,
                    gain=fnum(cmp.get("gain")), margin=fnum(cmp.get("margin")), p_better=fnum(cmp.get("p_better")),

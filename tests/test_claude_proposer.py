@@ -8,6 +8,7 @@ from agent.proposers.base import Proposal, ProposalError, ProposalRequest, Propo
 from agent.proposers.claude import ClaudeProposer, _retry_after
 from agent.tracing import Tracer
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
+from harness.records import ExperimentRecord
 
 F = FakeAnthropic
 API_KEY = "sk-ant-test-0123456789abcdef"
@@ -44,6 +45,7 @@ def request(worktree, **kw):
     args = dict(n=2, worktree=worktree, train_source=TRAIN, program="Goal: lowest val_bpb. PROGRAM-MARKER",
                 history=HISTORY, best={"commit": "a" * 40, "val_bpb": 1.2345})
     args.update(kw)
+    args["history"] = [ExperimentRecord.from_dict(h) for h in args["history"]]   # as the loop holds them
     return ProposalRequest(**args)
 
 

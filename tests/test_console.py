@@ -13,6 +13,7 @@ from rich.console import Console as RichConsole
 from agent import console as con
 from agent import loop as loop_mod
 from agent.judges.reviewer import Decision, SimpleReviewer
+from harness.records import ExperimentRecord
 from tests.loop_fixtures import fake_repo
 
 # train.py's progress line format (train.py: the print in the training loop)
@@ -95,10 +96,11 @@ def test_live_console_redraws_on_its_own(tmp_path):
 
 
 def test_decision_line_prints_the_trusted_figure():
-    rec = {"n": 5, "short": "abc1234", "status": "keep", "description": "deeper", "decision_reason": "better",
-           "summary": {"val_bpb": 2.691109}, "trusted_bpb": 2.685143}
+    rec = ExperimentRecord.from_dict({"n": 5, "short": "abc1234", "status": "keep", "description": "deeper",
+                                      "decision_reason": "better", "summary": {"val_bpb": 2.691109},
+                                      "trusted_bpb": 2.685143})
     assert "val_bpb 2.685143" in con.decision_line(rec) and "2.691109" not in con.decision_line(rec)
-    rec["trusted_bpb"] = None     # no trusted figure (simple reviewer): the printed one, as results.tsv
+    rec.trusted_bpb = None     # no trusted figure (simple reviewer): the printed one, as results.tsv
     assert "val_bpb 2.691109" in con.decision_line(rec)
 
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.guard import check_source, diff_lines, guard, stray_changes
+from harness.records import ExperimentRecord
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = (REPO / "train.py").read_text()
@@ -159,6 +160,7 @@ def test_diff_lines_counts_code_only():
 
 def _ctx(new, history, parent="p1", old=SRC):
     diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/train.py", "b/train.py"))
+    history = [ExperimentRecord.from_dict(h) if isinstance(h, dict) else h for h in history]   # as the loop holds them
     return SimpleNamespace(worktree=None, old_source=old, new_source=new, diff=diff, history=history, parent=parent)
 
 

@@ -58,6 +58,7 @@ def test_near_duplicates_found_in_history():
     diff = "--- a/train.py\n+++ b/train.py\n-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03\n"
     hist = [{"n": 2, "diff": diff.replace("0.03", "0.05")}, {"n": 3, "diff": "-DEPTH = 4\n+DEPTH = 8\n"},
             {"n": 4, "diff": diff}]
+    hist = records(hist)
     assert near_duplicates(diff, hist) == [4]
     assert near_duplicates("", hist) == []
 
@@ -69,11 +70,17 @@ from types import SimpleNamespace  # noqa: E402
 from agent.judges.hierarchy import JudgeHierarchy  # noqa: E402
 from harness.queue_store import QueueStore  # noqa: E402
 from harness.verify import VerifyResult  # noqa: E402
+from harness.records import ExperimentRecord
+
+
+def records(dicts) -> list:
+    """Journal objects as the loop holds them (typed)."""
+    return [ExperimentRecord.from_dict(h) if isinstance(h, dict) else h for h in dicts]
 
 
 def _ctx(tmp_path, n, commit, best, history=()):
     return SimpleNamespace(n=n, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent="p" * 40,
-                           diff="-MATRIX_LR = 0.02\n+MATRIX_LR = 0.025\n", history=list(history), best=best,
+                           diff="-MATRIX_LR = 0.02\n+MATRIX_LR = 0.025\n", history=records(history), best=best,
                            proposal=SimpleNamespace(description=f"exp {n}", hypothesis="h"))
 
 
@@ -219,9 +226,9 @@ def test_a_knob_moved_the_other_way_is_another_experiment():
     0.8 -> 0.8583 after 0.8 -> 0.7417): its long comment made the two knob lines 92% alike."""
     line = "ADAM_BETA1 = {}  # Adam beta1 for embeddings and scalars: the reference's value, see the notes\n"
     d = "--- a/train.py\n+++ b/train.py\n-" + line.format("0.8") + "+" + line.format("{}")
-    hist = [{"n": 2, "diff": d.format("0.7417")}]
+    hist = records([{"n": 2, "diff": d.format("0.7417")}])
     assert near_duplicates(d.format("0.8583"), hist) == []             # the other way
     assert near_duplicates(d.format("0.7420"), hist) == [2]            # within 1%: the same experiment
     assert near_duplicates(d.format("0.7417").replace("ADAM_BETA1", "ADAM_BETA2"), hist) == []   # another knob
     two = d.format("0.7417") + "-DEPTH = 4  # layers\n+DEPTH = 6  # layers\n"
-    assert near_duplicates(two, hist) == [] and near_duplicates(d.format("0.7417"), [{"n": 5, "diff": two}]) == []
+    assert near_duplicates(two, hist) == [] and near_duplicates(d.format("0.7417"), records([{"n": 5, "diff": two}])) == []

@@ -11,6 +11,7 @@ from agent.judges import evidence, pace, stats
 from agent.judges.hierarchy import JudgeHierarchy
 from harness.records import Basis, ExperimentRecord
 from harness.verify import VerifyResult
+from harness.records import ExperimentRecord
 
 BASE, CAND, OTHER = "b" * 40, "c" * 40, "d" * 40
 SIGMA = 0.005
@@ -20,7 +21,8 @@ BASELINE = [1.400, 1.404, 1.396, 1.405, 1.395]
 
 def ctx(tmp_path, n, commit, best, history=(), diff="-MATRIX_LR = 0.02\n+MATRIX_LR = 0.025\n"):
     return SimpleNamespace(n=n, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent="p" * 40,
-                           diff=diff, history=list(history), best=best,
+                           diff=diff, history=[ExperimentRecord.from_dict(h) if isinstance(h, dict) else h
+                                                for h in history], best=best,
                            proposal=SimpleNamespace(description=f"exp {n}", hypothesis="h"))
 
 
@@ -281,8 +283,8 @@ def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(t
     # an old journal (no evidence): baseline_values and runs still give the runs
     old = [{"n": 1, "commit": BASE, "status": "keep", "proposer": "baseline",
             "verdicts": {"judge": {"basis": "baseline", "baseline_values": [1.4, 1.41]}}}]
-    assert [s.bpb for s in evidence.restore(old)[BASE]] == [1.4, 1.41]
+    assert [s.bpb for s in evidence.restore([ExperimentRecord.from_dict(r) for r in old])[BASE]] == [1.4, 1.41]
     hostile = [{"n": 2, "commit": CAND, "status": "keep", "evidence": {"candidate": "x"}},
                {"n": 3, "commit": OTHER, "status": "keep", "evidence": {"candidate": {"runs": [1, {"bpb": "x"},
                                                                                              {"bpb": 1.3, "seed": "s"}]}}}]
-    assert [s.bpb for s in evidence.restore(hostile).get(OTHER, [])] == [1.3]
+    assert [s.bpb for s in evidence.restore([ExperimentRecord.from_dict(r) for r in hostile]).get(OTHER, [])] == [1.3]

@@ -6,6 +6,7 @@ from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.judge import NoiseBand, rule_opinion
 from agent.judges.llm_judge import VERDICT_TOOL, LLMJudge
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
+from harness.records import ExperimentRecord
 
 DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03\n"
 FIGS = {"best_before": 1.0, "threshold": 0.005, "runs": [0.99], "improvement": 0.01}
@@ -19,8 +20,8 @@ def judge(fake, **kw):
 def review(j):
     rule = rule_opinion(trusted_bpb=0.99, best_bpb=1.0, band=NoiseBand([1.0, 1.002]), lines={"net": 0})
     return j.review(diff=DIFF, hypothesis="higher LR trains faster", description="MATRIX_LR 0.03",
-                    figures=FIGS, rule=rule, history=[{"n": 1, "status": "keep", "trusted_bpb": 1.0,
-                                                       "description": "baseline"}])
+                    figures=FIGS, rule=rule, history=[ExperimentRecord(n=1, status="keep", trusted_bpb=1.0,
+                                                                       description="baseline")])
 
 
 def test_verdict_is_a_forced_tool_call_and_is_parsed(fake_anthropic):

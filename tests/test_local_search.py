@@ -9,6 +9,7 @@ from agent.proposers.base import ProposalRequest
 from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, STEP_FACTOR, LocalProposer, step
 from agent.proposers.offline import OfflineProposer
 from harness import knobs
+from harness.records import ExperimentRecord
 from tests.loop_fixtures import REPO
 
 REAL = (REPO / "train.py").read_text()
@@ -23,7 +24,7 @@ def rec(n, source, status, parent=None, p_better=None, commit=None):
          "config": knobs.values(source), "code": knobs.code_fingerprint(source)}
     if p_better is not None:
         r["evidence"] = {"comparison": {"p_better": p_better}}
-    return r
+    return ExperimentRecord.from_dict(r)
 
 
 def ask(folder, source, history, n, best="c1", seed=0):

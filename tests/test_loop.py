@@ -238,6 +238,31 @@ def run_in_process(repo, tmp_path, monkeypatch, proposer, *extra):
     return lp
 
 
+def test_the_proposer_is_handed_typed_records_and_typed_experiments_in_flight(tmp_path, monkeypatch):
+    """The history a proposer sees is the coordinator's ExperimentRecords (never journal dicts),
+    and the experiment training meanwhile (the prefetch) is an InFlight entry beside it."""
+    from agent.pending import InFlight
+    from harness.records import ExperimentRecord
+    repo = fake_repo(tmp_path / "repo")
+    proposer = Scripted([("deeper", lambda s: knobs.set_knobs(s, {"DEPTH": 5})),
+                         ("wider", lambda s: knobs.set_knobs(s, {"WIDTH": 96}))])
+    lp = run_in_process(repo, tmp_path, monkeypatch, proposer, "--max-experiments", "3")
+    by_n = {req.n: req for req in proposer.requests}
+    assert sorted(by_n) == [2, 3]
+    for req in proposer.requests:
+        assert all(type(r) is ExperimentRecord for r in req.history)
+        assert all(type(p) is InFlight and p.status == "pending" for p in req.pending)
+        assert [r.n for r in req.history] + [p.n for p in req.pending] == list(range(1, req.n))
+    assert any(req.history for req in proposer.requests)
+    # the one in flight carries what it tries: the baseline's knobs, then experiment 2's
+    for req in proposer.requests:
+        for p in req.pending:
+            assert p.knob_values is not None and p.proposer == ("baseline" if p.n == 1 else "scripted")
+    done = [r for req in proposer.requests for r in req.history]
+    assert done[0].is_baseline and done[0].decision_bpb == 1.02
+    assert all(type(r) is ExperimentRecord for r in lp.history) and [r.n for r in lp.history] == [1, 2, 3]
+
+
 def test_guard_rejection_and_crash_fix(tmp_path, monkeypatch):
     repo = fake_repo(tmp_path / "repo")
     user_head = git(repo, "rev-parse", "HEAD")

@@ -1,5 +1,6 @@
 """The MetaJudge on synthetic histories: a judge that keeps everything, one that contradicts the metric."""
 from agent.judges.metajudge import MIN_SAMPLES, audit, recently_flagged
+from harness.records import ExperimentRecord
 
 TH = 0.005
 
@@ -8,8 +9,8 @@ def rec(n, status, gain, *, net=2, rule=None, llm=None, basis="metric", diff=Non
     best = 1.0
     judge = {"best_before": best, "threshold": TH, "net_lines": net, "basis": basis,
              "rule": {"status": rule or status}, "llm": {"status": llm} if llm else None}
-    return {"n": n, "status": status, "trusted_bpb": best - gain, "diff": diff or f"-A = {n}\n+A = {n + 1}\n",
-            "verdicts": {"judge": judge}}
+    return ExperimentRecord.from_dict({"n": n, "status": status, "trusted_bpb": best - gain,
+                                       "diff": diff or f"-A = {n}\n+A = {n + 1}\n", "verdicts": {"judge": judge}})
 
 
 def kinds(a):
@@ -56,5 +57,5 @@ def test_large_diff_leniency_disagreement_and_repetition():
 def test_cooldown_reads_escalations_from_history():
     hist = [rec(0, "keep", 0.02)]
     assert not recently_flagged(hist, "lenient")
-    hist[0]["verdicts"]["metajudge"] = {"escalated": [{"kind": "lenient", "reason": "x"}]}
+    hist[0].verdicts["metajudge"] = {"escalated": [{"kind": "lenient", "reason": "x"}]}
     assert recently_flagged(hist, "lenient") and not recently_flagged(hist, "repetition")

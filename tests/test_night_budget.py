@@ -4,6 +4,7 @@ import json
 from types import SimpleNamespace
 
 from agent import budget
+from harness.records import ExperimentRecord
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (the fixture)
 from tests.loop_fixtures import fake_env, fake_repo, run_loop
 
@@ -76,7 +77,7 @@ def test_a_crash_streak_hands_two_experiments_to_the_offline_proposer(tmp_path):
 
 def test_streak_and_cap_rules_on_their_own():
     def rec(n, proposer, status, handover=None):
-        return {"n": n, "proposer": proposer, "status": status, "handover": handover, "cost_usd": 0.01}
+        return ExperimentRecord(n=n, proposer=proposer, status=status, handover=handover, cost_usd=0.01)
     hist = [rec(1, "baseline", "keep"), rec(2, "claude", "crash"), rec(3, "claude", "crash")]
     assert budget.streak_reason(hist, 3) is None
     hist.append(rec(4, "claude", "crash"))

@@ -6,14 +6,17 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
+from agent.pending import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, Proposer
 from agent.proposers.offline import FROZEN_RE, STUDY_FILE, KnobStudy, OfflineProposer, knob_spec, neighbors
 from harness import gitops, knobs
+from harness.records import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN, REPO
 
 REAL = (REPO / "train.py").read_text()
@@ -25,9 +28,16 @@ def request(folder, source, history=(), n=2, seed=0, **kw):
 
 
 def record(n, source, status, bpb, parent=None, commit=None):
-    return {"n": n, "parent": parent, "commit": commit or f"c{n}", "status": status,
-            "summary": {"val_bpb": bpb} if bpb is not None else None,
-            "config": knobs.values(source), "code": knobs.code_fingerprint(source)}
+    return ExperimentRecord.from_dict({"n": n, "parent": parent, "commit": commit or f"c{n}", "status": status,
+                                       "summary": {"val_bpb": bpb} if bpb is not None else None,
+                                       "config": knobs.values(source), "code": knobs.code_fingerprint(source)})
+
+
+def in_flight(n, source=None, description="(being proposed)"):
+    """An experiment in flight as the loop hands it to a proposer (agent/pending.py)."""
+    return InFlight(n=n, parent=None, description=description,
+                    config=knobs.values(source) if source else None,
+                    code=knobs.code_fingerprint(source) if source else None)
 
 
 def changed_lines(a, b):
@@ -75,8 +85,8 @@ def test_seeded_from_the_whole_history(tmp_path):
     biased = knobs.set_knobs(FAKE_TRAIN, {"USE_BIAS": True})
     history = [record(1, FAKE_TRAIN, "keep", 1.02), record(2, deeper, "keep", 1.01),
                record(3, wide, "crash", None), record(4, biased, "discard", None)]   # 4: refused, never ran
-    history[1]["trusted_bpb"] = 1.005                                                 # the trusted figure wins
-    history[1]["summary"]["val_bpb"] = "sealed"
+    history[1].trusted_bpb = 1.005                                                    # the trusted figure wins
+    history[1].summary["val_bpb"] = "sealed"
     p = OfflineProposer()
     p.propose(request(tmp_path, deeper, history, n=5))
     got = {t.user_attrs.get("n"): t for t in trials(tmp_path)}
@@ -103,17 +113,18 @@ from pathlib import Path
 from agent.proposers.base import ProposalRequest
 from agent.proposers.offline import OfflineProposer
 from harness import knobs
+from harness.records import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN
 folder = Path(sys.argv[1])
 p = OfflineProposer()
-history = [{"n": 1, "status": "keep", "summary": {"val_bpb": 1.0}, "config": knobs.values(FAKE_TRAIN),
-            "code": knobs.code_fingerprint(FAKE_TRAIN)}]
+history = [ExperimentRecord(n=1, status="keep", summary={"val_bpb": 1.0}, config=knobs.values(FAKE_TRAIN),
+                            code=knobs.code_fingerprint(FAKE_TRAIN))]
 for n in range(2, 5):
     prop = p.propose(ProposalRequest(n=n, worktree=folder, train_source=FAKE_TRAIN, program="",
                                      history=history, best=None))
-    history.append({"n": n, "status": "discard", "summary": {"val_bpb": 1.0 + n / 100},
-                    "config": knobs.values(prop.source), "code": knobs.code_fingerprint(prop.source)})
-    print(repr(history[-1]), flush=True)
+    history.append(ExperimentRecord(n=n, status="discard", summary={"val_bpb": 1.0 + n / 100},
+                                    config=knobs.values(prop.source), code=knobs.code_fingerprint(prop.source)))
+    print(repr(history[-1].to_dict()), flush=True)
 print("READY", flush=True)
 import time
 time.sleep(60)
@@ -131,7 +142,7 @@ def test_resumes_its_study_after_kill_9(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL and len(lines) == 3
-    history = [record(1, FAKE_TRAIN, "keep", 1.0)] + [eval(l) for l in lines]
+    history = [record(1, FAKE_TRAIN, "keep", 1.0)] + [ExperimentRecord.from_dict(eval(l)) for l in lines]
     before = trials(tmp_path)
     assert len([t for t in before if t.user_attrs.get("asked_for")]) == 3, "the killed process's draws persisted"
     prop = OfflineProposer().propose(request(tmp_path, FAKE_TRAIN, history, n=5))
@@ -139,7 +150,7 @@ def test_resumes_its_study_after_kill_9(tmp_path):
     assert len(after) == len(before) + 1, "one new draw: the study continued where the killed process left it"
     done = {t.user_attrs.get("asked_for"): t.value for t in after if t.state == TrialState.COMPLETE}
     assert done == {None: 1.0, 2: 1.02, 3: 1.03, 4: 1.04}
-    assert knobs.values(prop.source) not in [h["config"] for h in history]
+    assert knobs.values(prop.source) not in [h.config for h in history]
 
 
 def test_refuses_a_duplicate_and_names_it(tmp_path):
@@ -150,22 +161,20 @@ def test_refuses_a_duplicate_and_names_it(tmp_path):
     assert knobs.values(prop.source) == {"USE_A": True, "USE_B": True}, "the one untried configuration"
     dups = [t for t in trials(tmp_path) if "duplicate_of" in t.user_attrs]
     assert all(t.state == TrialState.FAIL and t.user_attrs["duplicate_of"] in (1, 2, 3) for t in dups)
-    history.append(record(4, prop.source, "pending", None))
     with pytest.raises(ProposalError, match="all tried"):
-        OfflineProposer().propose(request(tmp_path / "again", src, history, n=5))
+        OfflineProposer().propose(request(tmp_path / "again", src, history, n=5, pending=[in_flight(4, prop.source)]))
 
 
 def test_pending_experiment_counts_as_tried(tmp_path):
     src = "USE_A = False  # a switch\nDEPTH = 2  # layers\n"
-    base = [record(1, src, "keep", 1.0)]
+    base, pending = [record(1, src, "keep", 1.0)], []
     seen = set()
     for n in range(2, 7):
-        prop = OfflineProposer().propose(request(tmp_path, src, base, n=n))
+        prop = OfflineProposer().propose(request(tmp_path, src, base, n=n, pending=pending))
         key = tuple(sorted(knobs.values(prop.source).items()))
         assert key not in seen
         seen.add(key)
-        base.append({"n": n, "status": "pending", "config": knobs.values(prop.source),
-                     "code": knobs.code_fingerprint(prop.source)})
+        pending.append(in_flight(n, prop.source))
 
 
 SYNTHETIC = """A_LR = 0.01  # a learning rate
@@ -190,7 +199,7 @@ def search(folder, sampler, seed, trials_n):
     for n in range(2, trials_n + 2):
         prop = p.propose(request(folder, SYNTHETIC, history, n=n, seed=seed))
         history.append(record(n, prop.source, "discard", synthetic(knobs.values(prop.source))))
-    return min(h["summary"]["val_bpb"] for h in history)
+    return min(h.summary["val_bpb"] for h in history)
 
 
 def test_tpe_beats_random_search_at_equal_trials(tmp_path):
@@ -256,8 +265,8 @@ def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
                     f.write(b"0" * 4096)
             except OSError:
                 pass
-        history = [dict(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5, "LR": 0.01 + n / 10000}),
-                               "discard", 1 + n / 1000), description="x" * 2000) for n in range(3, 300)]
+        history = [replace(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5, "LR": 0.01 + n / 10000}),
+                                  "discard", 1 + n / 1000), description="x" * 2000) for n in range(3, 300)]
         with pytest.raises(OSError) as got:
             p.propose(request(fs, FAKE_TRAIN, history, n=300))
         assert is_out_of_space(got.value) and STUDY_FILE in str(got.value)
@@ -274,13 +283,13 @@ def test_other_workers_trials_are_not_failed_while_they_run(tmp_path):
 
     def propose_for(worker):
         n = coord.claim(worker, "c1")
-        req = request(tmp_path, SYNTHETIC, list(coord.history) + coord.pending_for_proposer(exclude=n), n=n)
+        req = request(tmp_path, SYNTHETIC, list(coord.history), n=n, pending=coord.pending_for_proposer(exclude=n))
         prop = shared.propose(req)
         coord.proposed(n, prop)            # what agent/workers.py tells the coordinator
         return n, prop
 
     n2, p2 = propose_for(1)
-    assert coord.pending_for_proposer()[0]["config"] == knobs.values(p2.source)   # not proposed again
+    assert coord.pending_for_proposer()[0].config == knobs.values(p2.source)   # not proposed again
     n3, p3 = propose_for(2)                # worker 1's experiment is in flight meanwhile
     by_n = {t.user_attrs.get("asked_for"): t for t in trials(tmp_path)}
     assert by_n[n2].state == TrialState.RUNNING, "worker 1's running experiment was told FAIL"
@@ -299,7 +308,7 @@ def test_an_adopted_experiment_without_a_config_stays_running(tmp_path):
     cannot tell its config, so its trial is left running rather than failed."""
     p = OfflineProposer()
     prop = p.propose(request(tmp_path, SYNTHETIC, [record(1, SYNTHETIC, "keep", 1.0)], n=2))
-    p.propose(request(tmp_path, SYNTHETIC, [record(1, SYNTHETIC, "keep", 1.0),
-                                            {"n": 2, "status": "pending", "description": "resumed"}], n=3))
+    p.propose(request(tmp_path, SYNTHETIC, [record(1, SYNTHETIC, "keep", 1.0)], n=3,
+                      pending=[in_flight(2, description="resumed")]))
     states = {t.user_attrs.get("asked_for"): t.state for t in trials(tmp_path)}
     assert states[2] == TrialState.RUNNING and prop.source != SYNTHETIC

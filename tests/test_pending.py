@@ -1,8 +1,9 @@
 """agent/pending.py: the one shape of an undecided experiment (in flight; pending.json)."""
 from agent.experiment import Attempt, write_pending
-from agent.pending import InFlight, PendingFile
+from agent.pending import BEING_PROPOSED, InFlight, PendingFile
 from agent.proposers.base import Proposal
 from harness import knobs
+from harness.records import ExperimentRecord
 
 SRC = "DEPTH = 4  # layers\nLR = 0.01  # a rate\n"
 
@@ -39,8 +40,14 @@ def test_a_torn_or_hostile_pending_file_is_no_experiment(tmp_path):
 
 def test_in_flight_entries_carry_what_the_proposal_tries():
     e = InFlight(n=5, parent="p", worker=2)
-    assert e.entry()["status"] == "pending" and e.entry()["config"] is None
+    assert e.status == "pending" and e.config is None and e.knob_values is None
+    before = e.snapshot()
     e.proposed(attempt().proposal)
-    entry = e.entry()
-    assert entry["config"] == knobs.values(SRC) and entry["code"] == knobs.code_fingerprint(SRC)
-    assert (entry["n"], entry["worker"], entry["description"], entry["proposer"]) == (5, 2, "deeper", "claude")
+    entry = e.snapshot()
+    assert entry.config == knobs.values(SRC) and entry.code == knobs.code_fingerprint(SRC)
+    assert (entry.n, entry.worker, entry.description, entry.proposer) == (5, 2, "deeper", "claude")
+    assert entry.knob_values == knobs.values(SRC) and entry.code_id == knobs.code_fingerprint(SRC)
+    assert before.config is None and before.description == BEING_PROPOSED, "a snapshot is a copy"
+    crash = e.as_crash()   # what agent/budget.py counts if it crashed: a typed record
+    assert isinstance(crash, ExperimentRecord)
+    assert (crash.n, crash.status, crash.proposer, crash.knob_values) == (5, "crash", "claude", knobs.values(SRC))

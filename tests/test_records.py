@@ -202,3 +202,67 @@ def test_decision_takes_a_basis_string_and_refuses_an_unknown_one():
     with pytest.raises(ValueError):
         Decision("keep", "r", basis="vibes")
     assert Basis.parse("vibes") is None and Basis.parse(None) is None and Basis.parse("guard") is Basis.GUARD
+
+
+# ---- the readers' accessors (the loop's history is these records, agent/ reads them so) ----------
+
+def test_accessors_read_the_nested_parts_of_a_record():
+    rec = ExperimentRecord.from_dict({
+        "n": 4, "status": "discard", "summary": {"val_bpb": 1.25, "peak_vram_mb": 2048.0},
+        "config": {"DEPTH": 4}, "code": "abc", "diff": "-A\n+B", "timings": {"run": 12.5, "eval": 2.0},
+        "clock": {"startup_s": 1.0},
+        "verdicts": {"judge": {"best_before": 1.2, "threshold": 0.01, "net_lines": 3, "runs": [1.2, "x", 1.3],
+                               "rule": {"status": "discard"}, "llm": {"status": "keep"}},
+                     "verify": {"trusted_bpb": 1.25, "details": {"serving": {"decode_tok_s": 99.0}}},
+                     "metajudge": {"escalated": [{"kind": "lenient", "reason": "r"}, "junk"]},
+                     "reruns": [{"clock": {"startup_s": 2.0}}, "junk", {"summary": None}]},
+        "kind": "experiment"})
+    assert rec.is_experiment and rec.printed_bpb == 1.25 and rec.summary_figure("peak_vram_mb") == 2048.0
+    assert rec.summary_view["val_bpb"] == 1.25
+    assert (rec.judge_figure("best_before"), rec.judge_figure("threshold"), rec.judge_figure("net_lines")) == \
+        (1.2, 0.01, 3.0)
+    assert rec.judge_values("runs") == [1.2, 1.3] and rec.judge_values("baseline_values") is None
+    assert (rec.opinion("rule"), rec.opinion("llm"), rec.opinion("metajudge")) == ("discard", "keep", None)
+    assert rec.serving() == {"decode_tok_s": 99.0} and rec.escalated_kinds() == ["lenient"]
+    assert rec.metajudge["escalated"][0]["kind"] == "lenient"
+    assert len(rec.reruns) == 2 and rec.clock_runs() == [{"startup_s": 1.0}, {"startup_s": 2.0}]
+    assert (rec.timing("run"), rec.timing("eval"), rec.timing("git")) == (12.5, 2.0, None)
+    assert rec.knob_values == {"DEPTH": 4} and rec.code_id == "abc"
+    assert rec.text("diff") == "-A\n+B" and rec.text("hypothesis") == ""
+    assert not ExperimentRecord.from_dict({"kind": "audit"}).is_experiment
+    assert ExperimentRecord(n=1).knob_values == {}, "a new record's knobs: record() always writes them"
+
+
+def test_accessors_read_a_hostile_record_as_missing_never_raise():
+    hostile = {"n": [1], "summary": ["val_bpb", 1.0], "config": "DEPTH=4", "code": 5, "diff": 7,
+               "description": {"x": 1}, "timings": "fast", "clock": 3,
+               "verdicts": {"judge": {"best_before": "1.2", "threshold": float("nan"), "runs": "1.2",
+                                      "rule": "keep", "llm": {"status": 1}},
+                            "verify": {"details": {"serving": [1]}}, "metajudge": {"escalated": {"kind": "x"}},
+                            "reruns": {"clock": {}}}}
+    for raw in (hostile, {"verdicts": ["judge"]}, {"verdicts": None, "summary": None, "timings": None}, {}):
+        rec = ExperimentRecord.from_dict(raw)
+        assert rec.printed_bpb is None and rec.summary_figure("peak_vram_mb") is None and rec.summary_view == {}
+        assert rec.judge_figure("best_before") is None and rec.judge_figure("threshold") is None
+        assert rec.judge_values("runs") is None and rec.opinion("rule") is None and rec.opinion("llm") is None
+        assert rec.serving() is None and rec.escalated_kinds() == [] and isinstance(rec.metajudge, dict)
+        assert rec.reruns == [] and rec.timing("run") is None
+        assert rec.knob_values is None and rec.code_id is None
+        assert rec.text("diff") == "" and rec.text("description") == "" and rec.text("no_such_key") == ""
+    assert ExperimentRecord.from_dict(hostile).clock_runs() == []
+
+
+def test_evidence_view_keeps_each_runs_pace_and_says_whether_runs_were_recorded():
+    ev = ExperimentRecord.from_dict({"evidence": {"candidate": {"runs": [{"bpb": 1.0, "pace_s": 0.5},
+                                                                         {"bpb": 1.1, "pace_s": "slow"}]}}}).evidence_view()
+    assert ev.has_runs and [r.pace_s for r in ev.runs] == [0.5, None]
+    old = ExperimentRecord.from_dict({"evidence": {"candidate": {"commit": "c"}}}).evidence_view()
+    assert old is not None and not old.has_runs and old.runs == []
+
+
+def test_the_record_types_live_in_one_module_and_records_re_exports_them():
+    import harness.experiment_record as er
+    import harness.records as records
+    for name in ("ExperimentRecord", "Basis", "Decision", "EvidenceFigures", "NoiseBandFigures", "experiment_records",
+                 "RECORD_KEYS", "OPTIONAL_KEYS"):
+        assert getattr(records, name) is getattr(er, name)

@@ -78,6 +78,7 @@ def test_an_empty_run_folder_is_an_error_not_an_exit(tmp_path):
 
 def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
     from agent.report import markdown, summarize
+    from harness.records import ExperimentRecord
     base = {"n": 1, "commit": "b" * 40, "status": "keep", "proposer": "baseline", "trusted_bpb": 1.0,
             "verdicts": {"judge": {"basis": "baseline"}}}
     kept = {"n": 2, "commit": "c" * 40, "parent": "b" * 40, "status": "keep", "proposer": "offline",
@@ -88,7 +89,8 @@ def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
                          "incumbent": {"commit": "b" * 40, "runs": [{"bpb": 1.0}] * 5},
                          "comparison": {"incumbent_mean": 1.0, "gain": 0.02, "margin": 0.01, "p_better": 0.9991,
                                         "sigma": 0.004, "df": 6}}}
-    s = summarize({"records": [base, kept], "tag": "t", "base": "b" * 40})
+    s = summarize({"records": [ExperimentRecord.from_dict(base), ExperimentRecord.from_dict(kept)], "tag": "t",
+                   "base": "b" * 40})
     md = markdown(s, None, None, None)
     assert ("- evidence: 2 run(s) of its own [0.979000, 0.981000] (1 disturbed, left out); against the incumbent "
             "bbbbbbb's 5 run(s) (mean 1.000000); sigma 0.004000 (6 df); gain +0.020000 vs margin 0.010000; "

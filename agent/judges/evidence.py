@@ -16,8 +16,7 @@ from pathlib import Path
 
 from agent.judges import pace, stats
 from agent.judges.judge import Opinion
-from harness.records import Basis
-from harness.records import experiment_records, finite
+from harness.records import Basis, ExperimentRecord, finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
 DISTURBED_RERUNS = 2
@@ -102,28 +101,24 @@ def bar_values(commit: str, samples: list[Sample], noise: stats.Noise, side: str
     return [v for v in vals if v not in drop]
 
 
-def restore(history: list[dict]) -> dict[str, list[Sample]]:
+def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
     """The store rebuilt from journal records (after --resume): every record's own runs."""
     out: dict[str, list[Sample]] = {}
-    for rec in experiment_records(history):
-        if not isinstance(rec.commit, str):
+    for rec in history:
+        if not rec.is_experiment or not isinstance(rec.commit, str):
             continue
-        cand = rec.evidence_figures().get("candidate")
-        runs = cand.get("runs") if isinstance(cand, dict) else None
-        if isinstance(runs, list):
-            for r in runs:
-                if isinstance(r, dict) and finite(r.get("bpb")):
-                    s = Sample(rec.commit, float(r["bpb"]), r.get("seed") if isinstance(r.get("seed"), int) else None,
-                               rec.number, r.get("log") if isinstance(r.get("log"), str) else None,
-                               r.get("pace_s") if finite(r.get("pace_s")) else None)
-                    s.disturbed = r.get("why") if isinstance(r.get("why"), str) else None
+        ev = rec.evidence_view()
+        if ev is not None and ev.has_runs:
+            for r in ev.runs:
+                if r.bpb is not None:
+                    s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, r.pace_s)
+                    s.disturbed = r.why
                     out.setdefault(rec.commit, []).append(s)
             continue
-        legacy = rec.judge.get("baseline_values") if rec.is_baseline else rec.judge.get("runs")
-        if isinstance(legacy, list) and rec.status in ("keep", "discard"):
+        legacy = rec.judge_values("baseline_values" if rec.is_baseline else "runs")
+        if legacy is not None and rec.status in ("keep", "discard"):
             for v in legacy:
-                if finite(v):
-                    out.setdefault(rec.commit, []).append(Sample(rec.commit, float(v), n=rec.number))
+                out.setdefault(rec.commit, []).append(Sample(rec.commit, v, n=rec.number))
     return out
 
 

@@ -16,6 +16,7 @@ from agent.judges.guard_rules import new_violations, scan, seed_constants
 from agent.judges.judge import near_duplicates
 from agent.judges.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
 from harness.knobs import code_fingerprint, read_knobs, values
+from harness.records import ExperimentRecord
 
 # The one file the loop may change.
 EDITABLE = "train.py"
@@ -143,27 +144,25 @@ def repeat_of(ctx) -> GuardVerdict | None:
     history = getattr(ctx, "history", None) or []
     code, config = code_fingerprint(ctx.new_source), values(ctx.new_source)
     for rec in reversed(history):
-        if rec.get("code") == code and rec.get("config") == config and rec.get("status") in FINISHED:
-            return GuardVerdict(False, f"guard: a repeat of experiment {rec.get('n')} ({_said(rec)}): the same "
+        if rec.code == code and rec.config == config and rec.status in FINISHED:
+            return GuardVerdict(False, f"guard: a repeat of experiment {rec.n} ({_said(rec)}): the same "
                                        f"code and knob values were already tried; propose something else",
-                                {"rule": "repeat", "repeat_of": rec.get("n")})
+                                {"rule": "repeat", "repeat_of": rec.n})
     parent = getattr(ctx, "parent", None)
-    same_start = [r for r in history if parent and r.get("parent") == parent and r.get("status") in FINISHED]
+    same_start = [r for r in history if parent and r.parent == parent and r.status in FINISHED]
     dups = near_duplicates(ctx.diff, same_start)
     if dups:
-        rec = next(r for r in same_start if r.get("n") == dups[0])
+        rec = next(r for r in same_start if r.n == dups[0])
         return GuardVerdict(False, f"guard: near-identical to experiment {dups[0]} ({_said(rec)}), tried from "
                                    f"this same parent; a different idea, or the same one after a new keep, may "
                                    f"be tried", {"rule": "near_duplicate", "repeat_of": dups[0], "similar_to": dups})
     return None
 
 
-def _said(rec: dict) -> str:
-    bpb = rec.get("trusted_bpb")
-    if bpb is None:
-        bpb = (rec.get("summary") or {}).get("val_bpb")
-    figure = f" at {bpb:.6f}" if isinstance(bpb, (int, float)) else ""
-    return f"{rec.get('status')}{figure}: {str(rec.get('description', ''))[:80]}"
+def _said(rec: ExperimentRecord) -> str:
+    bpb = rec.decision_bpb
+    figure = f" at {bpb:.6f}" if bpb is not None else ""
+    return f"{rec.status}{figure}: {str(rec.description)[:80]}"
 
 
 def diff_lines(diff: str) -> dict:

@@ -34,7 +34,7 @@ from agent.judges.reviewer import GuardVerdict
 from harness.secrets import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
-from harness.records import Basis, Decision, experiment_records
+from harness.records import Basis, Decision, ExperimentRecord
 from harness import pinned
 from harness.clock import limit_for
 from harness.pinned import PinnedError, Seal
@@ -234,7 +234,7 @@ class JudgeHierarchy:
         llm = self._llm(ctx, op, jd)
         status, basis, reason, escalate = self._combine(op, llm)
         jd.update(status=status, basis=basis.value, reason=reason)
-        current = {"n": ctx.n, "status": status, "trusted_bpb": mean, "diff": ctx.diff, "verdicts": verdicts}
+        current = ExperimentRecord(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
         with self._span("metajudge", {"n": ctx.n}) as sp:
             audit = metajudge.audit(ctx.history, current)
             sp.log(output=audit.as_dict())
@@ -283,17 +283,17 @@ class JudgeHierarchy:
         """Serving figures of this experiment's model and of the best's, both as the trusted
         evaluator measured them from the recorded graphs (never from a config train.py wrote)."""
         best = (ctx.best or {}).get("commit")
-        best_rec = next((r for r in reversed(experiment_records(ctx.history))
-                         if r.status == "keep" and r.commit == best), None)
+        best_rec = next((r for r in reversed(ctx.history)
+                         if r.is_experiment and r.status == "keep" and r.commit == best), None)
         if best_rec is None:
             return None, None
-        theirs = ((best_rec.verify or {}).get("details") or {}).get("serving")
+        theirs = best_rec.serving()
         return (v.details or {}).get("serving"), theirs
 
     def _band(self, ctx) -> Band:
         if self.band is None:
             self._restore(ctx)   # after --resume: the baseline record's runs
-            base = next((r for r in experiment_records(ctx.history) if r.noise_band() and r.noise_band().values), None)
+            base = next((r for r in ctx.history if r.is_experiment and r.noise_band() and r.noise_band().values), None)
             vals = (evidence.values(self._samples.get(base.commit, [])) or base.noise_band().values) if base else []
             noise = evidence.noise_of(self._samples) if self._samples else stats.pooled_noise({"baseline": vals})
             self.band = Band.of(vals, noise)

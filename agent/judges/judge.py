@@ -22,7 +22,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from harness.records import Basis
+from harness.records import Basis, ExperimentRecord
 
 # Multiples of the spread an improvement must clear (the issue's default k=2).
 K_SPREAD = 2.0
@@ -188,7 +188,7 @@ def _close(a: str, b: str) -> bool:
     return abs(x - y) <= KNOB_NEAR_RTOL * max(abs(x), abs(y)) or x == y
 
 
-def near_duplicates(diff: str, history: list[dict], window: int = 50) -> list[int]:
+def near_duplicates(diff: str, history: list[ExperimentRecord], window: int = 50) -> list[int]:
     """Experiment numbers (recent first) whose diff is near-identical to this one. Knob-only
     diffs are compared by their values (the same knobs, each within KNOB_NEAR_RTOL of the earlier
     value): a knob moved the other way, or twice as far, is another experiment, whatever its
@@ -199,12 +199,12 @@ def near_duplicates(diff: str, history: list[dict], window: int = 50) -> list[in
     moves = knob_moves(diff)
     out = []
     for rec in reversed(history[-window:]):
-        theirs_diff = rec.get("diff") or ""
+        theirs_diff = rec.text("diff")
         if moves is not None and (theirs := knob_moves(theirs_diff)) is not None:
             if theirs.keys() == moves.keys() and all(_close(moves[k], theirs[k]) for k in moves):
-                out.append(rec.get("n"))
+                out.append(rec.n)
             continue
         theirs = changed_lines(theirs_diff)
         if theirs and difflib.SequenceMatcher(None, mine, theirs, autojunk=False).ratio() >= NEAR_DUPLICATE_RATIO:
-            out.append(rec.get("n"))
+            out.append(rec.n)
     return out

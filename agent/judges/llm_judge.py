@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from agent import sdk_logs
 from agent.judges.judge import Opinion
 from harness import llm
+from harness.records import ExperimentRecord
 
 # harness/llm.py's default model (the proposer's too); AUTORESEARCH_JUDGE_MODEL overrides.
 DEFAULT_MODEL = llm.DEFAULT_MODEL
@@ -85,7 +86,7 @@ class LLMJudge:
         self.client = self.llm.client
 
     def review(self, *, diff: str, hypothesis: str, description: str, figures: dict,
-               rule: Opinion, history: list[dict]) -> LLMResult:
+               rule: Opinion, history: list[ExperimentRecord]) -> LLMResult:
         t0 = time.time()
         prompt = build_prompt(diff=diff, hypothesis=hypothesis, description=description, figures=figures,
                               rule=rule, history=history)
@@ -134,8 +135,7 @@ def parse_verdict(content) -> Opinion:
 def build_prompt(*, diff, hypothesis, description, figures, rule: Opinion, history) -> str:
     rows = []
     for r in history[-HISTORY_ROWS:]:
-        rows.append(f"  exp {r.get('n')}: {r.get('status')} trusted={r.get('trusted_bpb')} "
-                    f"{(r.get('description') or '')[:80]}")
+        rows.append(f"  exp {r.n}: {r.status} trusted={r.trusted_bpb} {(r.description or '')[:80]}")
     d = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n... (diff truncated)"
     return (f"Experiment: {description}\nHypothesis: {hypothesis}\n\n"
             f"Figures (bpb, lower is better):\n{json.dumps(figures, indent=1, default=str)}\n\n"

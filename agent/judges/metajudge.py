@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.judges.judge import BIG_DIFF_LINES, TINY_GAIN_BANDS, near_duplicates
-from harness.records import Basis
+from harness.figures import fnum
+from harness.records import Basis, ExperimentRecord
 
 # Decided experiments the audit looks back over.
 WINDOW = 20
@@ -61,16 +62,15 @@ class Audit:
         return "; ".join(parts) or "no bias detected"
 
 
-def view(rec: dict) -> dict | None:
+def view(rec: ExperimentRecord) -> dict | None:
     """The audit's view of one journal experiment record, or None if it was not judged on a metric."""
-    j = (rec.get("verdicts") or {}).get("judge") or {}
-    trusted, best, th = rec.get("trusted_bpb"), j.get("best_before"), j.get("threshold")
-    if rec.get("status") not in ("keep", "discard") or trusted is None or best is None or not th:
+    trusted, best, th = fnum(rec.trusted_bpb), rec.judge_figure("best_before"), rec.judge_figure("threshold")
+    if rec.status not in ("keep", "discard") or trusted is None or best is None or not th:
         return None
-    return {"n": rec.get("n"), "status": rec["status"], "gain": best - trusted, "threshold": th,
-            "net": j.get("net_lines") or 0, "basis": j.get("basis", "metric"),
-            "rule": (j.get("rule") or {}).get("status"), "llm": (j.get("llm") or {}).get("status"),
-            "diff": rec.get("diff") or ""}
+    basis = rec.basis
+    return {"n": rec.n, "status": rec.status, "gain": best - trusted, "threshold": th,
+            "net": rec.judge_figure("net_lines") or 0, "basis": basis.value if basis else "metric",
+            "rule": rec.opinion("rule"), "llm": rec.opinion("llm"), "diff": rec.text("diff")}
 
 
 def contradiction(v: dict) -> str | None:
@@ -83,12 +83,12 @@ def contradiction(v: dict) -> str | None:
     return None
 
 
-def audit(history: list[dict], current: dict) -> Audit:
-    """Audit the window ending with `current` (a journal-shaped record of this experiment)."""
+def audit(history: list[ExperimentRecord], current: ExperimentRecord) -> Audit:
+    """Audit the window ending with `current` (this experiment's record as far as it is known)."""
     records = [*history, current]
     views = [v for v in (view(r) for r in records[-WINDOW:]) if v is not None]
     cur = view(current)
-    a = Audit(n=current.get("n"), metrics={"window": len(views)})
+    a = Audit(n=current.n, metrics={"window": len(views)})
     if cur is not None:
         a.contradiction = contradiction(cur)
     if not views:
@@ -100,8 +100,8 @@ def audit(history: list[dict], current: dict) -> Audit:
                    and v["gain"] < TINY_GAIN_BANDS * v["threshold"]]
     paired = [v for v in views if v["rule"] and v["llm"]]
     disagree = sum((v["rule"] == "keep") != (v["llm"] == "keep") for v in paired)
-    repeats = [r.get("n") for i, r in enumerate(records[-WINDOW:])
-               if r.get("diff") and near_duplicates(r["diff"], records[-WINDOW:][:i], WINDOW)]
+    repeats = [r.n for i, r in enumerate(records[-WINDOW:])
+               if r.text("diff") and near_duplicates(r.text("diff"), records[-WINDOW:][:i], WINDOW)]
     a.metrics.update(keep_rate=keeps / len(views), metric_keep_rate=supported / len(views),
                      contradictions=len(contradictions), lenient_big_diffs=lenient_big,
                      llm_rule_pairs=len(paired), llm_rule_disagreement=(disagree / len(paired)) if paired else None,
@@ -123,10 +123,9 @@ def audit(history: list[dict], current: dict) -> Audit:
     return a
 
 
-def recently_flagged(history: list[dict], kind: str, window: int = WINDOW) -> bool:
+def recently_flagged(history: list[ExperimentRecord], kind: str, window: int = WINDOW) -> bool:
     """True if a bias of this kind was already flagged (and escalated) within the window."""
     for rec in history[-window:]:
-        meta = (rec.get("verdicts") or {}).get("metajudge") or {}
-        if any(f.get("kind") == kind for f in meta.get("escalated", [])):
+        if kind in rec.escalated_kinds():
             return True
     return False

@@ -22,6 +22,7 @@ from typing import Callable
 
 from harness import gitops
 from harness.queue_store import QueueStore
+from harness.records import ExperimentRecord
 
 TRAIN = "train.py"
 # Commit-message trailer naming the queue item an application came from.
@@ -45,7 +46,7 @@ def _commit(worktree: Path, message: str) -> str:
 
 
 def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Callable[[str], dict],
-               history: list[dict]) -> Outcome:
+               history: list[ExperimentRecord]) -> Outcome:
     """Apply one decided queue item; never raises on a git conflict (the outcome says so)."""
     payload = item.get("payload") or {}
     status, source = payload.get("status"), item.get("commit")
@@ -110,10 +111,10 @@ def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Cal
     return _finish(rec, new, best)
 
 
-def _measured_value(history: list[dict], commit: str | None) -> float | None:
+def _measured_value(history: list[ExperimentRecord], commit: str | None) -> float | None:
     for r in reversed(history):
-        if commit and r.get("commit") == commit and r.get("status") == "keep":
-            return r.get("trusted_bpb") or (r.get("summary") or {}).get("val_bpb")
+        if commit and r.commit == commit and r.status == "keep":
+            return r.trusted_bpb or r.printed_bpb
     return None
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agent.errors import ProposalError, ProposerUnavailable  # noqa: F401  (part of the protocol: proposers raise them)
+from harness.records import ExperimentRecord
 
 
 @dataclass
@@ -30,11 +31,19 @@ class ProposalRequest:
     worktree: Path
     train_source: str         # train.py of the parent commit (the one to edit)
     program: str              # program.md, re-read each experiment
-    history: list[dict]       # journal experiment records so far (+ a "pending" one while it trains)
+    history: list[ExperimentRecord]   # the decided experiments so far, in decision order
     best: dict | None         # {"commit", "val_bpb"}
     feedback: str = ""        # guard rejection, or a crash's last 50 log lines when asked to fix
     fix_of: Proposal | None = None
     seed: int = 0
+    # Experiments in flight (agent/pending.py InFlight: status "pending", n, parent, commit,
+    # description, knob_values, code_id, proposer, handover): the prefetch's running one, --screen's
+    # gathered candidates, the other workers'. Not to be proposed again.
+    pending: list = field(default_factory=list)
+
+    def tried(self) -> list:
+        """Every experiment decided or in flight (records, then InFlight entries): what was tried."""
+        return [*self.history, *self.pending]
 
 
 @runtime_checkable

@@ -76,7 +76,7 @@ def _block_dict(block) -> dict:
 
 
 def first_message(req: ProposalRequest) -> str:
-    parts = [f"Experiment {req.n}.", "History (condensed):", condense_history(req.history, req.best)]
+    parts = [f"Experiment {req.n}.", "History (condensed):", condense_history(req.history, req.best, pending=req.pending)]
     if req.fix_of is not None:
         parts += ["", "Your previous proposal crashed. It was:",
                   f"description: {req.fix_of.description}", f"hypothesis: {req.fix_of.hypothesis}",
@@ -115,7 +115,7 @@ class ClaudeProposer:
     def propose(self, req: ProposalRequest) -> Proposal:
         start = req.fix_of.source if req.fix_of is not None else req.train_source
         ws = Workspace(req.worktree, req.program, req.train_source, start, req.history, req.best,
-                       n=req.n, seed=req.seed)
+                       n=req.n, seed=req.seed, pending=req.pending)
         system = [{"type": "text", "text": f"{SYSTEM_PROMPT}\n\n<program.md>\n{req.program}\n</program.md>",
                    "cache_control": {"type": "ephemeral"}}]
         messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": first_message(req)}]}]

@@ -30,6 +30,7 @@ import random
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers.offline import SAMPLERS, OfflineProposer
 from harness import knobs
+from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
 from harness.search.space import DEFAULT_SPECS
 
@@ -68,23 +69,24 @@ def step(name: str, value, spec: list | None, comment: str, k: int = 1) -> list:
     return [knobs.normalize(min(hi, max(lo, v))) for v in out if lo - 1e-12 <= v <= hi + 1e-12]
 
 
-def _config_of(history: list[dict]) -> dict:
-    return {r.get("commit"): r.get("config") for r in history if isinstance(r.get("config"), dict)}
+def _config_of(entries: list) -> dict:
+    """commit -> knob values, of records and experiments in flight alike."""
+    return {r.commit: r.knob_values for r in entries if r.knob_values is not None}
 
 
-def _moves(history: list[dict]) -> list[dict]:
+def _moves(history: list[ExperimentRecord], pending: list = ()) -> list[dict]:
     """Each finished experiment as the knobs it moved from its parent, its outcome and P(better)."""
-    configs = _config_of(history)
+    configs = _config_of([*history, *pending])
     out = []
     for r in history:
-        parent = configs.get(r.get("parent"))
-        mine = r.get("config")
-        if not isinstance(parent, dict) or not isinstance(mine, dict) or r.get("status") not in ("keep", "discard"):
+        parent = configs.get(r.parent) if isinstance(r.parent, str) else None
+        mine = r.knob_values
+        if parent is None or mine is None or r.status not in ("keep", "discard"):
             continue
         moved = {k: (parent.get(k), v) for k, v in mine.items() if parent.get(k) != v}
-        cmp = ((r.get("evidence") or {}).get("comparison") or {}) if isinstance(r.get("evidence"), dict) else {}
-        out.append({"n": r.get("n"), "parent": r.get("parent"), "commit": r.get("commit"), "status": r["status"],
-                    "moved": moved, "p": cmp.get("p_better") if isinstance(cmp.get("p_better"), float) else None})
+        ev = r.evidence_view()
+        out.append({"n": r.n, "parent": r.parent, "commit": r.commit, "status": r.status,
+                    "moved": moved, "p": ev.p_better if ev else None})
     return out
 
 
@@ -112,14 +114,14 @@ class LocalProposer:
         space = ks.space(req.train_source)
         if not space:
             raise ProposalError("train.py has no knob the sampler may move")
-        ks.sync(req.history)
+        ks.sync(req.history, req.pending)
         base = {k.name: k.value for k in current.values()}
         code = knobs.code_fingerprint(req.train_source)
-        tried = {(r.get("code"), tuple(sorted((k, repr(v)) for k, v in r["config"].items())))
-                 for r in req.history if isinstance(r.get("config"), dict) and r.get("code")}
+        tried = {(r.code_id, tuple(sorted((k, repr(v)) for k, v in r.knob_values.items())))
+                 for r in req.tried() if r.knob_values is not None and r.code_id}
         tried.add((code, tuple(sorted((k, repr(v)) for k, v in base.items()))))
         incumbent = (req.best or {}).get("commit")
-        moves = _moves(req.history)
+        moves = _moves(req.history, req.pending)
         for change, why in self._candidates(req, base, space, current, moves, incumbent):
             config = dict(base, **change)
             if (code, tuple(sorted((k, repr(v)) for k, v in config.items()))) not in tried:

@@ -26,6 +26,7 @@ from sqlalchemy import event
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from harness import knobs
+from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
 from harness.search.space import DEFAULT_SPECS
 
@@ -151,12 +152,9 @@ def fit(dist, value):
     return min(dist.high, max(dist.low, float(value)))
 
 
-def measured_bpb(rec: dict) -> float | None:
+def measured_bpb(rec: ExperimentRecord) -> float | None:
     """The trusted val_bpb of a journal record (the summary's figure when no trusted one is stored)."""
-    for v in (rec.get("trusted_bpb"), (rec.get("summary") or {}).get("val_bpb")):
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
-    return None
+    return rec.decision_bpb
 
 
 def _key(code: str, config: dict) -> tuple:
@@ -233,49 +231,49 @@ class KnobStudy:
             self.study.set_user_attr("space", stored)
         return {n: s for n, s in stored.items() if n in current and s is not None}
 
-    def sync(self, history: list[dict]) -> int:
+    def sync(self, history: list[ExperimentRecord], pending: list = ()) -> int:
         """Add every finished journal experiment not yet in the study; settle sampled trials whose
-        experiment has finished (or was replaced). Returns how many trials were added or told."""
+        experiment has finished (or was replaced); `pending`: the experiments in flight (InFlight).
+        Returns how many trials were added or told."""
         space = self.study.user_attrs.get("space", {})
         dists = {n: distribution(s) for n, s in space.items()}
-        finished = {r["n"]: r for r in history if isinstance(r.get("config"), dict) and r.get("n") is not None
-                    and r.get("status") in ("keep", "discard", "crash") and r.get("kind", "experiment") == "experiment"}
-        pending = [r for r in history if r.get("status") == "pending"]
+        finished = {r.n: r for r in history if r.knob_values is not None and r.n is not None
+                    and r.status in ("keep", "discard", "crash") and r.is_experiment}
         changed = 0
         covered = set()
         for t in self.study.get_trials(deepcopy=False):
             n = t.user_attrs.get("n", t.user_attrs.get("asked_for"))
             rec = finished.get(n)
             if t.state == TrialState.RUNNING:
-                if rec is not None and _matches(t.params, rec["config"]):
+                if rec is not None and _matches(t.params, rec.knob_values):
                     bpb = measured_bpb(rec)
-                    if rec["status"] == "crash" or bpb is not None:
-                        self.study.tell(t.number, bpb if rec["status"] != "crash" else None,
-                                        state=TrialState.FAIL if rec["status"] == "crash" else TrialState.COMPLETE)
+                    if rec.status == "crash" or bpb is not None:
+                        self.study.tell(t.number, bpb if rec.status != "crash" else None,
+                                        state=TrialState.FAIL if rec.status == "crash" else TrialState.COMPLETE)
                         covered.add(n)
                     else:   # refused before it ran: nothing was measured
                         self.study.tell(t.number, state=TrialState.FAIL)
                     changed += 1
-                elif not any(p.get("n") == n and (not isinstance(p.get("config"), dict)   # in flight, config unknown
-                                                  or _matches(t.params, p["config"])) for p in pending):
+                elif not any(p.n == n and (p.knob_values is None   # in flight, config unknown
+                                           or _matches(t.params, p.knob_values)) for p in pending):
                     self.study.tell(t.number, state=TrialState.FAIL)   # superseded by another proposal
                     changed += 1
-            elif "n" in t.user_attrs or (rec is not None and _matches(t.params, rec["config"])
+            elif "n" in t.user_attrs or (rec is not None and _matches(t.params, rec.knob_values)
                                           and t.state in (TrialState.COMPLETE, TrialState.FAIL)):
                 covered.add(n)
         for n, rec in sorted(finished.items()):
             if n in covered:
                 continue
             bpb = measured_bpb(rec)
-            crashed = rec["status"] == "crash"
+            crashed = rec.status == "crash"
             if bpb is None and not crashed:
                 continue   # refused by the guard or measured nowhere: nothing to learn
-            params = {k: fit(dists[k], v) for k, v in rec["config"].items() if k in dists}
+            params = {k: fit(dists[k], v) for k, v in rec.knob_values.items() if k in dists}
             params = {k: v for k, v in params.items() if v is not None}
             trial = optuna.trial.create_trial(
                 params=params, distributions={k: dists[k] for k in params},
                 value=None if crashed else bpb, state=TrialState.FAIL if crashed else TrialState.COMPLETE,
-                user_attrs={"n": n, "proposer": rec.get("proposer"), "status": rec["status"]})
+                user_attrs={"n": n, "proposer": rec.proposer, "status": rec.status})
             self.study.add_trial(trial)
             changed += 1
         return changed
@@ -318,11 +316,11 @@ class OfflineProposer:
         space = ks.space(req.train_source)
         if not space:
             raise ProposalError("train.py has no knob the sampler may move")
-        ks.sync(req.history)
+        ks.sync(req.history, req.pending)
         base = {k.name: k.value for k in current.values()}
         code = knobs.code_fingerprint(req.train_source)
-        tried = {_key(r["code"], r["config"]): r.get("n") for r in req.history
-                 if isinstance(r.get("config"), dict) and r.get("code")}
+        tried = {_key(r.code_id, r.knob_values): r.n for r in req.tried()
+                 if r.knob_values is not None and r.code_id}
         tried.setdefault(_key(code, base), "the parent")
         n_trials = len(ks.study.get_trials(deepcopy=False))
         digest = hashlib.sha256(f"{req.seed}:{req.n}:{n_trials}".encode()).digest()

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from harness import pyparse
+from harness.records import ExperimentRecord
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,27 +121,35 @@ def _norm(path: str) -> str:
     return os.path.normpath(path.strip()).replace("\\", "/")
 
 
-def _status_line(r: dict) -> str:
-    summary = r.get("summary") or {}
-    bpb = r.get("trusted_bpb") or summary.get("val_bpb")
-    mem = summary.get("peak_vram_mb")
-    parts = [f"#{r.get('n', '?')} {r.get('status', '?')}",
-             f"val_bpb={bpb:.6f}" if isinstance(bpb, (int, float)) else "val_bpb=-",
-             f"mem={mem / 1024:.1f}GB" if isinstance(mem, (int, float)) else None,
-             f"commit={r.get('short') or str(r.get('commit') or '')[:7]}" if r.get("commit") else None,
-             f"| {r.get('description', '')}"]
-    if r.get("hypothesis"):
-        parts.append(f"| hypothesis: {r['hypothesis']}")
-    if r.get("crash_class"):
-        parts.append(f"| crash: {r['crash_class']}")
-    if r.get("decision_reason"):
-        parts.append(f"| why: {r['decision_reason']}")
+def _status_line(r: ExperimentRecord) -> str:
+    bpb = r.decision_bpb
+    mem = r.summary_figure("peak_vram_mb")
+    parts = [f"#{'?' if r.n is None else r.n} {'?' if r.status is None else r.status}",
+             f"val_bpb={bpb:.6f}" if bpb is not None else "val_bpb=-",
+             f"mem={mem / 1024:.1f}GB" if mem is not None else None,
+             f"commit={r.short or str(r.commit or '')[:7]}" if r.commit else None,
+             f"| {r.description}"]
+    if r.hypothesis:
+        parts.append(f"| hypothesis: {r.hypothesis}")
+    if r.crash_class:
+        parts.append(f"| crash: {r.crash_class}")
+    if r.decision_reason:
+        parts.append(f"| why: {r.decision_reason}")
     return " ".join(p for p in parts if p).replace("\n", " ")
 
 
-def condense_history(history: list[dict], best: dict | None, budget: int = HISTORY_CHAR_BUDGET) -> str:
-    """One line per experiment, newest kept first when the budget runs out, shown oldest first."""
-    records = [r for r in history if r.get("kind", "experiment") == "experiment"]
+def _pending_line(p) -> str:
+    """An experiment in flight (agent/pending.py InFlight)."""
+    parts = [f"#{p.n} {p.status}", "val_bpb=-", f"commit={str(p.commit)[:7]}" if p.commit else None,
+             f"| {p.description}"]
+    return " ".join(x for x in parts if x).replace("\n", " ")
+
+
+def condense_history(history: list[ExperimentRecord], best: dict | None, budget: int = HISTORY_CHAR_BUDGET,
+                     pending: list = ()) -> str:
+    """One line per experiment (then those in flight), newest kept first when the budget runs out,
+    shown oldest first."""
+    records = [r for r in history if r.is_experiment] + list(pending)
     if not records:
         return "No experiments yet: this is the first one after the baseline."
     head = f"{len(records)} experiments so far"
@@ -148,7 +157,7 @@ def condense_history(history: list[dict], best: dict | None, budget: int = HISTO
         head += f"; best val_bpb {best.get('val_bpb')} at commit {str(best.get('commit') or '')[:7]}"
     lines, used = [], len(head)
     for r in reversed(records):
-        line = _status_line(r)
+        line = _status_line(r) if isinstance(r, ExperimentRecord) else _pending_line(r)
         if len(line) > 600:
             line = line[:600] + "..."
         if used + len(line) + 1 > budget:
@@ -161,40 +170,42 @@ def condense_history(history: list[dict], best: dict | None, budget: int = HISTO
     return "\n".join([head + ":"] + lines[::-1])
 
 
-def experiment_detail(history: list[dict], n: int) -> str:
-    for r in history:
-        if r.get("n") == n and r.get("kind", "experiment") == "experiment":
-            shown = {k: r.get(k) for k in ("n", "status", "description", "hypothesis", "decision_reason",
-                                           "crash_class", "trusted_bpb", "summary", "verdicts",
-                                           "commit", "parent", "discarded_ref") if r.get(k) is not None}
-            diff = r.get("diff") or ""
+DETAIL_KEYS = ("n", "status", "description", "hypothesis", "decision_reason", "crash_class", "trusted_bpb",
+               "summary", "verdicts", "commit", "parent", "discarded_ref")
+
+
+def experiment_detail(history: list[ExperimentRecord], n: int, pending: list = ()) -> str:
+    for r in [*(r for r in history if r.is_experiment), *pending]:
+        if r.n == n:
+            shown = {k: getattr(r, k, None) for k in DETAIL_KEYS if getattr(r, k, None) is not None}
+            diff = r.text("diff") if isinstance(r, ExperimentRecord) else ""
             if len(diff) > DIFF_CHAR_LIMIT:
                 diff = diff[:DIFF_CHAR_LIMIT] + f"\n...[{len(diff) - DIFF_CHAR_LIMIT} chars cut]"
             return json.dumps(shown, indent=1, default=str) + "\n--- diff ---\n" + (diff or "(none)")
-    raise ToolError(f"read_history: no experiment {n}; known: {[r.get('n') for r in history][-50:]}.")
+    raise ToolError(f"read_history: no experiment {n}; known: {[r.n for r in [*history, *pending]][-50:]}.")
 
 
-def search_archive(history: list[dict], query: str, limit: int = ARCHIVE_HITS) -> str:
+def search_archive(history: list[ExperimentRecord], query: str, limit: int = ARCHIVE_HITS) -> str:
     """Discarded and crashed experiments matching every word of `query`, most matches first."""
     words = [w.lower() for w in re.findall(r"\w+", query)]
     if not words:
         raise ToolError("search_archive: give one or more words to look for (a knob name, an idea).")
-    records = [r for r in history if r.get("kind", "experiment") == "experiment"]
+    records = [r for r in history if r.is_experiment]
     scored = []
     for r in records:
-        if r.get("status") not in ("discard", "crash"):
+        if r.status not in ("discard", "crash"):
             continue
-        changed = [l for l in (r.get("diff") or "").splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
-        text = " ".join([str(r.get(k) or "") for k in ("description", "hypothesis", "decision_reason",
-                                                       "crash_class")] + changed).lower()
+        changed = [l for l in r.text("diff").splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+        text = " ".join([str(getattr(r, k) or "") for k in ("description", "hypothesis", "decision_reason",
+                                                            "crash_class")] + changed).lower()
         if all(w in text for w in words):
-            scored.append((sum(text.count(w) for w in words), r.get("n") or 0, r, changed))
+            scored.append((sum(text.count(w) for w in words), r.number or 0, r, changed))
     if not scored:
         return f"No discarded or crashed experiment mentions all of {words}."
     scored.sort(key=lambda x: (-x[0], -x[1]))
     out = [f"{len(scored)} discarded/crashed experiment(s) match {words}; best {min(limit, len(scored))}:"]
     for _, n, r, changed in scored[:limit]:
-        later = [k.get("n") for k in records if k.get("status") == "keep" and (k.get("n") or 0) > n]
+        later = [k.n for k in records if k.status == "keep" and (k.number or 0) > n]
         premise = (f"premise changed: experiment(s) {later[:5]} kept since, so the parent differs now; "
                    f"it may be worth revisiting" if later else "no keep since: the same parent")
         shown = changed[:ARCHIVE_DIFF_LINES] + ([f"...({len(changed) - ARCHIVE_DIFF_LINES} more lines)"]
@@ -207,13 +218,15 @@ class Workspace:
     """The sandbox one proposal works in: an in-memory train.py plus read access to the repo."""
 
     def __init__(self, worktree: Path, program: str, base_source: str, start_source: str,
-                 history: list[dict], best: dict | None, n: int = 0, seed: int = 0):
+                 history: list[ExperimentRecord], best: dict | None, n: int = 0, seed: int = 0,
+                 pending: list = ()):
         self.worktree = Path(worktree)
         self.program = program
         self.base_source = base_source          # the parent commit's train.py
         self.start_source = start_source        # where editing starts (a crashed proposal when fixing)
         self.source = start_source
         self.history = history
+        self.pending = list(pending)        # experiments in flight (agent/pending.py InFlight)
         self.best = best
         self.edits = 0
         self.submitted: Submission | None = None
@@ -247,8 +260,8 @@ class Workspace:
 
     def _tool_read_history(self, experiment: int | None = None) -> str:
         if experiment is not None:
-            return experiment_detail(self.history, experiment)
-        return condense_history(self.history, self.best)
+            return experiment_detail(self.history, experiment, self.pending)
+        return condense_history(self.history, self.best, pending=self.pending)
 
     def _tool_search_archive(self, query: str) -> str:
         return search_archive(self.history, query)
@@ -259,7 +272,7 @@ class Workspace:
         try:
             got = OfflineProposer().propose(ProposalRequest(
                 n=self.n, worktree=self.worktree, train_source=self.source, program=self.program,
-                history=self.history, best=self.best, seed=self.seed))
+                history=self.history, pending=self.pending, best=self.best, seed=self.seed))
         except ProposalError as exc:
             raise ToolError(f"suggest_knobs: {exc}")
         self.source = got.source
