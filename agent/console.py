@@ -19,7 +19,7 @@ from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
 
-from harness.records import ExperimentRecord
+from harness.records import ExperimentRecord, RunState
 
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.
 REFRESH_PER_SECOND = 2
@@ -130,33 +130,40 @@ def progress_text(progress: dict | None, budget: float) -> str:
             f"trained {progress['trained']:.1f}s of {budget:g}s")
 
 
-def panel_rows(tag: str, budget: float, s: dict, now: float) -> list[tuple[str, str]]:
-    """The panel's rows for state `s` at time `now` (a pure function: the tests render it)."""
-    phase = str(s.get("phase") or "setup")
-    since_phase = s.get("phase_started_at")
+def as_state(state) -> RunState:
+    """state.json's object (the loop's RunState.to_dict(), or a file read back), typed."""
+    return state if isinstance(state, RunState) else RunState.from_dict(state)
+
+
+def panel_rows(tag: str, budget: float, state, now: float) -> list[tuple[str, str]]:
+    """The panel's rows for state `state` (RunState, or its dict) at time `now` (a pure function:
+    the tests render it)."""
+    s = as_state(state)
+    phase = str(s.phase or "setup")
+    since_phase = s.phase_started_at
     rows = [("phase", f"{phase} for {clock(now - since_phase)}" if since_phase else phase),
-            ("experiment", str(s.get("experiment") or "-"))]
+            ("experiment", str(s.experiment or "-"))]
     if phase in RUN_PHASES:
-        started = s.get("run_started_at")
+        started = s.run_started_at
         rows.append(("run", f"{clock(now - started)} since launch (startup included)" if started else "-"))
         if phase == "training":
-            rows.append(("training", progress_text(s.get("progress"), budget)))
+            rows.append(("training", progress_text(s.progress, budget)))
         else:
-            rows.append(("training", progress_text(s.get("progress"), budget) + " -- done, evaluating"))
-        rows.append(("log", str(s.get("log") or "-")))
-    best = s.get("best") or {}
-    rows.append(("best val_bpb", f"{best['val_bpb']:.6f} @ {str(best.get('commit'))[:7]}"
-                 if isinstance(best.get("val_bpb"), (int, float)) else "-"))
-    rows.append(("last decision", str(s.get("last_decision") or "-")))
-    rate = s.get("keep_rate")
-    rows.append(("keep rate", f"{rate:.0%}" if isinstance(rate, (int, float)) else "-"))
-    rows.append(("cost so far", f"${float(s.get('cost_usd') or 0.0):.4f}"))
-    started = s.get("started_at")
+            rows.append(("training", progress_text(s.progress, budget) + " -- done, evaluating"))
+        rows.append(("log", str(s.log or "-")))
+    best = s.best or {"commit": None, "val_bpb": None}
+    rows.append(("best val_bpb", f"{best['val_bpb']:.6f} @ {str(best['commit'])[:7]}"
+                 if best["val_bpb"] is not None else "-"))
+    rows.append(("last decision", str(s.last_decision or "-")))
+    rate = s.keep_rate
+    rows.append(("keep rate", f"{rate:.0%}" if rate is not None else "-"))
+    rows.append(("cost so far", f"${s.cost_usd or 0.0:.4f}"))
+    started = s.started_at
     rows.append(("up", f"{clock(now - started)} since the loop started" if started else "-"))
     return rows
 
 
-def render_panel(tag: str, budget: float, state: dict, now: float | None = None) -> Table:
+def render_panel(tag: str, budget: float, state, now: float | None = None) -> Table:
     table = Table(title=f"autoresearch {tag}", show_header=False, expand=False)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(overflow="fold")
@@ -170,7 +177,7 @@ class Console:
     def __init__(self, tag: str, budget: float, live: bool | None = None, rich_console=None):
         self.tag, self.budget = tag, budget
         self.live_mode = sys.stdout.isatty() if live is None else live
-        self.state: dict = {}
+        self.state: RunState = RunState()
         self._live = None
         self._last_phase, self._last_log = None, None
         self._last_progress_print = 0.0
@@ -181,25 +188,26 @@ class Console:
                               transient=False, get_renderable=self._render)
             self._live.start()
 
-    def update(self, state: dict) -> None:
-        self.state = state
+    def update(self, state) -> None:
+        """The loop's state (RunState, or its dict as written to state.json)."""
+        self.state = s = as_state(state)
         if self._live is not None:
             self._live.refresh()
             return
-        key = (state.get("phase"), state.get("experiment"))
-        stamp = f"[{time.strftime('%H:%M:%S')}] exp {state.get('experiment')}:"
+        key = (s.phase, s.experiment)
+        stamp = f"[{time.strftime('%H:%M:%S')}] exp {s.experiment}:"
         if key != self._last_phase:
-            self._last_phase, self._last_log = key, state.get("log")
+            self._last_phase, self._last_log = key, s.log
             self._last_progress_print = time.time()
-            log = f" (log {state['log']})" if state.get("log") else ""
-            print(f"{stamp} {state.get('phase')}{log}", flush=True)
-        elif state.get("log") and state.get("log") != self._last_log:
-            self._last_log = state["log"]    # the log appears just after the phase changed
-            print(f"{stamp} {state.get('phase')} (log {state['log']})", flush=True)
-        elif state.get("phase") == "training" and state.get("progress") and \
+            log = f" (log {s.log})" if s.log else ""
+            print(f"{stamp} {s.phase}{log}", flush=True)
+        elif s.log and s.log != self._last_log:
+            self._last_log = s.log    # the log appears just after the phase changed
+            print(f"{stamp} {s.phase} (log {s.log})", flush=True)
+        elif s.phase == "training" and s.progress and \
                 time.time() - self._last_progress_print >= PLAIN_PROGRESS_SECONDS:
             self._last_progress_print = time.time()
-            print(f"{stamp} {progress_text(state['progress'], self.budget)}", flush=True)
+            print(f"{stamp} {progress_text(s.progress, self.budget)}", flush=True)
 
     def event(self, text: str) -> None:
         if self._live is not None:

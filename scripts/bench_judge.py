@@ -125,6 +125,7 @@ def preflight(edits: dict[int, Edit], base_source: str) -> None:
     import difflib
     from types import SimpleNamespace
     from agent.judges.guard import check_source, repeat_of
+    from harness.records import ExperimentRecord
     history, parent = [], "base"
     for n, e in sorted(edits.items()):
         new = e.apply(base_source)
@@ -134,8 +135,8 @@ def preflight(edits: dict[int, Edit], base_source: str) -> None:
         verdict = repeat_of(ctx) or verdict if verdict.ok else verdict
         if not verdict.ok:
             raise SystemExit(f"bench edit {n} ({e.label}) would be refused: {verdict.reason}")
-        history.append({"n": n, "parent": parent, "status": "discard", "diff": diff,
-                        "code": knobs.code_fingerprint(new), "config": knobs.values(new)})
+        history.append(ExperimentRecord(n=n, parent=parent, status="discard", diff=diff,
+                                        code=knobs.code_fingerprint(new), config=knobs.values(new)))
 
 
 # ---- calibration -------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def run_loop(repo: Path, edits: dict[int, Edit], base_source: str, budget: float
             run_experiment(loop, loop.next_attempt(n))
     finally:
         loop.stop()
-    return [r for r in loop.history if r.get("kind", "experiment") == "experiment"]
+    return [r.to_dict() for r in loop.history if r.is_experiment]   # the journal objects, for the table
 
 
 def runs_of(rec: dict) -> int:
@@ -299,11 +300,11 @@ def night(repo: Path, search: str, runs: int, budget: float) -> dict:
     try:
         loop.setup()
         loop.ensure_baseline()
-        while sum(runs_of(r) for r in loop.history) < runs:
+        while sum(runs_of(r.to_dict()) for r in loop.history) < runs:
             run_experiment(loop, loop.next_attempt(loop.next_n()))
     finally:
         loop.stop()
-    recs = [r for r in loop.history if r.get("kind", "experiment") == "experiment"]
+    recs = [r.to_dict() for r in loop.history if r.is_experiment]
     keeps = [r for r in recs[1:] if r["status"] == "keep"]
     return {"search": search, "experiments": len(recs) - 1, "runs": sum(runs_of(r) for r in recs),
             "keeps": len(keeps), "baseline": recs[0].get("trusted_bpb"),
