@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
-from harness.records import Basis, Decision  # noqa: F401  (re-exported: the loop's imports)
+from harness.records import Basis, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
 from harness import pyparse
 
@@ -32,7 +32,7 @@ class ExperimentContext:
     new_source: str
     diff: str
     proposal: Proposal
-    history: list[dict]
+    history: list[ExperimentRecord]   # the decided experiments so far
     best: dict | None
     run_dir: Path
 
