@@ -34,7 +34,7 @@ class Coordinator:
         number handed out but never committed (a kill -9 while proposing) is handed out again,
         so --max-experiments N ends with experiments 1..N, none missing."""
         with self.lock:
-            taken = {r.n for r in self.history} | set(self.in_flight)
+            taken = {r.number for r in self.history} | set(self.in_flight)
             n = 1
             while n in taken:
                 n += 1

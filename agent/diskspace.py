@@ -97,7 +97,7 @@ def prune_artifacts(run_dir: Path, history: list, keep_last: int = KEEP_LAST_ART
     folder = Path(run_dir) / "artifacts"
     if not folder.is_dir():
         return []
-    kept = {r.n for r in history if r.status == "keep"}
+    kept = {r.number for r in history if r.status == "keep"}
     found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := ARTIFACT_RE.match(p.name)))
     recent = {n for n, _ in found[-keep_last:]} if keep_last > 0 else set()
     removed = []

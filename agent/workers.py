@@ -311,7 +311,7 @@ def pending_attempts(loop) -> list[Attempt]:
     """(attempt, pending file) of each experiment a stopped parallel loop had in flight
     (pending-wK.json), to run again. A file whose experiment has a record, or whose commit is
     gone, is removed."""
-    out, recorded = [], {r.n for r in loop.history}
+    out, recorded = [], {r.number for r in loop.history}
     for path in sorted(loop.run_dir.glob(PENDING_GLOB)):
         pending = PendingFile.read(path)
         commit = pending.commit if pending else None

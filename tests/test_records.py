@@ -266,3 +266,14 @@ def test_the_record_types_live_in_one_module_and_records_re_exports_them():
     for name in ("ExperimentRecord", "Basis", "Decision", "EvidenceFigures", "NoiseBandFigures", "experiment_records",
                  "RECORD_KEYS", "OPTIONAL_KEYS"):
         assert getattr(records, name) is getattr(er, name)
+
+
+def test_the_coordinator_and_the_budget_read_a_hostile_history_safely():
+    """A resumed journal may hold anything: the typed history reads it without raising."""
+    from agent import budget
+    from agent.coordinator import Coordinator
+    c = Coordinator()
+    c.history = [ExperimentRecord.from_dict({"n": [1], "cost_usd": "a lot", "status": ["crash"]}),
+                 ExperimentRecord(n=1, cost_usd=0.5), ExperimentRecord.from_dict({"n": "2", "handover": None})]
+    assert c.next_n() == 2 and budget.spent(c.history) == 0.5
+    assert budget.streak_reason(c.history, 1) is None and budget.night_lines(c.history) == []

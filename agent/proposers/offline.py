@@ -237,7 +237,7 @@ class KnobStudy:
         Returns how many trials were added or told."""
         space = self.study.user_attrs.get("space", {})
         dists = {n: distribution(s) for n, s in space.items()}
-        finished = {r.n: r for r in history if r.knob_values is not None and r.n is not None
+        finished = {r.number: r for r in history if r.knob_values is not None and r.number is not None
                     and r.status in ("keep", "discard", "crash") and r.is_experiment}
         changed = 0
         covered = set()
