@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -55,7 +56,7 @@ class ExperimentHost(Protocol):
     repo: Path; tag: str; worktree: Path; run_dir: Path          # worktree: where edits are committed
     pending_path: Path; journal_path: Path; results_path: Path
     history: list; best: dict | None; last_kept: str | None      # the coordinator's state
-    budget: float; timeout: float; args: object; run_info: dict
+    budget: float; timeout: float; config: LoopConfig; run_info: dict
     reviewer: object; tracer: object; console: object; proposer: object; offline: object
     prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
     # optional: executor (runs go there as jobs), branch_worktree (where keeps move the branch),
@@ -145,7 +146,7 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
-        if decision.status == "crash" and len(a.attempts) < loop.args.fix_tries:
+        if decision.status == "crash" and len(a.attempts) < loop.config.fix_tries:
             if _ask_fix(loop, a, new_source, run) is not None:
                 continue
         try:
