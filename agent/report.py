@@ -411,7 +411,7 @@ def progress_figure(data: dict) -> str | None:
         from dashboard.runview import noise_band
     except ImportError:
         return None
-    rows = read_results(data["run"] / "results.tsv").rows
+    rows = read_results(data["run"] / "results.tsv").lines   # every line, the malformed ones too (as the dashboard draws)
     if not rows:
         return None
     return progress_svg(rows, noise_band(rows, data["records"]))
