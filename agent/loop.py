@@ -53,7 +53,7 @@ from agent.cli import DEFAULT_BUDGET, parse_args  # noqa: F401  (callers and tes
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
-from agent.experiment import Attempt, run_experiment
+from agent.experiment import Attempt, one_slot, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -140,6 +140,7 @@ class Loop(Phased):
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
         self.prefetch = Prefetch(self)
         self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
+        self.executor = None                   # where runs go (set in setup(), or by agent/workers.py)
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
@@ -186,6 +187,8 @@ class Loop(Phased):
         if data_warning(info):
             self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
+        if not c.parallel:   # one local slot (agent/workers.py opens the --workers' executor)
+            self.executor = one_slot(self.run_dir)
         if not self.config.resume:
             return None
         rerun, notes = reconcile(self)
@@ -398,6 +401,10 @@ class Loop(Phased):
                 label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
+        if self.executor is not None:   # the single loop's slot: a run still going is ended
+            with contextlib.suppress(Exception):
+                self.executor.close()
+            self.executor = None
         with contextlib.suppress(Exception):
             self.set_phase("stopped")
         with contextlib.suppress(Exception):

@@ -222,19 +222,32 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     mode = "none" if (data["info"].get("sandbox") or {}).get("kind") == "none" else "auto"
     judge.seal = make_seal(data["run"], info, dict(data["info"]), mode, print)
     shim = _Loop(scratch.path, data["run"], budget, n, judge.seal, data)
-    out = judge.measure(shim, commit)
+    try:
+        out = judge.measure(shim, commit)
+    finally:
+        shim.executor.close()
     return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
             "log": out.get("log")}
 
 
 class _Loop:
-    """What JudgeHierarchy.measure (agent/experiment.run_sealed) reads of the loop."""
+    """What JudgeHierarchy.measure (agent/experiment.run_commit) reads of the loop."""
 
     def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int, seal=None, data=None):
-        self.worktree, self.run_dir, self.budget, self._n, self.timeout = worktree, run_dir, budget, n, None
+        from agent.experiment import one_slot
+        from harness.runner import timeout_for
+        self.worktree, self.run_dir, self.budget, self._n = worktree, run_dir, budget, n
+        self.timeout = timeout_for(budget)
         self.repo, self.seal, self.sealed = worktree, seal, True
         self.run_info = dict((data or {}).get("info") or {})
         self._records = list((data or {}).get("records") or [])
+        self.executor = one_slot(run_dir)
+
+    def check_stop(self) -> None:
+        pass
+
+    def refresh(self, force: bool = False) -> None:
+        pass
 
     def clock_reference(self):
         from harness.clock import reference_of

@@ -32,6 +32,7 @@ from agent.pending import PendingFile
 from agent.proposing import call_proposer
 from harness import gitops
 from harness.executors import LocalExecutor
+from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
 from harness.records import WorkerState
 from harness.results import append_journal
 
@@ -230,30 +231,6 @@ def _boundary(loop) -> None:
             append_journal(loop.journal_path, rec)
             if rec.get("kind", "experiment") == "experiment":
                 loop.history.append(rec)
-
-
-class SharedExecutor:
-    """One executor for the N worker threads: its calls are serialised (RayExecutor keeps plain
-    dicts); on_tick (the phase display) reaches only an executor that runs jobs here."""
-
-    def __init__(self, inner):
-        self.inner, self.slots, self._lock = inner, inner.slots, threading.Lock()
-        self._ticks = isinstance(inner, LocalExecutor)
-
-    def submit(self, job, on_tick=None) -> str:
-        with self._lock:
-            return self.inner.submit(job, on_tick=on_tick) if self._ticks else self.inner.submit(job)
-
-    def poll(self, job_id: str):
-        with self._lock:
-            return self.inner.poll(job_id)
-
-    def cancel(self, job_id: str) -> None:
-        with self._lock:
-            self.inner.cancel(job_id)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def open_executor(kind: str, count: int, *, ray_address: str | None = None, gpus: str | None = None,

@@ -65,7 +65,7 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
     assert set(status.splitlines()) == {" M notes.txt", "?? scratch.txt"}, "only the user's own changes"
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["tag"] == tag
-    assert not (wt / "pending.json").exists() and not (wt / "child.pid").exists()
+    assert not (wt / "pending.json").exists() and not list(wt.glob("child*.pid"))
     return records, table.rows
 
 

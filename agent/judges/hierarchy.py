@@ -455,9 +455,9 @@ class JudgeHierarchy:
         """Train and verify `commit` (checked out in the worktree) outside the experiment sequence."""
         with contextlib.suppress(Exception):
             loop.set_phase("training")
-        from agent.experiment import run_sealed
+        from agent.experiment import run_commit
         n = loop.next_n()
-        run = run_sealed(loop, n, commit, f"queue-{commit[:7]}.log", None)
+        run = run_commit(loop, n, commit, f"queue-{commit[:7]}.log")
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
