@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from agent import budget
+from agent.config import LoopConfig
 from agent.judges import stats
 from agent.proposers.local import SEARCHES
 from harness import gitops
@@ -154,7 +155,20 @@ def discard_unstarted(repo: Path, tag: str, worktree: Path) -> bool:
     return not gitops.branch_exists(repo, tag)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None) -> LoopConfig:
+    """The checked command line as a frozen LoopConfig (argparse exits 2 on a bad argument)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.budget is None:
+        args.budget = budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
+    validate(p, args)   # before anything exists: a bad argument creates nothing
+    if args.proposer is None:
+        args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+    return LoopConfig.of(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The loop's options; each one's dest is a LoopConfig field (tests/test_cli_args.py checks)."""
     p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--tag", required=True, help="run name; branch autoresearch/<tag>")
     p.add_argument("--budget", type=float, default=None,
@@ -203,10 +217,4 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gpus", default=None,
                    help="GPU ids for local workers, comma-separated (default: CUDA_VISIBLE_DEVICES, "
                         "else every GPU nvidia-smi lists, else none: CPU)")
-    args = p.parse_args(argv)
-    if args.budget is None:
-        args.budget = budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
-    validate(p, args)   # before anything exists: a bad argument creates nothing
-    if args.proposer is None:
-        args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    return args
+    return p

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -26,10 +26,10 @@ from harness.clock import ClockReference
 from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
 from harness.results import append_journal, append_result
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
-from harness.executors.node import materialise
-from harness.runner import RunResult, run_train
+from harness.executors.local import LocalExecutor
+from harness.executors.shared import SharedExecutor
+from harness.runner import RunResult
 from harness.secrets import scrub
-from harness.verify import eval_rows
 
 TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (baseline repeats, confirming runs, runs
@@ -55,10 +55,11 @@ class ExperimentHost(Protocol):
     repo: Path; tag: str; worktree: Path; run_dir: Path          # worktree: where edits are committed
     pending_path: Path; journal_path: Path; results_path: Path
     history: list; best: dict | None; last_kept: str | None      # the coordinator's state
-    budget: float; timeout: float; args: object; run_info: dict
+    budget: float; timeout: float; config: LoopConfig; run_info: dict
     reviewer: object; tracer: object; console: object; proposer: object; offline: object
     prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
-    # optional: executor (runs go there as jobs), branch_worktree (where keeps move the branch),
+    executor: object                                             # runs go there as jobs (run_commit)
+    # optional: branch_worktree (where keeps move the branch),
     # wid (the worker's number, recorded)
 
     def critical(self): ...                                       # the decision lock
@@ -145,7 +146,7 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
-        if decision.status == "crash" and len(a.attempts) < loop.args.fix_tries:
+        if decision.status == "crash" and len(a.attempts) < loop.config.fix_tries:
             if _ask_fix(loop, a, new_source, run) is not None:
                 continue
         try:
@@ -228,10 +229,7 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
         # incumbent's runs (nor its own), so the noise it measures is real.
         seed = seed_for(a.n, len(reruns))
         env = {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {}
-        if getattr(loop, "executor", None) is not None:   # --workers: the run and its evaluation as a job
-            run = execute(loop, a, log_name, env)
-        else:
-            run = run_sealed(loop, a.n, a.commit, log_name, env, on_tick=lambda el, log: _tick(loop, a, log))
+        run = execute(loop, a, log_name, env)   # the run and its trusted evaluation, as a job
         run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": (run.summary or {}).get("val_bpb"), "seed": seed})
@@ -253,58 +251,56 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
 
 
 def execute(loop, a: Attempt, log_name: str, env: dict) -> RunResult:
-    """The run of `a` as a job on the loop's executor (harness/executors): the commit's files,
-    the seal, and, for a reviewer that evaluates, the trusted evaluation, which then runs where
-    the model is (a Ray node) and reaches the judge with the result. A stop (Ctrl-C) cancels it."""
-    files = sources_at(loop.repo, a.commit)
+    """The run of `a` on the loop's executor (run_commit); 'evaluating' shows once it trained."""
+    return run_commit(loop, a.n, a.commit, log_name, env, parent=a.parent,
+                      on_tick=lambda el, log: _tick(loop, a, log))
+
+
+def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None, *, parent: str | None = None,
+               on_tick=None) -> RunResult:
+    """The one way a run is assembled: `commit`'s files, the seal and, for a reviewer that
+    evaluates, the trusted evaluation, as a TrainJob on the host's executor (harness/executors:
+    the single loop's one local slot, a --workers slot, a Ray node), so the evaluation runs
+    where the model is and reaches the judge with the result. The queue's re-measurements use
+    it too. A stop (Ctrl-C) cancels the job."""
+    files = sources_at(host.repo, commit)
     evaluation = None
-    if loop.sealed:
-        profile = loop.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
-        base = loop.run_info.get("base_commit") or a.parent or a.commit
-        evaluation = eval_spec(loop.seal, prepare_source=gitops.show_file(loop.repo, base, "prepare.py"),
+    if host.sealed:
+        profile = host.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
+        base = host.run_info.get("base_commit") or parent or commit
+        evaluation = eval_spec(host.seal, prepare_source=gitops.show_file(host.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile)
-    job = TrainJob(n=a.n, files=files, budget=loop.budget, run_dir=str(loop.run_dir), log_name=log_name,
-                   commit=a.commit, timeout=loop.timeout, env=env, sealed=loop.sealed,
-                   data_mode="train" if loop.sealed else "open", clock_reference=vars(loop.clock_reference()),
-                   evaluation=evaluation, **seal_fields(loop.seal))
-    jid = loop.executor.submit(job, on_tick=lambda el, log: _tick(loop, a, log))
+    job = TrainJob(n=n, files=files, budget=host.budget, run_dir=str(host.run_dir), log_name=log_name,
+                   commit=commit, timeout=host.timeout, env=dict(env or {}), sealed=host.sealed,
+                   data_mode="train" if host.sealed else "open", clock_reference=vars(host.clock_reference()),
+                   evaluation=evaluation, **seal_fields(host.seal))
+    jid = host.executor.submit(job, on_tick=on_tick)
     try:
-        while (res := loop.executor.poll(jid)) is None:
-            loop.check_stop()
-            loop.refresh()
+        while (res := host.executor.poll(jid)) is None:
+            host.check_stop()
+            host.refresh()
             time.sleep(EXECUTOR_POLL_S)
     except BaseException:
-        loop.executor.cancel(jid)
+        host.executor.cancel(jid)
         raise
     run = res.run_result()
     if res.crash_class == CANCELLED:
-        raise KeyboardInterrupt(f"experiment {a.n}: its job was cancelled")
+        raise KeyboardInterrupt(f"experiment {n}: its job was cancelled")
     verified = res.verify_result()
     if verified is not None:   # the judge takes it instead of evaluating again (agent/judges/hierarchy.py)
         run.extra["verify_result"] = verified
     return run
 
 
+def one_slot(run_dir: Path):
+    """The single loop's executor: one local slot, its folder in the run folder's git-ignored
+    RUN_SRC (a sandboxed run sees its slot's files and nothing else of the project)."""
+    return SharedExecutor(LocalExecutor(1, root=Path(run_dir) / RUN_SRC / "slots"))
+
+
 # Where the single loop materialises a commit's run files (in the run folder, git-ignored; a
 # sandboxed run sees this folder and nothing else of the project).
 RUN_SRC = ".runs"
-
-
-def run_sealed(loop, n: int, commit: str, log_name: str, env: dict | None, on_tick=None) -> RunResult:
-    """One run of `commit` on this machine, the single loop's way: its files materialised in a
-    folder of their own, the loop's seal, the tag's clock reference. The hierarchy's queue
-    re-measurements use it too."""
-    seal = loop.seal
-    folder = materialise(sources_at(loop.repo, commit), Path(loop.run_dir) / RUN_SRC / "src")
-    profile = (getattr(loop, "run_info", None) or {}).get("profile") or os.environ.get("AUTORESEARCH_PROFILE")
-    try:
-        return run_train(folder, loop.run_dir, n, loop.budget, timeout=loop.timeout, env=env or None,
-                         log_name=log_name, on_tick=on_tick, sealed=loop.sealed,
-                         sandbox=seal.sandbox if seal else None, data=seal.data if seal else None,
-                         data_mode="train" if loop.sealed else "open", clock_reference=loop.clock_reference(),
-                         eval_rows=eval_rows(profile))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _tick(loop, a: Attempt, log_path) -> None:

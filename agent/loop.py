@@ -50,9 +50,10 @@ from pathlib import Path
 
 from agent import budget, cli, summary
 from agent.cli import DEFAULT_BUDGET, parse_args  # noqa: F401  (callers and tests use them from here)
+from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
-from agent.experiment import Attempt, run_experiment
+from agent.experiment import Attempt, one_slot, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -79,29 +80,30 @@ BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose bas
 EXIT_OUT_OF_SPACE = 75
 
 
-def build_reviewer(args, loop) -> Reviewer:
-    """The reviewer the loop uses: the judge hierarchy (it may read args.baseline_repeats,
-    args.seed, loop.run_dir...), or SimpleReviewer with --reviewer simple."""
-    if getattr(args, "reviewer", "hierarchy") == "simple":
+def build_reviewer(kind: str, baseline_repeats: int, tracer=None, budget: float | None = None) -> Reviewer:
+    """The reviewer the loop uses: the judge hierarchy (--reviewer hierarchy; an LLM judge only
+    with ANTHROPIC_API_KEY), or SimpleReviewer with --reviewer simple."""
+    if kind == "simple":
         return SimpleReviewer()
-    return JudgeHierarchy.for_loop(args, loop)
+    return JudgeHierarchy.build(baseline_repeats, tracer=tracer, budget=budget)
 
 
-def make_offline(args):
-    search = getattr(args, "offline_search", "local")
+def make_offline(search: str = "local"):
+    """The offline proposer: local steps from the incumbent, or an Optuna sampler (tpe, cmaes, random)."""
     return LocalProposer() if search == "local" else OfflineProposer(search)
 
 
-def make_proposer(args, tracer=None):
-    if args.proposer == "offline":
-        return make_offline(args)
+def make_proposer(kind: str, offline_search: str = "local", *, model: str | None = None,
+                  api_patience: float = 600.0, tracer=None):
+    if kind == "offline":
+        return make_offline(offline_search)
     try:   # imported lazily: the offline path must not need the anthropic client
         from agent.proposers.claude import ClaudeProposer
     except ImportError as exc:
         raise SystemExit(f"--proposer claude: cannot import agent/proposers/claude.py ({exc})")
-    kw = {"api_patience": args.api_patience, "tracer": tracer}
-    if args.model:
-        kw["model"] = args.model
+    kw = {"api_patience": api_patience, "tracer": tracer}
+    if model:
+        kw["model"] = model
     return ClaudeProposer(**kw)
 
 
@@ -118,18 +120,19 @@ def deadline_of(until: str | None) -> float | None:
 
 
 class Loop(Phased):
-    def __init__(self, args):
+    def __init__(self, config: LoopConfig):
+        config = self.config = LoopConfig.of(config)   # frozen: what the loop was asked to do
         self.coord = Coordinator()   # the tag's decided state and the decision lock
-        self.args, self.tag, self.budget = args, args.tag, float(args.budget)
-        self.timeout = args.timeout or timeout_for(self.budget)
-        self.repo = gitops.toplevel(Path(args.repo).resolve())
-        self.worktree = workspace.worktree_path(self.repo, self.tag, args.worktree_root)
+        self.tag, self.budget = config.tag, float(config.budget)
+        self.timeout = config.timeout or timeout_for(self.budget)
+        self.repo = gitops.toplevel(Path(config.repo).resolve())
+        self.worktree = workspace.worktree_path(self.repo, self.tag, config.worktree_root)
         self.run_dir = self.worktree
         self.results_path = self.run_dir / "results.tsv"
         self.journal_path = self.run_dir / "journal.jsonl"
         self.state_path = self.run_dir / "state.json"
         self.pending_path = self.run_dir / "pending.json"
-        self.baseline_repeats = args.baseline_repeats
+        self.baseline_repeats = config.baseline_repeats
         self.feedback = ""
         self.phase, self.experiment, self.run_started_at = "setup", None, None
         self.started_at, self.last_decision = time.time(), None
@@ -137,6 +140,7 @@ class Loop(Phased):
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
         self.prefetch = Prefetch(self)
         self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
+        self.executor = None                   # where runs go (set in setup(), or by agent/workers.py)
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
@@ -149,14 +153,17 @@ class Loop(Phased):
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
-        base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.args.resume)
+        base, created = workspace.open_worktree(self.repo, self.tag, self.worktree, self.config.resume)
         self.created = created
         self._lock = workspace.lock(self.run_dir)
         workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
-        self.proposer = make_proposer(self.args, self.tracer)
-        self.offline = self.proposer if self.args.proposer == "offline" else make_offline(self.args)
-        self.reviewer = AnnouncingReviewer(build_reviewer(self.args, self), self.announce)
+        c = self.config
+        self.proposer = make_proposer(c.proposer, c.offline_search, model=c.model, api_patience=c.api_patience,
+                                      tracer=self.tracer)
+        self.offline = self.proposer if c.proposer == "offline" else make_offline(c.offline_search)
+        self.reviewer = AnnouncingReviewer(build_reviewer(c.reviewer, c.baseline_repeats, self.tracer, self.budget),
+                                           self.announce)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
@@ -167,8 +174,8 @@ class Loop(Phased):
             base = workspace.commit_profile_knobs(self.worktree, info.get("profile"), base)
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
-            base_commit=base, resume=self.args.resume)
-        self.seal = make_seal(self.run_dir, info, self.run_info, self.args.sandbox, self.console.event)
+            base_commit=base, resume=self.config.resume)
+        self.seal = make_seal(self.run_dir, info, self.run_info, self.config.sandbox, self.console.event)
         workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
         self.sealed = bool(getattr(self.reviewer, "evaluates", False))
         if hasattr(self.reviewer, "seal"):
@@ -180,7 +187,9 @@ class Loop(Phased):
         if data_warning(info):
             self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
-        if not self.args.resume:
+        if not c.parallel:   # one local slot (agent/workers.py opens the --workers' executor)
+            self.executor = one_slot(self.run_dir)
+        if not self.config.resume:
             return None
         rerun, notes = reconcile(self)
         notes += [f"removed the leftover evaluation folder {name}" for name in clear_leftovers(self.run_dir)]
@@ -191,11 +200,11 @@ class Loop(Phased):
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         rerun = self.setup()                                          # 0. set up (and reconcile)
-        deadline = deadline_of(self.args.until)
+        deadline = deadline_of(self.config.until)
         if rerun is not None:
             self.check_space()
             run_experiment(self, rerun, committed=True)
-        if self.args.workers == 1 and self.args.executor == "local":
+        if not self.config.parallel:
             from agent import workers   # a parallel run's experiments in flight, resumed by one loop
             for a, origin in workers.pending_attempts(self):
                 self.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
@@ -203,20 +212,20 @@ class Loop(Phased):
                 workers.take_over(self, a, origin)
                 self.check_space()
                 run_experiment(self, a, committed=True)
-        if self.best is None and self.args.reviewer == "hierarchy" and self.baseline_repeats > 1:
+        if self.best is None and self.config.reviewer == "hierarchy" and self.baseline_repeats > 1:
             self.console.event(summary.first_row_note(self.baseline_repeats, self.budget))
-        if self.args.workers > 1 or self.args.executor == "ray":
+        if self.config.parallel:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
         self.ensure_baseline()                                        # 1. baseline
         while True:
             n = self.next_n()                                         # 2. stop?
-            if self.args.max_experiments is not None and n > self.args.max_experiments:
-                self.stop_reason = f"reached --max-experiments {self.args.max_experiments}"
+            if self.config.max_experiments is not None and n > self.config.max_experiments:
+                self.stop_reason = f"reached --max-experiments {self.config.max_experiments}"
                 break
             if deadline is not None and time.time() >= deadline:
-                self.stop_reason = f"reached --until {self.args.until}"
+                self.stop_reason = f"reached --until {self.config.until}"
                 break
             for rec in self.reviewer.boundary(self) or []:            # 3. the human queue's decisions
                 append_journal(self.journal_path, rec)
@@ -281,7 +290,7 @@ class Loop(Phased):
             got = call_proposer(self, self.request(n, source, feedback=self.feedback))
         got = with_dropped(*got, self.prefetch.dropped)
         self.feedback = ""
-        if self.args.screen > 1:
+        if self.config.screen > 1:
             got = screening.pick(self, n, source, got)
         proposal, info = got
         return Attempt(n=n, parent=self.last_kept, proposal=proposal, info=info)
@@ -290,7 +299,7 @@ class Loop(Phased):
         """`pending`: experiments in flight (agent/pending.py InFlight) the proposer must not repeat."""
         return ProposalRequest(n=n, worktree=self.worktree, train_source=source, program=self.program(),
                                history=list(self.history), pending=list(pending), best=self.best,
-                               feedback=feedback, fix_of=fix_of, seed=self.args.seed)
+                               feedback=feedback, fix_of=fix_of, seed=self.config.seed)
 
     def program(self) -> str:
         """program.md, re-read every time: the human's checkout first (they edit it there)."""
@@ -302,16 +311,16 @@ class Loop(Phased):
     def prefetch_next(self, a: Attempt, new_source: str) -> None:
         """While `a` trains, propose n+1 on top of it (see agent/proposing.py)."""
         n = a.n + 1
-        if self.args.workers > 1 or self.args.executor != "local":
+        if self.config.parallel:
             return   # workers overlap proposing with each other's runs; none is prefetched here
-        if self.prefetch.n == n or (self.args.max_experiments is not None and n > self.args.max_experiments):
+        if self.prefetch.n == n or (self.config.max_experiments is not None and n > self.config.max_experiments):
             return
         pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
                               handover=a.info.get("handover"))
         if self.proposer is not self.offline:
-            if budget.streak_reason(list(self.history) + [pending.as_crash()], self.args.crash_streak):
+            if budget.streak_reason(list(self.history) + [pending.as_crash()], self.config.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
-            cap = self.args.max_cost
+            cap = self.config.max_cost
             if cap is not None and budget.spent(self.history) + a.proposal.cost_usd >= cap:
                 return   # n's proposal reaches the cap: n + 1 is the offline proposer's
         self.prefetch.start(self.request(n, new_source, pending=[pending]), a.commit)
@@ -331,7 +340,7 @@ class Loop(Phased):
         self.cost_usd += rec.cost()
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.console.decision(rec)
-        capped = budget.cap_reason(self.history, self.args.max_cost)
+        capped = budget.cap_reason(self.history, self.config.max_cost)
         if capped and self.proposer is not self.offline:
             budget.announce(self, capped, rec.n + 1)   # the judge stops calling the LLM at once
 
@@ -395,6 +404,10 @@ class Loop(Phased):
                 label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
+        if self.executor is not None:   # the single loop's slot: a run still going is ended
+            with contextlib.suppress(Exception):
+                self.executor.close()
+            self.executor = None
         with contextlib.suppress(Exception):
             self.set_phase("stopped")
         with contextlib.suppress(Exception):
@@ -410,11 +423,11 @@ class Loop(Phased):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    config = parse_args(argv)
     sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
-        loop = Loop(args)
-        if not args.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
+        loop = Loop(config)
+        if not config.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
             print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
                   f"removed it to start afresh", flush=True)
     except (gitops.GitError, workspace.SetupError) as exc:
@@ -429,7 +442,7 @@ def main(argv=None) -> int:
         if not _forget_unstarted(loop):
             reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
-                                               cap=args.max_cost)), flush=True)
+                                               cap=config.max_cost)), flush=True)
         return 130
     except OutOfSpaceStop as exc:
         loop.stop()
@@ -454,7 +467,7 @@ def main(argv=None) -> int:
         return 2
     loop.stop()
     print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
-                                       time.time() - loop.started_at, cap=args.max_cost)), flush=True)
+                                       time.time() - loop.started_at, cap=config.max_cost)), flush=True)
     return 0
 
 

@@ -120,8 +120,7 @@ def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
 
 def _match_records_and_rows(loop, records: list[ExperimentRecord], rows: list[dict]) -> list[str]:
     """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
-    # harness/matching.py aligns journal objects (the dashboard's too): the records as written
-    row_of = {j: i for i, j in match_rows(rows, [r.to_dict() for r in records]).items()}   # record -> row
+    row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
     notes = []
     missing = [i for i in range(len(records)) if i not in row_of]
     if missing:

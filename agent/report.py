@@ -65,8 +65,7 @@ def _find(d, key):
 
 
 def load(run: Path) -> dict:
-    """The run's journal (its experiment records, typed; "journal": the objects as read, for the
-    dashboard's readers), run.json, the base commit."""
+    """The run's journal (its experiment records, typed), run.json, the base commit."""
     run = Path(run)
     journal, problems = read_journal(run / "journal.jsonl")
     records = [ExperimentRecord.from_dict(r) for r in journal]
@@ -75,7 +74,7 @@ def load(run: Path) -> dict:
     except (OSError, ValueError):
         info = {}
     base = info.get("base_commit") or (records[0].commit if records else None)
-    return {"run": run, "records": records, "journal": journal, "problems": problems, "info": info, "base": base,
+    return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
             "tag": info.get("tag") or run.name}
 
 
@@ -222,19 +221,32 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     mode = "none" if (data["info"].get("sandbox") or {}).get("kind") == "none" else "auto"
     judge.seal = make_seal(data["run"], info, dict(data["info"]), mode, print)
     shim = _Loop(scratch.path, data["run"], budget, n, judge.seal, data)
-    out = judge.measure(shim, commit)
+    try:
+        out = judge.measure(shim, commit)
+    finally:
+        shim.executor.close()
     return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
             "log": out.get("log")}
 
 
 class _Loop:
-    """What JudgeHierarchy.measure (agent/experiment.run_sealed) reads of the loop."""
+    """What JudgeHierarchy.measure (agent/experiment.run_commit) reads of the loop."""
 
     def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int, seal=None, data=None):
-        self.worktree, self.run_dir, self.budget, self._n, self.timeout = worktree, run_dir, budget, n, None
+        from agent.experiment import one_slot
+        from harness.runner import timeout_for
+        self.worktree, self.run_dir, self.budget, self._n = worktree, run_dir, budget, n
+        self.timeout = timeout_for(budget)
         self.repo, self.seal, self.sealed = worktree, seal, True
         self.run_info = dict((data or {}).get("info") or {})
         self._records = list((data or {}).get("records") or [])
+        self.executor = one_slot(run_dir)
+
+    def check_stop(self) -> None:
+        pass
+
+    def refresh(self, force: bool = False) -> None:
+        pass
 
     def clock_reference(self):
         from harness.clock import reference_of
@@ -411,10 +423,10 @@ def progress_figure(data: dict) -> str | None:
         from dashboard.runview import noise_band
     except ImportError:
         return None
-    rows = read_results(data["run"] / "results.tsv").rows
+    rows = read_results(data["run"] / "results.tsv").lines   # every line, the malformed ones too (as the dashboard draws)
     if not rows:
         return None
-    return progress_svg(rows, noise_band(rows, data.get("journal") or [r.to_dict() for r in data["records"]]))
+    return progress_svg(rows, noise_band(rows, data["records"]))
 
 
 def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:

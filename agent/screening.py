@@ -72,7 +72,7 @@ def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Propo
     """Screen K candidates and return the winner (with the screen's summary in its info)."""
     from harness.search.halving import screen   # imported lazily: only --screen runs need the pool
 
-    k = int(loop.args.screen)
+    k = int(loop.config.screen)
     loop.set_phase("proposing", n)
     candidates = guarded(loop, n, source, gather(loop, n, source, first, k))
     if not candidates:
@@ -90,7 +90,7 @@ def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Propo
             profile = loop.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE")
             res = screen([p.source for p, _ in candidates], workdir=loop.run_dir / "screen" / f"{n:04d}",
                          prepare_dir=loop.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
-                         seed=loop.args.seed, log=loop.console.event,
+                         seed=loop.config.seed, log=loop.console.event,
                          sandbox=seal.sandbox if sealed else None, data=seal.data if sealed else None,
                          proxy=proxy, rows=eval_rows(profile), eval_tokens=proxy_tokens(profile))
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate

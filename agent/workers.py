@@ -32,6 +32,7 @@ from agent.pending import PendingFile
 from agent.proposing import call_proposer
 from harness import gitops
 from harness.executors import LocalExecutor
+from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
 from harness.records import ExperimentRecord, WorkerState
 from harness.results import append_journal
 
@@ -74,7 +75,7 @@ class Worker(Phased):
 
     # what is the loop's, read through it
     def __getattr__(self, name):
-        if name in ("repo", "tag", "run_dir", "journal_path", "results_path", "budget", "timeout", "args",
+        if name in ("repo", "tag", "run_dir", "journal_path", "results_path", "budget", "timeout", "config",
                     "tracer", "reviewer", "console", "seal", "sealed", "run_info", "stop_event"):
             return getattr(self.loop, name)
         raise AttributeError(name)
@@ -171,9 +172,10 @@ def _pop(items: list, lock):
 
 def run_parallel(loop, deadline: float | None) -> str | None:
     """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
-    count = max(1, int(loop.args.workers))
+    c = loop.config
+    count = max(1, int(c.workers))
     # local slots beside the workers' worktrees: reused after a kill -9, hidden from sealed runs
-    executor, where = open_executor(loop.args, count, slots_root=worker_root(loop) / "slots")
+    executor, where = open_executor(c.executor, count, ray_address=c.ray_address, gpus=c.gpus, slots_root=worker_root(loop) / "slots")
     loop.executor = executor   # the baseline runs where the experiments will (a Ray node, a slot)
     try:
         loop.ensure_baseline()
@@ -192,7 +194,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     for a, _ in resumed:   # their numbers are taken before any worker claims one
         loop.coord.adopt(0, a)
         loop.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
-    limit = loop.args.max_experiments
+    limit = loop.config.max_experiments
     for w in loop.workers:
         w.thread = threading.Thread(target=w.work, args=(resumed, limit, deadline), name=f"worker-{w.wid}",
                                     daemon=True)
@@ -218,7 +220,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     if limit is not None and loop.next_n() > limit:
         return f"reached --max-experiments {limit}"
     if deadline is not None and time.time() >= deadline:
-        return f"reached --until {loop.args.until}"
+        return f"reached --until {loop.config.until}"
     return None
 
 
@@ -232,47 +234,25 @@ def _boundary(loop) -> None:
                 loop.history.append(typed)
 
 
-class SharedExecutor:
-    """One executor for the N worker threads: its calls are serialised (RayExecutor keeps plain
-    dicts); on_tick (the phase display) reaches only an executor that runs jobs here."""
-
-    def __init__(self, inner):
-        self.inner, self.slots, self._lock = inner, inner.slots, threading.Lock()
-        self._ticks = isinstance(inner, LocalExecutor)
-
-    def submit(self, job, on_tick=None) -> str:
-        with self._lock:
-            return self.inner.submit(job, on_tick=on_tick) if self._ticks else self.inner.submit(job)
-
-    def poll(self, job_id: str):
-        with self._lock:
-            return self.inner.poll(job_id)
-
-    def cancel(self, job_id: str) -> None:
-        with self._lock:
-            self.inner.cancel(job_id)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def open_executor(args, count: int, slots_root: Path | None = None) -> tuple[SharedExecutor, str]:
-    """The executor --executor names, with `count` slots; and a line saying where jobs run."""
-    if args.executor == "ray":
+def open_executor(kind: str, count: int, *, ray_address: str | None = None, gpus: str | None = None,
+                  slots_root: Path | None = None) -> tuple[SharedExecutor, str]:
+    """The executor --executor names (local | ray), with `count` slots; and a line saying where jobs
+    run. `gpus`: --gpus (local slots)."""
+    if kind == "ray":
         import ray
         from harness.executors.ray_exec import RayExecutor, start_ray
         # a local runtime gets a CPU per worker at least: the slots, not the cores, bound the jobs
-        started = start_ray(args.ray_address, num_cpus=None if args.ray_address else max(count, os.cpu_count() or 1))
+        started = start_ray(ray_address, num_cpus=None if ray_address else max(count, os.cpu_count() or 1))
         gpus = float(ray.cluster_resources().get("GPU", 0))
-        inner = RayExecutor(args.ray_address, slots=count, num_gpus_per_job=1 if gpus >= 1 else 0)
+        inner = RayExecutor(ray_address, slots=count, num_gpus_per_job=1 if gpus >= 1 else 0)
         inner._owns_ray = started   # shut down at close() only if this loop started it
         inner.warm()                # every slot's Ray worker up before the first jobs
         nodes = len([n for n in ray.nodes() if n.get("Alive")])
-        return SharedExecutor(inner), (f"Ray ({args.ray_address or 'local runtime'}, {nodes} node(s), "
+        return SharedExecutor(inner), (f"Ray ({ray_address or 'local runtime'}, {nodes} node(s), "
                                        f"{gpus:g} GPU(s){', one per job' if gpus >= 1 else ', CPU jobs'})")
-    gpus = gpu_ids(getattr(args, "gpus", None))
-    inner = LocalExecutor(count, gpus=gpus or None, root=slots_root)
-    return SharedExecutor(inner), (f"this machine, GPUs {','.join(gpus)} (one per slot)" if gpus
+    ids = gpu_ids(gpus)
+    inner = LocalExecutor(count, gpus=ids or None, root=slots_root)
+    return SharedExecutor(inner), (f"this machine, GPUs {','.join(ids)} (one per slot)" if ids
                                    else "this machine, CPU")
 
 

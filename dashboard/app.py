@@ -86,20 +86,22 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
 
     def chart_svg(run, res=None):
         res = res or data.read_results(run.file("results.tsv"))
-        band = runview.noise_band(res.rows, data.journal_records(run.file("journal.jsonl")))
-        return chart.progress_svg(res.rows, band, link(run))
+        band = runview.noise_band(res.lines, data.journal_records(run.file("journal.jsonl")))
+        return chart.progress_svg(res.lines, band, link(run))
 
     def now_html(run):
         res = data.read_results(run.file("results.tsv"))
-        now = runview.now_panel(run, res.rows, data.journal_records(run.file("journal.jsonl")))
+        now = runview.now_panel(run, res.lines, data.journal_records(run.file("journal.jsonl")))
         return render_template("_now.html", now=now, run=run)
 
     def queue_html(run):
         pending, decided, problem = human_queue.items(run)
         return render_template("_queue.html", pending=pending, decided=decided, problem=problem, run=run)
 
-    def rows_html(run, rows):
-        return render_template("_rows.html", rows=list(reversed(rows)), run=run, ebase=exp_base(run))
+    def rows_html(run, lines):
+        # Templates receive plain values, built from the typed lines (data.row_view).
+        return render_template("_rows.html", rows=[data.row_view(ln) for ln in reversed(lines)], run=run,
+                               ebase=exp_base(run))
 
     renderers = live.Renderers(rows=rows_html, chart=lambda run, res: chart_svg(run, res),
                                now=now_html, queue=queue_html)
@@ -156,24 +158,24 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         run = run_or_404(key)
         res = data.read_results(run.file("results.tsv"))
         journal = data.read_jsonl(run.file("journal.jsonl"))
-        pages = max(1, -(-len(res.rows) // PAGE_SIZE))
+        pages = max(1, -(-len(res.lines) // PAGE_SIZE))
         page = min(max(1, request.args.get("page", 1, type=int) or 1), pages)
-        newest_first = res.rows[::-1]
-        shown = newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
-        problems = list(res.problems)
-        fresh = not res.rows and not journal.records
-        if journal.missing and res.rows:
+        newest_first = res.lines[::-1]
+        shown = [data.row_view(ln) for ln in newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
+        problems = data.page_problems(res)
+        fresh = not res.lines and not journal.records
+        if journal.missing and res.lines:
             problems.append("journal.jsonl not found (details per experiment unavailable)")
         elif journal.bad:
             problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
         run_json, run_problem = data.read_json(run.file("run.json"))
         return render_template(
             "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
-            total=len(res.rows), complete=res.complete, problems=problems, run_json=run_json,
+            total=len(res.lines), complete=res.complete, problems=problems, run_json=run_json,
             run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
             seal_warning=runview.seal_warning(run_json),
             chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
-            serving_chart=Markup(serving.scatter_svg(serving.points(run, res.rows))),
+            serving_chart=Markup(serving.scatter_svg(serving.points(run, res.lines))),
             flywheel=serving.flywheel_rows(run),
             queue=Markup(queue_html(run)), rows_html=Markup(render_template("_rows.html", rows=shown, run=run, ebase=exp_base(run))))
 
@@ -205,15 +207,15 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         offset = max(0, request.args.get("offset", 0, type=int) or 0)
         limit = min(max(0, request.args.get("limit", MAX_LIMIT, type=int) or 0), MAX_LIMIT)
         keys = ("n", "commit", "val_bpb", "val_text", "memory_gb", "status", "description", "problem", "partial")
-        rows = [{k: r[k] for k in keys} for r in res.rows[offset:offset + limit]]
-        return jsonify(tag=run.tag, key=run.key, count=len(res.rows), complete=res.complete,
-                       offset=offset, problems=res.problems, rows=rows)
+        rows = [{k: r[k] for k in keys} for r in map(data.row_view, res.lines[offset:offset + limit])]
+        return jsonify(tag=run.tag, key=run.key, count=len(res.lines), complete=res.complete,
+                       offset=offset, problems=data.page_problems(res), rows=rows)
 
     @app.get("/api/state")
     def api_state():
         run = run_or_404(request.args.get("tag"))
         res = data.read_results(run.file("results.tsv"))
-        return jsonify(runview.now_panel(run, res.rows, data.journal_records(run.file("journal.jsonl"))))
+        return jsonify(runview.now_panel(run, res.lines, data.journal_records(run.file("journal.jsonl"))))
 
     @app.get("/api/queue")
     def api_queue():

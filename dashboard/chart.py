@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from harness.results_table import ResultLine
+
 # Canvas and margins, in SVG user units (the SVG scales to its container's width).
 WIDTH, HEIGHT = 1100, 440
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 64, 24, 96, 44
@@ -66,16 +68,16 @@ def plottable(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= MAX_ABS
 
 
-def _value(r: dict):
+def _value(r: ResultLine):
     """A row's val_bpb as a float, inf/nan included (rows keep those as text), or None."""
-    if r["val_bpb"] is not None:
-        return r["val_bpb"]
-    return float(r["val_text"]) if r.get("val_text") else None
+    if r.val_bpb is not None:
+        return r.val_bpb
+    return float(r.val_text) if r.val_text else None
 
 
 def _band(band: dict):
     """(baseline, half-width of the noise band) when both are usable numbers."""
-    base, half = band.get("baseline"), band.get("threshold")
+    base, half = band["baseline"], band["threshold"]
     base = base if plottable(base) else None
     half = half if plottable(half) and half > 0 else None
     return base, (half if base is not None else None)
@@ -132,15 +134,16 @@ class _Labels:
         return None
 
 
-def progress_svg(rows: list[dict], band: dict, link=None) -> str:
-    """rows: results rows (file order). band: runview.noise_band(). link(n) -> URL or None."""
-    pts = [r for r in rows if _value(r) is not None and r["status"] != "crash" and not r["partial"]]
-    crashes = [r for r in rows if (r["status"] == "crash" or _value(r) is None) and not r["partial"]]
-    n_max = max((r["n"] for r in rows), default=1)
+def progress_svg(rows: list[ResultLine], band: dict, link=None) -> str:
+    """rows: results.tsv lines (file order; harness/results_table.py). band: runview.noise_band().
+    link(n) -> URL or None."""
+    pts = [r for r in rows if _value(r) is not None and r.status != "crash" and not r.partial]
+    crashes = [r for r in rows if (r.status == "crash" or _value(r) is None) and not r.partial]
+    n_max = max((r.n for r in rows), default=1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
            f'class="progress" role="img" aria-label="progress chart" font-family="{FONT}" font-size="11">'
            f'<style>{STYLE}</style>']
-    scaled = [r for r in pts if plottable(r["val_bpb"])]
+    scaled = [r for r in pts if plottable(r.val_bpb)]
     if not scaled:
         why = (f"no finite val_bpb to plot yet ({len(pts)} result(s) not finite or off the scale)" if pts
                else "no finished experiments with a val_bpb yet")
@@ -148,13 +151,13 @@ def progress_svg(rows: list[dict], band: dict, link=None) -> str:
         return "".join(out)
 
     base, half = _band(band)
-    vals = sorted(r["val_bpb"] for r in scaled)
-    kept = [r for r in pts if r["status"] == "keep"]
+    vals = sorted(r.val_bpb for r in scaled)
+    kept = [r for r in pts if r.status == "keep"]
     lo = vals[0]
     # The top of the range: enough to show the baseline, its band, and most discarded points;
     # a few wild results must not flatten everything else.
     hi = max(vals[min(len(vals) - 1, int(TOP_QUANTILE * len(vals)))],
-             *(r["val_bpb"] for r in kept if plottable(r["val_bpb"])), base if base is not None else lo)
+             *(r.val_bpb for r in kept if plottable(r.val_bpb)), base if base is not None else lo)
     if base is not None and half:
         lo, hi = min(lo, base - half), max(hi, base + half)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 0.01
@@ -189,59 +192,59 @@ def progress_svg(rows: list[dict], band: dict, link=None) -> str:
             y1, y2 = Y(base + half), Y(base - half)
             out.append(f'<rect class="band" x="{MARGIN_L}" y="{y1:.1f}" width="{pw}" height="{max(1, y2 - y1):.1f}" '
                        f'fill="{BAND}" fill-opacity="0.45"><title>noise band: baseline ± {half:.4g} '
-                       f'({escape(str(band.get("source", "")))})</title></rect>')
+                       f'({escape(str(band["source"]))})</title></rect>')
         out.append(f'<line class="baseline" x1="{MARGIN_L}" x2="{WIDTH - MARGIN_R}" y1="{Y(base):.1f}" '
                    f'y2="{Y(base):.1f}" stroke="{BASE}" stroke-dasharray="6 4"/>')
 
     # Running best: a step line through the kept experiments.
     path, best = [], None
-    for r in sorted(kept, key=lambda r: r["n"]):
-        if plottable(r["val_bpb"]) and (best is None or r["val_bpb"] < best):
-            x, y = X(r["n"]), Y(r["val_bpb"])
+    for r in sorted(kept, key=lambda r: r.n):
+        if plottable(r.val_bpb) and (best is None or r.val_bpb < best):
+            x, y = X(r.n), Y(r.val_bpb)
             path.append(f"M{x:.1f} {y:.1f}" if best is None else f"H{x:.1f} V{y:.1f}")
-            best = r["val_bpb"]
+            best = r.val_bpb
     if path:
         path.append(f"H{X(n_max):.1f}")
         out.append(f'<path class="best" d="{" ".join(path)}" fill="none" stroke="{BEST}" stroke-width="2"/>')
 
     def point(r, shape):
-        shown = r.get("val_text") or (r["val_bpb"] if r["val_bpb"] is not None else "-")
-        title = escape(f'#{r["n"]} {r["status"]} {shown} {r["description"]}')
-        href = link(r["n"]) if link else None
+        shown = r.val_text or (r.val_bpb if r.val_bpb is not None else "-")
+        title = escape(f'#{r.n} {r.status or "?"} {shown} {r.description}')
+        href = link(r.n) if link else None
         inner = f'{shape}<title>{title}</title>'
         return f'<a href="{escape(href)}">{inner}</a>' if href else f'<g>{inner}</g>'
 
     def off_scale(r, cls, fill):
         # Above the plotted range (or not finite): a small triangle at the top edge;
         # below it (absurdly low): one at the bottom edge, pointing down.
-        x, v = X(r["n"]), _value(r)
+        x, v = X(r.n), _value(r)
         if v != v or v > hi:
             return f'<path class="pt {cls}" d="M{x:.1f} {MARGIN_T + 1} l-4 7 h8 z" fill="{fill}" fill-opacity="0.7"/>'
         return f'<path class="pt {cls}" d="M{x:.1f} {MARGIN_T + ph - 1} l-4 -7 h8 z" fill="{fill}" fill-opacity="0.7"/>'
 
     for r in pts:
-        if r["status"] != "keep":
+        if r.status != "keep":
             if not (lo <= _value(r) <= hi):
                 shape = off_scale(r, "discard", DISCARD)
             else:
-                shape = (f'<circle class="pt discard" cx="{X(r["n"]):.1f}" cy="{Y(r["val_bpb"]):.1f}" r="3.5" '
+                shape = (f'<circle class="pt discard" cx="{X(r.n):.1f}" cy="{Y(r.val_bpb):.1f}" r="3.5" '
                          f'fill="{DISCARD}" fill-opacity="0.45"/>')
             out.append(point(r, shape))
     for r in crashes:
-        x, y = X(r["n"]), MARGIN_T - 8
+        x, y = X(r.n), MARGIN_T - 8
         out.append(point(r, f'<path class="pt crash" d="M{x - 4:.1f} {y - 4} l8 8 m0 -8 l-8 8" '
                             f'stroke="{CRASH}" stroke-width="2"/>'))
     for r in kept:
         if not (lo <= _value(r) <= hi):
             out.append(point(r, off_scale(r, "keep", KEEP)))
             continue
-        out.append(point(r, f'<circle class="pt keep" cx="{X(r["n"]):.1f}" cy="{Y(r["val_bpb"]):.1f}" r="5.5" '
+        out.append(point(r, f'<circle class="pt keep" cx="{X(r.n):.1f}" cy="{Y(r.val_bpb):.1f}" r="5.5" '
                             f'fill="{KEEP}" stroke="#fff" stroke-width="1.2"/>'))
     labels, hidden = _Labels(), 0
     # The newest labels first: when space runs out, the older ones give way.
     for r in reversed([r for r in kept if lo <= _value(r) <= hi][-MAX_LABELS:]):
-        text = r["description"] if len(r["description"]) <= LABEL_CHARS else r["description"][:LABEL_CHARS - 1] + "…"
-        x, y = X(r["n"]), Y(r["val_bpb"])
+        text = r.description if len(r.description) <= LABEL_CHARS else r.description[:LABEL_CHARS - 1] + "…"
+        x, y = X(r.n), Y(r.val_bpb)
         spot = labels.place(x, y, len(text), prefer_left=x > WIDTH - MARGIN_R - RIGHT_FLIP)
         if spot is None:
             hidden += 1

@@ -12,13 +12,12 @@ unchanged files; JSONL files are read incrementally (only the bytes appended sin
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness import records
+from harness.records import ExperimentRecord, ResultLine, ResultTable, experiment_records, read_table
 
 # Lines of a log shown on an experiment's page.
 LOG_TAIL_LINES = 60
@@ -43,62 +42,42 @@ def file_key(path: Path):
 
 # ---------------------------------------------------------------- results.tsv
 
-@dataclass
-class Results:
-    rows: list[dict] = field(default_factory=list)   # file order; row["n"] is 1-based
-    problems: list[str] = field(default_factory=list)
-    missing: bool = False
-    complete: int = 0     # rows that end with a newline (the last one may still be being written)
+# Fields of a row as the pages and /api/results show it (row_view).
+ROW_VIEW_KEYS = ("n", "line", "raw", "commit", "val_bpb", "val_text", "memory_gb", "status", "description",
+                 "problem", "partial")
 
 
-def parse_results(text: str) -> Results:
-    """harness/records.parse_results (the one parser), as the dicts the pages show: a malformed
-    row stays in the table, flagged, with its cells as far as they could be read."""
-    table = records.parse_results(text)
-    out = Results(problems=list(table.problems), complete=table.complete)
-    out.rows = [_row(ln) for ln in table.lines]
-    bad = sum(1 for r in out.rows if r["problem"])
-    if bad:
-        out.problems.append(f"{bad} row(s) of results.tsv are malformed or incomplete; shown flagged")
-    return out
-
-
-def _row(ln: records.ResultLine) -> dict:
-    bpb, mem = ln.row.val_bpb, ln.row.memory_gb
-    problems = list(ln.problems)
-    if ln.partial:
-        problems.append("last line has no newline yet (being written?)")
-    # inf/-inf/nan are numbers, not figures: never plotted or compared, shown as written.
-    return {"n": ln.n, "line": ln.line, "raw": ln.raw, "commit": ln.row.commit,
-            "val_bpb": records.fnum(bpb), "val_text": _word(bpb),
-            "memory_gb": records.fnum(mem), "status": ln.row.status or "?", "description": ln.row.description,
-            "problem": "; ".join(problems) or None, "partial": ln.partial}
-
-
-def _word(v: float | None) -> str | None:
-    """What to show instead of a number that is not finite; None for a finite one (or none)."""
-    if v is None or math.isfinite(v):
-        return None
-    return "nan" if v != v else ("inf" if v > 0 else "-inf")
-
-
-def read_results(path: Path) -> Results:
-    """results.tsv, parsed; cached until the file changes."""
+def read_results(path: Path) -> ResultTable:
+    """results.tsv as the one table (harness/results_table.py); cached until the file changes.
+    The pages show every line (`.lines`), the malformed ones flagged."""
     key = file_key(path)
     if key is None:
-        return Results(problems=[f"{path.name} not found"], missing=True)
+        return read_table(path)           # says it is missing
     with _lock:
         hit = _results_cache.get(str(path))
         if hit and hit[0] == key:
             return hit[1]
-    try:
-        text = Path(path).read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        return Results(problems=[f"cannot read {path.name}: {e.strerror}"], missing=True)
-    res = parse_results(text)
-    with _lock:
-        _results_cache[str(path)] = (key, res)
+    res = read_table(path)
+    if not res.missing:                   # an unreadable file is read again next time
+        with _lock:
+            _results_cache[str(path)] = (key, res)
     return res
+
+
+def row_view(ln: ResultLine) -> dict:
+    """One row as templates and JSON receive it: plain values built from the typed line (a
+    number that is not finite is None, with its word in val_text; an empty status is "?")."""
+    return {"n": ln.n, "line": ln.line, "raw": ln.raw, "commit": ln.commit, "val_bpb": ln.val_bpb,
+            "val_text": ln.val_text, "memory_gb": ln.memory_gb, "status": ln.status or "?",
+            "description": ln.description, "problem": ln.problem, "partial": ln.partial}
+
+
+def page_problems(table: ResultTable) -> list[str]:
+    """What the page says about results.tsv: the file's own problems, and how many rows are
+    flagged (each row carries its own reason)."""
+    bad = len(table.flagged)
+    return table.file_problems + ([f"{bad} row(s) of results.tsv are malformed or incomplete; shown flagged"]
+                                  if bad else [])
 
 
 # ---------------------------------------------------------------- JSONL (journal, traces)
@@ -170,9 +149,9 @@ def _bytes_at(path: Path, offset: int, n: int) -> bytes:
         return b""
 
 
-def journal_records(path: Path, kind: str = "experiment") -> list[dict]:
-    """Journal records of one kind ("experiment" is the default when a record has no kind)."""
-    return [r for r in read_jsonl(path).records if r.get("kind", "experiment") == kind]
+def journal_records(path: Path) -> list[ExperimentRecord]:
+    """The journal's experiment records, typed (harness/records.py ExperimentRecord)."""
+    return experiment_records(read_jsonl(path).records)
 
 
 # ---------------------------------------------------------------- small JSON files, logs

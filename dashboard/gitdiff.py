@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.records import ExperimentRecord, ResultLine
+
 # Seconds a git command may take before the page gives up on it.
 GIT_TIMEOUT_S = 10
 # Largest diff shown (characters); model-written diffs can be huge.
@@ -53,13 +55,13 @@ def show(git_dir: Path, commit: str) -> str | None:
     return out if len(out) <= MAX_DIFF_CHARS else out[:MAX_DIFF_CHARS] + "\n... (diff cut here)\n"
 
 
-def experiment_diff(git_dir: Path | None, tag: str, row: dict, record: dict | None) -> Diff:
+def experiment_diff(git_dir: Path | None, tag: str, row: ResultLine, record: ExperimentRecord | None) -> Diff:
+    """The diff of one experiment: its results.tsv line and its journal record (None: lost)."""
     d = Diff()
-    record = record or {}
-    commit = str(record.get("commit") or row.get("commit") or "").strip()
-    ref = record.get("discarded_ref")
-    if not ref and row.get("status") in ("discard", "crash") and isinstance(record.get("n"), int):
-        ref = f"refs/autoresearch/{tag}/discarded/{record['n']}"
+    commit = str((record.commit if record else None) or row.commit or "").strip()
+    ref = record.discarded_ref if record else None
+    if not ref and row.status in ("discard", "crash") and record is not None and isinstance(record.n, int):
+        ref = f"refs/autoresearch/{tag}/discarded/{record.n}"
     found = None
     if git_dir is None:
         d.problems.append("no git repository for this run (started with --runs on a copy?)")
@@ -80,7 +82,7 @@ def experiment_diff(git_dir: Path | None, tag: str, row: dict, record: dict | No
             d.text = show(git_dir, found)
             if d.text is None:
                 d.problems.append(f"git show {found[:12]} failed")
-    if d.text is None and isinstance(record.get("diff"), str) and record["diff"]:
-        d.text = record["diff"][:MAX_DIFF_CHARS]
+    if d.text is None and record is not None and isinstance(record.diff, str) and record.diff:
+        d.text = record.diff[:MAX_DIFF_CHARS]
         d.source = "the journal's copy (git does not have it)"
     return d

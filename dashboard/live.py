@@ -61,7 +61,7 @@ def stream(run: Run, since: int, render: Renderers, scrub: Callable[[str], str],
                 out.append(event("reset", {"reason": "results.tsv was rewritten"}, res.complete))
                 sent = res.complete
             elif res.complete > sent:
-                new = res.rows[sent:res.complete]
+                new = res.lines[sent:res.complete]
                 sent = res.complete
                 out.append(event("rows", {"count": sent, "html": render.rows(run, new),
                                           "chart": render.chart(run, res)}, sent))

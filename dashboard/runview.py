@@ -13,7 +13,8 @@ import time
 
 from harness.matching import match_rows
 from dashboard import data, gitdiff
-from harness.records import ExperimentRecord, RunState, finite as _finite, fnum as _fnum
+from harness.records import (ExperimentRecord, ResultLine, RunState, experiment_records, finite as _finite,
+                             fnum as _fnum)
 from dashboard.runs import Run
 
 # prepare.describe()'s source when the hub was out of reach (run.json records it).
@@ -24,9 +25,16 @@ PID_MAX = 2 ** 31
 STALE_STATE_S = 120
 
 
-def match_journal(rows: list[dict], records: list[dict]) -> dict[int, dict]:
-    """Row number -> its journal record (harness/matching.py, the matcher recovery uses too)."""
-    return {rows[i]["n"]: records[j] for i, j in match_rows(rows, records, loose=True).items()}
+def match_journal(rows: list[ResultLine], records: list) -> dict[int, object]:
+    """Row number -> its journal record, as given (harness/matching.py, the matcher recovery uses too)."""
+    return {rows[i].n: records[j] for i, j in match_rows(rows, records, loose=True).items()}
+
+
+def typed(records: list) -> list[ExperimentRecord]:
+    """Experiment records, typed: as given, or read from the journal objects a caller holds
+    (agent/report.py's dicts); anything else is no record."""
+    return [r if isinstance(r, ExperimentRecord) else ExperimentRecord.from_dict(r) for r in records
+            if isinstance(r, (ExperimentRecord, dict))]
 
 
 def data_warning(run_json: dict | None) -> str | None:
@@ -46,21 +54,20 @@ def seal_warning(run_json: dict | None) -> str | None:
     return None
 
 
-def is_baseline(record: dict | None) -> bool:
+def is_baseline(record: ExperimentRecord | None) -> bool:
     """The loop's baseline record: the unmodified train.py, judged with basis "baseline"."""
-    return isinstance(record, dict) and ExperimentRecord.from_dict(record).is_baseline
+    return record is not None and record.is_baseline
 
 
-def noise_band(rows: list[dict], records: list[dict]) -> dict:
+def noise_band(rows: list[ResultLine], records: list) -> dict:
     """The judge's baseline and the half-width of the band around it that counts as noise.
 
     From the baseline record the loop wrote (verdicts.judge: baseline_values, threshold = k x
     spread); without one (a run judged by the simple reviewer, a lost journal) the baseline is
     the first row and the band unknown, said so.
     """
-    for rec in reversed(records):
-        r = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else None
-        if r is None or not r.is_baseline:
+    for r in reversed(typed(records)):
+        if not r.is_baseline:
             continue
         band = r.noise_band()
         values = band.values if band else []
@@ -71,27 +78,31 @@ def noise_band(rows: list[dict], records: list[dict]) -> dict:
         return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
                 "spread": band.spread if band else None, "k": band.k if band else None,
                 "source": f"the judge's baseline over {len(values) or 1} run(s)"}
-    valid = [r for r in rows if r["val_bpb"] is not None and r["status"] != "crash"]
+    valid = [r for r in rows if r.val_bpb is not None and r.status != "crash"]
     if not valid:
         return {"baseline": None, "threshold": None, "spread": None, "k": None, "source": "no results yet"}
-    return {"baseline": valid[0]["val_bpb"], "threshold": None, "spread": None, "k": None,
+    return {"baseline": valid[0].val_bpb, "threshold": None, "spread": None, "k": None,
             "source": "first row (no judge baseline recorded)"}
 
 
-def verification(record: dict | None) -> dict | None:
-    """verdicts.verify (VerifyResult.as_dict()) as the rows of a small table, or None."""
-    v = ExperimentRecord.from_dict(record).verify if isinstance(record, dict) else {}
+# The small table of the trusted re-evaluation: its name on the page -> VerifyResult.as_dict()'s key.
+VERIFY_FIELDS = {"ok": "ok", "reason": "reason", "trusted": "trusted_bpb", "printed": "printed_bpb",
+                 "causal": "causal", "seconds": "seconds", "details": "details"}
+
+
+def verification(record: ExperimentRecord | None) -> dict | None:
+    """verdicts.verify (ExperimentRecord.verify: VerifyResult.as_dict()) as the rows of a small
+    table, or None."""
+    v = record.verify if record is not None else {}
     if not v:
         return None
-    return {"ok": v.get("ok"), "reason": v.get("reason"), "trusted": v.get("trusted_bpb"),
-            "printed": v.get("printed_bpb"), "causal": v.get("causal"), "seconds": v.get("seconds"),
-            "details": v.get("details")}
+    return {name: v[key] if key in v else None for name, key in VERIFY_FIELDS.items()}
 
 
-def trusted_bpb(record: dict | None):
+def trusted_bpb(record: ExperimentRecord | None):
     """(trusted val_bpb, where it came from): the record's decision figure (the mean of the
     runs for the baseline), else the trusted re-evaluation's own figure."""
-    return ExperimentRecord.from_dict(record).trusted() if isinstance(record, dict) else (None, None)
+    return record.trusted() if record is not None else (None, None)
 
 
 def displayable(obj):
@@ -120,7 +131,7 @@ def _pid_alive(pid) -> bool | None:
     return True
 
 
-def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None = None) -> dict:
+def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord], now: float | None = None) -> dict:
     """The 'Now' panel: live status from state.json, rates from results and the journal."""
     now = time.time() if now is None else now
     state, problem = data.read_json(run.file("state.json"))
@@ -130,31 +141,30 @@ def now_panel(run: Run, rows: list[dict], records: list[dict], now: float | None
     out = {"problem": problem, "phase": phase[:40], "experiment": s.experiment,
            "updated_at": s.updated_at, "last_decision": s.last_decision,
            "server_now": now, "run_started_at": None, "budget": s.budget, "workers": workers_panel(s, now)}
-    done = [r for r in rows if not r["partial"]]
-    n_keep = sum(r["status"] == "keep" for r in done)
-    # Best: the loop's own claim first, else the lowest kept val_bpb in results.tsv.
+    done = [r for r in rows if not r.partial]
+    n_keep = sum(r.status == "keep" for r in done)
+    # Best: the loop's own claim first (RunState: {"commit", "val_bpb"}, checked), else the
+    # lowest kept val_bpb in results.tsv.
     best = s.best
-    if not best or best.get("val_bpb") is None:
-        kept = [r for r in done if r["status"] == "keep" and r["val_bpb"] is not None]
-        b = min(kept, key=lambda r: r["val_bpb"], default=None)
-        best = {"commit": b["commit"], "val_bpb": b["val_bpb"]} if b else None
+    if not best or best["val_bpb"] is None:
+        kept = [r for r in done if r.status == "keep" and r.val_bpb is not None]
+        b = min(kept, key=lambda r: r.val_bpb, default=None)
+        best = {"commit": b.commit, "val_bpb": b.val_bpb} if b else None
     out["best"] = best
     kr = s.keep_rate
     out["keep_rate"] = kr if kr is not None else (n_keep / len(done) if done else None)
     out["experiments"] = len(done)
     # Tokens and cost: state.json's running totals, else the journal's sums.
-    typed = [ExperimentRecord.from_dict(r) for r in records if isinstance(r, dict)]
+    records = typed(records)
     out["tokens"] = s.tokens if s.tokens is not None else \
-        {k: sum(r.token_counts()[k] for r in typed) for k in ("input", "output")}
-    out["cost_usd"] = s.cost_usd if s.cost_usd is not None else sum(r.cost() for r in typed)
+        {k: sum(r.token_counts()[k] for r in records) for k in ("input", "output")}
+    out["cost_usd"] = s.cost_usd if s.cost_usd is not None else sum(r.cost() for r in records)
     # Rates over the journal's span: experiments per hour, and the share of wall time spent
     # training (duty cycle), which is what a faster harness improves.
-    starts = [r["started_at"] for r in records if _fnum(r.get("started_at")) is not None]
-    ends = [r["ended_at"] for r in records if _fnum(r.get("ended_at")) is not None]
+    starts = [r.started_at for r in records if _fnum(r.started_at) is not None]
+    ends = [r.ended_at for r in records if _fnum(r.ended_at) is not None]
     wall = (max(ends) - min(starts)) if starts and ends and max(ends) > min(starts) else None
-    # Training seconds where the journal has them, else the run's wall time (includes start-up).
-    run_s = sum(_num(t.get("training", t.get("run"))) for t in
-                (r.get("timings") if isinstance(r.get("timings"), dict) else {} for r in records))
+    run_s = sum(_training_seconds(r) for r in records)
     wall = wall if wall is not None and math.isfinite(wall) else None
     out["per_hour"] = len(ends) / (wall / 3600) if wall else None
     out["duty_cycle"] = min(1.0, run_s / wall) if wall and math.isfinite(run_s) else None
@@ -183,17 +193,24 @@ def _num(v) -> float:
     return _fnum(v) or 0.0
 
 
-def spans_for(spans: list[dict], record: dict | None) -> list[dict]:
+def _training_seconds(rec: ExperimentRecord) -> float:
+    """Training seconds where the journal has them (timings.training), else the run's wall time
+    (timings.run, which includes start-up); 0 for anything that is not a finite number."""
+    t = rec.timings if isinstance(rec.timings, dict) else {}
+    return _num(t["training"] if "training" in t else t["run"] if "run" in t else None)
+
+
+def spans_for(spans: list[dict], record: ExperimentRecord | None) -> list[dict]:
     """The trace spans of one experiment, laid out as a timeline.
 
     A span belongs to the experiment when its trace is one whose spans name the experiment
     (input n/experiment); when no span names it, when it starts inside the experiment's
     [started_at, ended_at].
     """
-    if not record:
+    if record is None:
         return []
-    n = record.get("n")
-    t0, t1 = record.get("started_at"), record.get("ended_at")
+    n = record.n
+    t0, t1 = record.started_at, record.ended_at
     traces = {sp.get("trace") for sp in spans
               if isinstance(sp.get("input"), dict) and n is not None and isinstance(sp.get("trace"), (str, int))
               and n in (sp["input"].get("n"), sp["input"].get("experiment"))}
@@ -235,12 +252,11 @@ def spans_for(spans: list[dict], record: dict | None) -> list[dict]:
 def experiment(run: Run, n: int) -> dict | None:
     """Everything the experiment page shows; None when row n does not exist."""
     res = data.read_results(run.file("results.tsv"))
-    row = next((r for r in res.rows if r["n"] == n), None)
+    row = next((r for r in res.lines if r.n == n), None)
     if row is None:
         return None
     journal = data.read_jsonl(run.file("journal.jsonl"))
-    records = [r for r in journal.records if r.get("kind", "experiment") == "experiment"]
-    rec = match_journal(res.rows, records).get(n)
+    rec = match_journal(res.lines, experiment_records(journal.records)).get(n)
     problems = []
     if journal.missing:
         problems.append("journal.jsonl not found: only the results.tsv row is known")
@@ -248,10 +264,11 @@ def experiment(run: Run, n: int) -> dict | None:
         problems.append("no journal record for this experiment")
     if journal.bad:
         problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
-    rn = rec.get("n") if rec else None
+    rn = rec.n if rec else None
+    # The MetaJudge's audits are journal records of their own kind (no typed record): by their keys.
     audits = [r for r in journal.records if r.get("kind") == "audit" and rn is not None
               and rn in (r.get("n"), r.get("experiment"))]
-    log_rel = (rec or {}).get("log")
+    log_rel = rec.log if rec else None
     if not isinstance(log_rel, str) or not log_rel:
         log_rel = f"logs/exp-{rn:04d}.log" if isinstance(rn, int) and 0 <= rn < 10 ** 6 else None
     log, log_problem = (data.log_tail(data.inside(run.path, log_rel)) if log_rel
@@ -265,12 +282,14 @@ def experiment(run: Run, n: int) -> dict | None:
     else:
         diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
     trusted, trusted_from = trusted_bpb(rec)
-    ev = ExperimentRecord.from_dict(rec).evidence_view() if isinstance(rec, dict) else None
-    return {"row": row, "record": displayable(rec), "baseline": baseline, "trusted": trusted, "evidence": ev,
-            "trusted_from": trusted_from, "verification": displayable(verification(rec)), "problems": problems + ([row["problem"]] if row["problem"] else []),
+    ev = rec.evidence_view() if rec else None
+    # What templates and /api/experiment receive: plain values, built here from the typed ones.
+    return {"row": data.row_view(row), "record": displayable(rec.to_dict()) if rec else None, "baseline": baseline,
+            "trusted": trusted, "evidence": ev, "trusted_from": trusted_from,
+            "verification": displayable(verification(rec)), "problems": problems + ([row.problem] if row.problem else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,
-            "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.rows) else None}
+            "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.lines) else None}
 
 
 BENCH_COMMIT_RE = re.compile(r"[0-9a-f]{7}")  # bench files are named by a kept commit's short hash

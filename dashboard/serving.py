@@ -5,19 +5,20 @@ from __future__ import annotations
 from html import escape
 
 from dashboard.runview import _finite, bench_figures
+from harness.records import ResultLine
 
 W, H, PAD = 420, 210, 44  # SVG size and the margin for the axis labels
 
 
-def points(run, rows: list[dict]) -> list[tuple[str, float, float]]:
+def points(run, rows: list[ResultLine]) -> list[tuple[str, float, float]]:
     """(commit, val_bpb, decode tok/s at batch 1) of each kept row with a benchmark."""
     out = []
     for r in rows:
-        if r.get("status") != "keep" or not _finite(r.get("val_bpb")):
+        if r.status != "keep" or not _finite(r.val_bpb):
             continue
-        b = bench_figures(run, r.get("commit"))
+        b = bench_figures(run, r.commit)
         if b:
-            out.append((str(r["commit"]), float(r["val_bpb"]), float(b["decode_tok_s_b1"])))
+            out.append((r.commit, r.val_bpb, float(b["decode_tok_s_b1"])))
     return out
 
 

@@ -1,23 +1,9 @@
-"""Reading figures out of data that is not trusted (a journal a run may have corrupted): a value
-is a number, an int or a string only when it really is one."""
+"""Reading values out of data that is not trusted (a journal a run may have corrupted): a value
+is a number, an int, a string or a dict only when it really is one. finite/fnum are
+harness/results_table.py's (one definition), re-exported here for the record types."""
 from __future__ import annotations
 
-import math
-
-
-def finite(v) -> bool:
-    """A real number (not bool) that is finite; ints too large for a float are not."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def fnum(v) -> float | None:
-    """v as a finite float, else None (bools, strings, inf and nan are not figures)."""
-    return float(v) if finite(v) else None
+from harness.results_table import finite, fnum  # noqa: F401  (re-exported)
 
 
 def as_int(v) -> int | None:

@@ -16,6 +16,9 @@ from __future__ import annotations
 import difflib
 from collections import defaultdict
 
+from harness.records import ExperimentRecord
+from harness.results_table import ResultLine
+
 
 def _short(commit) -> str:
     return str(commit or "")[:7].lower()
@@ -25,15 +28,23 @@ def _status(v) -> str | None:
     return v if isinstance(v, str) else None     # a hostile value (a list, a number) matches nothing
 
 
-def record_key(rec: dict) -> tuple[str, str | None]:
-    return _short(rec.get("short") or rec.get("commit")), _status(rec.get("status"))
+def _typed(rec) -> ExperimentRecord:
+    """A journal record as read (a dict: recovery) or typed already (the dashboard)."""
+    return rec if isinstance(rec, ExperimentRecord) else ExperimentRecord.from_dict(rec if isinstance(rec, dict) else {})
 
 
-def match_rows(rows: list[dict], records: list[dict], *, loose: bool = False) -> dict[int, int]:
-    """Index of each matched row -> index of its record. `rows`: dicts with "commit" and
-    "status" (and "n", their 1-based position, for `loose`); `records`: journal records."""
-    key_row = [(_short(r.get("commit")), _status(r.get("status"))) for r in rows]
-    key_rec = [record_key(r) for r in records]
+def record_key(rec: ExperimentRecord | dict) -> tuple[str, str | None]:
+    r = _typed(rec)
+    return _short(r.short or r.commit), _status(r.status)
+
+
+def match_rows(rows: list[ResultLine], records: list, *, loose: bool = False) -> dict[int, int]:
+    """Index of each matched row -> index of its record. `rows`: results.tsv lines
+    (harness/results_table.py; `n`, their 1-based position, for `loose`); `records`: journal
+    records, as dicts or ExperimentRecord."""
+    typed = [_typed(r) for r in records]
+    key_row = [(_short(r.commit), _status(r.status)) for r in rows]
+    key_rec = [record_key(r) for r in typed]
     out: dict[int, int] = {}
     for a, b, size in difflib.SequenceMatcher(None, key_row, key_rec, autojunk=False).get_matching_blocks():
         for k in range(size):
@@ -51,11 +62,11 @@ def match_rows(rows: list[dict], records: list[dict], *, loose: bool = False) ->
         if queue:
             out[i] = queue.pop(0)
             used.add(out[i])
-    by_n = {rec.get("n"): j for j, rec in enumerate(records) if j not in used and isinstance(rec.get("n"), int)}
+    by_n = {rec.n: j for j, rec in enumerate(typed) if j not in used and isinstance(rec.n, int)}
     for i, row in enumerate(rows):
-        j = by_n.get(row.get("n"))
-        if i not in out and j is not None and _status(records[j].get("status")) == _status(row.get("status")) is not None:
+        j = by_n.get(row.n)
+        if i not in out and j is not None and _status(typed[j].status) == _status(row.status) is not None:
             out[i] = j
             used.add(j)
-            by_n.pop(row.get("n"))
+            by_n.pop(row.n)
     return out

@@ -11,22 +11,15 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.appendlog import append_line, is_json_object
-from harness.records import (MAX_DESCRIPTION, RESULT_COLUMNS, RESULT_HEADER, STATUSES, ResultRow,  # noqa: F401
-                             clean_description, parse_results)
+from harness.results_table import (MAX_DESCRIPTION, RESULT_COLUMNS, RESULT_HEADER, STATUSES,  # noqa: F401
+                                   ResultRow, ResultTable, clean_description, parse_results, read_table)
 
-# The column list, the row format and the parser live in harness/records.py (one definition).
+# The column list, the row format, the parser and the table live in harness/results_table.py.
 RESULTS_COLUMNS = RESULT_COLUMNS
 RESULTS_HEADER = RESULT_HEADER
-
-
-@dataclass
-class Results:
-    rows: list[dict] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)   # "line 7: 4 columns, expected 5"
 
 
 def _fsync_append(path: Path, text: str, complete=None) -> None:
@@ -54,21 +47,11 @@ def append_result(path: Path, commit: str, val_bpb, memory_gb, status: str, desc
     return line
 
 
-def read_results(path: Path) -> Results:
-    """Well-formed rows as dicts (with their line number); every malformed line is listed in
-    .problems as "line N: why" and left in the file as it is."""
-    out = Results()
-    path = Path(path)
-    if not path.exists():
-        out.problems.append(f"{path}: missing")
-        return out
-    table = parse_results(path.read_text(encoding="utf-8", errors="replace"))
-    out.problems = table.line_problems()
-    for ln in table.lines:
-        if ln.ok:
-            out.rows.append({"commit": ln.row.commit, "val_bpb": ln.row.val_bpb, "memory_gb": ln.row.memory_gb,
-                             "status": ln.row.status, "description": ln.row.description, "line": ln.line})
-    return out
+def read_results(path: Path) -> ResultTable:
+    """The loop's read-back: the one table (harness/results_table.py). `.rows` are the
+    well-formed lines (each with its line number), `.problems` every malformed line as
+    "line N: why"; nothing is rewritten."""
+    return read_table(path)
 
 
 def append_journal(path: Path, record: dict) -> None:

@@ -3,7 +3,7 @@
 Why a process group: train.py may start helpers (dataloader workers, compilers, a shell); a
 timeout or Ctrl-C must end all of them, not just the leader. The group id is written to a pid
 file before we wait, so a later `--resume` can kill a group left behind by a loop that died
-with kill -9 (see kill_leftover).
+with kill -9 (harness/procs.py: kill_group, kill_leftover).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.clock import KILL_MARGIN_S, ClockReference, LogClock, limit_for, slack
+from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
 from harness.summary import parse_summary
@@ -32,8 +33,6 @@ TIMEOUT_FACTOR = 2.0
 MIN_GRACE_SECONDS = 300.0  # startup + the fixed evaluation can take minutes on a loaded CPU
 # How often we poll the child (and call on_tick): small next to any budget.
 POLL_SECONDS = 0.2
-# After SIGTERM to the group, wait this long before SIGKILL.
-TERM_GRACE_SECONDS = 5.0
 # Lines of log shown to the proposer when asked to fix a crash (program.md: tail -n 50).
 TAIL_LINES = 50
 # The pid file of the running child's process group, at the top of the run folder.
@@ -118,35 +117,6 @@ def classify(returncode: int | None, timed_out: bool, text: str, summary: dict |
     if not isinstance(bpb, (int, float)) or not math.isfinite(bpb):
         return NAN
     return None
-
-
-def kill_group(pgid: int, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM the group, then SIGKILL whatever is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, 1.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if proc is not None:
-                proc.poll()   # reap the leader, or it stays a zombie member of the group
-            if not _group_alive(pgid):
-                return
-            time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in the group."""
-    if Path("/proc").is_dir():
-        return bool(_members(pgid))
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: float | None = None,
@@ -464,66 +434,3 @@ def _runner_note(crash, returncode, wall, timeout, budget, flood=None) -> str | 
     if crash == NO_ARTIFACT:
         return "train.py exited 0 without saving its model to AUTORESEARCH_ARTIFACT (loop mode needs it)"
     return None
-
-
-def _members(pgid: int) -> list[int]:
-    """Pids whose process group is pgid (Linux /proc; empty elsewhere)."""
-    out = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return out
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def kill_leftover(run_dir: Path) -> str | None:
-    """Kill the process groups left by a loop that died without cleaning up (kill -9, reboot):
-    the training run's (child.pid) and the trusted evaluation's (verify.pid); returns what was done."""
-    notes = [n for n in (_kill_recorded(p) for p in _pid_files(Path(run_dir))) if n]
-    return "; ".join(notes) or None
-
-
-def _pid_files(run_dir: Path) -> list[Path]:
-    """child.pid / child-K.pid (executor slots) in the run folder, verify*.pid there and in its
-    .verify/ folder (where the trusted evaluation records its group)."""
-    found = []
-    for folder in (run_dir, run_dir / ".verify"):
-        if folder.is_dir():
-            found += sorted(folder.glob("child*.pid")) + sorted(folder.glob("verify*.pid"))
-    return found
-
-
-def _kill_recorded(pid_file: Path) -> str | None:
-    """The group is killed only if one of its processes still runs in the recorded folder, so a
-    recycled process-group id of someone else's is never touched."""
-    if not pid_file.exists():
-        return None
-    try:
-        info = json.loads(pid_file.read_text())
-        pgid, cwd = int(info["pgid"]), os.path.realpath(info["cwd"])
-    except (ValueError, KeyError, TypeError, OSError) as exc:
-        pid_file.unlink(missing_ok=True)
-        return f"ignored unreadable pid file ({exc})"
-    members = _members(pgid)
-    ours = []
-    for pid in members:
-        try:
-            if os.path.realpath(f"/proc/{pid}/cwd") == cwd:
-                ours.append(pid)
-        except OSError:
-            continue
-    note = None
-    if ours:
-        kill_group(pgid)
-        note = f"killed leftover process group {pgid} ({len(members)} processes) of experiment {info.get('n')}"
-    pid_file.unlink(missing_ok=True)
-    return note

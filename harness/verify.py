@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.runner import kill_group
+from harness.procs import kill_group
 from harness.sandbox import Sandbox, View, detect, gpus_of
 
 HERE = Path(__file__).parent

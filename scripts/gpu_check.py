@@ -97,7 +97,7 @@ def pick_data_cache(args, scratch):
 
 def end_leftovers(scratch):
     """Groups a step recorded (the trusted evaluator's, in a tag's .verify/) and left behind."""
-    from harness.runner import kill_leftover
+    from harness.procs import kill_leftover
     for run_dir in Path(scratch).glob("tag*"):
         note = kill_leftover(run_dir)
         if note:

@@ -59,7 +59,7 @@ class Record(dict):
 def end_started(scratch):
     """The trusted evaluator runs in a process group of its own (harness/verify.py), recorded in a
     pid file; train.py (run_train(own_session=False)) is in this step's group."""
-    from harness.runner import kill_leftover
+    from harness.procs import kill_leftover
     for run_dir in Path(scratch).glob("tag*"):
         kill_leftover(run_dir)
 

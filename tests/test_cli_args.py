@@ -62,6 +62,26 @@ def test_good_arguments_pass():
     assert args.tag == "may29.run_2-b" and args.budget == 30.0
 
 
+def test_the_loop_is_configured_by_a_frozen_loop_config(monkeypatch):
+    """parse_args gives a LoopConfig with every default filled in, that no step can change; each
+    option of the parser is one of its fields (a new option without a field fails here)."""
+    import dataclasses
+    from agent.config import LoopConfig
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("AUTORESEARCH_TIME_BUDGET", raising=False)
+    config = loop_mod.parse_args(["--tag", "t", "--workers", "2", "--gpus", "0,1"])
+    assert isinstance(config, LoopConfig)
+    assert config.budget == cli.DEFAULT_BUDGET and config.proposer == "offline" and config.reviewer == "hierarchy"
+    assert config.workers == 2 and config.gpus == "0,1" and config.parallel
+    assert not loop_mod.parse_args(["--tag", "t"]).parallel and loop_mod.parse_args(["--tag", "t", "--executor", "ray"]).parallel
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.budget = 1.0
+    dests = {a.dest for a in cli.parser()._actions if a.dest != "help"}
+    assert dests == {f.name for f in dataclasses.fields(LoopConfig)}
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    assert loop_mod.parse_args(["--tag", "t"]).proposer == "claude"   # the default follows the key
+
+
 def test_bad_budget_from_the_environment_is_refused(monkeypatch, capsys):
     monkeypatch.setenv("AUTORESEARCH_TIME_BUDGET", "-3")
     with pytest.raises(SystemExit):

@@ -123,7 +123,7 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
     repo = fake_repo(tmp_path / "repo")
     monkeypatch.setenv("FAKE_DATA_DIR", str(tmp_path / "fakedata"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.setattr(loop_mod, "build_reviewer", lambda args, loop: RerunOnce())
+    monkeypatch.setattr(loop_mod, "build_reviewer", lambda *a, **k: RerunOnce())
     monkeypatch.setenv("FAKE_SLEEP", "1.5")   # each run outlives the 1 s state refresh
     seen = []
     args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), "--max-experiments", "1",

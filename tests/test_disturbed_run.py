@@ -8,7 +8,6 @@ counting it, keeping the band at the honest runs' noise. Seconds, not a training
 import os
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -37,7 +36,7 @@ for k, v in [("val_bpb", "1.0"), ("training_seconds", "1.0"), ("total_seconds", 
     print(f"{k + ':':<18}{v}")
 '''
 
-HOG = "import os\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass\n"
+HOG = "import os\nos.sched_setaffinity(0, {%d})\nprint('spinning', flush=True)\nwhile True:\n    pass\n"
 
 
 def _run(wt, n, log):
@@ -56,9 +55,11 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
         return h._decide_on(ctx, run, VerifyResult(True, "verified", bpb, None, True, 0.1))
 
     honest = _run(tmp_path, 1, "exp-0001.log")
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG % 0]) for _ in range(8)]   # many: the box may be loaded
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG % 0], stdout=subprocess.PIPE, text=True)
+            for _ in range(8)]   # many: the box may be loaded
     try:
-        time.sleep(0.3)
+        for p in hogs:   # every one spinning on the run's core before it starts (a loaded box starts them late)
+            assert p.stdout.readline().strip() == "spinning"
         slowed = _run(tmp_path, 1, "exp-0001.rerun1.log")
     finally:
         for p in hogs:

@@ -1,6 +1,5 @@
 """agent/proposers/local.py: the offline proposer's default, one resolvable knob step from the incumbent."""
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -103,6 +102,6 @@ def test_steps_stay_inside_the_range_and_the_loop_picks_the_search():
     assert step("LR", 0.1, ["log", 0.01, 0.1], "") == [knobs.normalize(0.1 / math.sqrt(2))]
     assert step("N", 2, ["int", 2, 6, 1], "") == [3] and step("N", 4, ["int", 2, 6, 1], "", 2) == [2, 6]
     assert step("X", False, ["choice", [False, True]], "") == [True] and step("Z", 1.0, None, "") == []
-    assert isinstance(make_offline(SimpleNamespace(offline_search="local")), LocalProposer)
-    tpe = make_offline(SimpleNamespace(offline_search="tpe"))
+    assert isinstance(make_offline("local"), LocalProposer)
+    tpe = make_offline("tpe")
     assert isinstance(tpe, OfflineProposer) and tpe.sampler == "tpe"

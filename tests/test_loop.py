@@ -65,7 +65,7 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
     assert set(status.splitlines()) == {" M notes.txt", "?? scratch.txt"}, "only the user's own changes"
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["tag"] == tag
-    assert not (wt / "pending.json").exists() and not (wt / "child.pid").exists()
+    assert not (wt / "pending.json").exists() and not list(wt.glob("child*.pid"))
     return records, table.rows
 
 
@@ -230,7 +230,7 @@ class Scripted:
 def run_in_process(repo, tmp_path, monkeypatch, proposer, *extra):
     monkeypatch.setenv("FAKE_DATA_DIR", str(tmp_path / "fakedata"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.setattr(loop_mod, "make_proposer", lambda args, tracer=None: proposer)
+    monkeypatch.setattr(loop_mod, "make_proposer", lambda *a, **k: proposer)
     args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), "--reviewer", "simple", *extra])
     lp = loop_mod.Loop(args)
     lp.run()

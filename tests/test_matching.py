@@ -42,9 +42,9 @@ def test_the_dashboard_pairs_malformed_rows_loosely(tmp_path):
     (tmp_path / "results.tsv").write_text("".join(text))
     res = data.read_results(tmp_path / "results.tsv")
     recs = read_journal(tmp_path / "journal.jsonl")[0]
-    by_row = match_journal(res.rows, recs)
+    by_row = match_journal(res.lines, recs)
     assert by_row[3]["n"] == 3 and [by_row[k]["n"] for k in (1, 2, 4, 5)] == [1, 2, 4, 5]
-    assert 2 not in match_rows(res.rows, recs)            # strict (recovery): a broken row is no match
+    assert 2 not in match_rows(res.lines, recs)            # strict (recovery): a broken row is no match
 
 
 def test_hostile_journal_values_match_nothing_and_raise_nothing(tmp_path):

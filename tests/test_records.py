@@ -90,8 +90,8 @@ def test_corrupt_lines_are_flagged_with_their_line_never_dropped(tmp_path):
     assert [r["commit"] for r in strict.rows] == ["a1b2c3d", "f6a1b2c"]
     assert [p.split(":")[0] for p in strict.problems] == [f"line {i}" for i in (3, 4, 5, 6, 7, 9)]
     # the dashboard's reader: every row shown, the bad ones flagged
-    shown = data.parse_results(CORRUPT)
-    assert len(shown.rows) == 8 and sum(bool(r["problem"]) for r in shown.rows) == 7
+    shown = data.read_results(path)
+    assert len(shown.lines) == 8 and sum(bool(ln.problem) for ln in shown.lines) == 7
 
 
 def test_a_lost_header_loses_no_row():

@@ -78,14 +78,14 @@ class JudgeHierarchy:
         self._decide = threading.RLock()
 
     @classmethod
-    def for_loop(cls, args, loop) -> "JudgeHierarchy":
+    def build(cls, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, *, tracer=None,
+              budget: float | None = None) -> "JudgeHierarchy":
         """The hierarchy the loop builds: LLM judge only with ANTHROPIC_API_KEY."""
         llm = None
         if os.environ.get("ANTHROPIC_API_KEY"):
             from agent.judges.llm_judge import LLMJudge
             llm = LLMJudge()
-        return cls(baseline_repeats=getattr(args, "baseline_repeats", DEFAULT_BASELINE_REPEATS),
-                   llm_judge=llm, tracer=getattr(loop, "tracer", None), budget=getattr(loop, "budget", None))
+        return cls(baseline_repeats=baseline_repeats, llm_judge=llm, tracer=tracer, budget=budget)
 
     # ---- guard -------------------------------------------------------------------------------
     def guard(self, ctx) -> GuardVerdict:
@@ -455,9 +455,9 @@ class JudgeHierarchy:
         """Train and verify `commit` (checked out in the worktree) outside the experiment sequence."""
         with contextlib.suppress(Exception):
             loop.set_phase("training")
-        from agent.experiment import run_sealed
+        from agent.experiment import run_commit
         n = loop.next_n()
-        run = run_sealed(loop, n, commit, f"queue-{commit[:7]}.log", None)
+        run = run_commit(loop, n, commit, f"queue-{commit[:7]}.log")
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.executors.base import CANCELLED, NODE_ERROR, JobResult, TrainJob
 from harness.executors.node import VERIFY_DIR, run_job, tail
-from harness.runner import kill_group
+from harness.procs import kill_group
 
 # How long cancel()/close() wait for a job's thread (the runner's SIGTERM grace is 5 s).
 JOIN_TIMEOUT_S = 30.0

@@ -30,7 +30,7 @@ def main(run_dir: str, job_root: str) -> int:
     data = sys.stdin.buffer.read()       # blocks until the worker closes the pipe or dies
     if DONE in data:
         return 0
-    from harness.runner import kill_leftover
+    from harness.procs import kill_leftover
     deadline = time.monotonic() + SETTLE_S
     while True:
         kill_leftover(Path(run_dir))
