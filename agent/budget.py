@@ -61,10 +61,10 @@ def handover(host, history: list | None = None) -> str | None:
     `history`: what the proposal request sees (ProposalRequest.tried(): experiments in flight
     included), else the host's."""
     loop = getattr(host, "loop", host)
-    args = getattr(loop, "args", None)
+    config = getattr(loop, "config", None) or getattr(loop, "args", None)   # the loop's LoopConfig (agent/config.py)
     history = list(history if history is not None else getattr(host, "history", None) or [])
-    return (cap_reason(history, getattr(args, "max_cost", None))
-            or streak_reason(history, getattr(args, "crash_streak", CRASH_STREAK)))
+    return (cap_reason(history, getattr(config, "max_cost", None))
+            or streak_reason(history, getattr(config, "crash_streak", CRASH_STREAK)))
 
 
 def announce(host, why: str, n) -> None:
