@@ -56,15 +56,11 @@ def streak_reason(history: list, streak: int | None) -> str | None:
     return None
 
 
-def handover(host, history: list | None = None) -> str | None:
-    """Why the LLM does not propose this experiment (None: it does). `host`: the loop or a worker;
-    `history`: what the proposal request sees (ProposalRequest.tried(): experiments in flight
-    included), else the host's."""
-    loop = getattr(host, "loop", host)
-    config = getattr(loop, "config", None) or getattr(loop, "args", None)   # the loop's LoopConfig (agent/config.py)
-    history = list(history if history is not None else getattr(host, "history", None) or [])
-    return (cap_reason(history, getattr(config, "max_cost", None))
-            or streak_reason(history, getattr(config, "crash_streak", CRASH_STREAK)))
+def handover(config, history: list) -> str | None:
+    """Why the LLM does not propose this experiment (None: it does). `config`: the loop's
+    LoopConfig (agent/config.py: max_cost, crash_streak); `history`: what the proposal request
+    sees (ProposalRequest.tried(): experiments in flight included)."""
+    return cap_reason(list(history), config.max_cost) or streak_reason(list(history), config.crash_streak)
 
 
 def announce(host, why: str, n) -> None:

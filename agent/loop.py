@@ -281,7 +281,7 @@ class Loop(Phased):
     def next_attempt(self, n: int) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
         got = None if self.feedback else self.prefetch.take(n, self.last_kept, source)
-        if got is not None and got[0].proposer != "offline" and budget.handover(self):
+        if got is not None and got[0].proposer != "offline" and budget.handover(self.config, self.history):
             self.prefetch.dropped.append(got[0])   # made before the hand-over began: the offline turn
             got = None
         if got is None:

@@ -29,7 +29,7 @@ def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
     """
     t0 = time.monotonic()
     info: dict = {}
-    why = budget.handover(loop, req.tried()) if loop.proposer is not loop.offline else None
+    why = budget.handover(loop.config, req.tried()) if loop.proposer is not loop.offline else None
     if why is not None:
         if req.fix_of is not None:
             raise ProposalError(f"no fix asked of the LLM: {why}")

@@ -4,6 +4,7 @@ import json
 from types import SimpleNamespace
 
 from agent import budget
+from agent.config import LoopConfig
 from harness.records import ExperimentRecord
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (the fixture)
 from tests.loop_fixtures import fake_env, fake_repo, run_loop
@@ -93,8 +94,8 @@ def test_streak_and_cap_rules_on_their_own():
                                  rec(5, "claude", "crash")], 3) is None
     assert budget.cap_reason(hist, 0.07).startswith("cost cap: $0.0700 of --max-cost $0.0700")
     assert budget.cap_reason(hist, 0.08) is None and budget.cap_reason(hist, None) is None
-    host = SimpleNamespace(args=SimpleNamespace(max_cost=0.05, crash_streak=3), history=hist)
-    assert budget.handover(host).startswith("cost cap")
+    config = LoopConfig(tag="t", budget=1.0, max_cost=0.05, crash_streak=3)
+    assert budget.handover(config, hist).startswith("cost cap")
 
 
 def test_past_the_cap_the_judge_does_not_call_the_llm(fake_anthropic, tmp_path):
