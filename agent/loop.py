@@ -128,10 +128,9 @@ class Loop(Phased):
         self.repo = gitops.toplevel(Path(config.repo).resolve())
         self.worktree = workspace.worktree_path(self.repo, self.tag, config.worktree_root)
         self.run_dir = self.worktree
-        self.results_path = self.run_dir / "results.tsv"
-        self.journal_path = self.run_dir / "journal.jsonl"
-        self.state_path = self.run_dir / "state.json"
-        self.pending_path = self.run_dir / "pending.json"
+        self.files = workspace.RunFiles(self.repo, self.tag, self.worktree, self.run_dir)
+        self.results_path, self.journal_path = self.files.results_path, self.files.journal_path
+        self.state_path, self.pending_path = self.files.state_path, self.files.pending_path
         self.baseline_repeats = config.baseline_repeats
         self.feedback = ""
         self.phase, self.experiment, self.run_started_at = "setup", None, None
@@ -191,11 +190,12 @@ class Loop(Phased):
             self.executor = one_slot(self.run_dir)
         if not self.config.resume:
             return None
-        rerun, notes = reconcile(self)
-        notes += [f"removed the leftover evaluation folder {name}" for name in clear_leftovers(self.run_dir)]
+        found = reconcile(self.files, self.run_info["base_commit"])   # the tag's state, as recorded
+        self.history, self.last_kept, self.best = found.history, found.last_kept, found.best
+        notes = found.notes + [f"removed the leftover evaluation folder {name}" for name in clear_leftovers(self.run_dir)]
         for note in notes:
             self.console.event(f"resume: {note}")
-        return rerun
+        return found.rerun
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:

@@ -16,8 +16,10 @@ Invariants restored (the loop's write order makes each case recoverable):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
 from agent.experiment import Attempt
+from agent.workspace import RunFiles
 from agent.pending import PendingFile
 from harness import gitops
 from harness.matching import match_rows
@@ -27,18 +29,29 @@ from harness.results import append_journal, read_journal, read_results, rewrite_
 from harness.runner import kill_leftover
 
 
-def reconcile(loop) -> tuple[Attempt | None, list[str]]:
-    """Repair the run folder; returns (experiment to re-run or None, notes for the user)."""
+@dataclass
+class Recovered:
+    """What reconcile found: the tag's decided state and the experiment to run again."""
+    history: list[ExperimentRecord]      # the journal's experiment records, in journal order
+    last_kept: str                       # where the branch points: the last event that moved it
+    best: dict | None                    # {"commit", "val_bpb"} of last_kept, None while at the base
+    rerun: Attempt | None                # committed but not recorded: run it again
+    notes: list[str] = field(default_factory=list)   # what was repaired, for the user
+
+
+def reconcile(files: RunFiles, base: str) -> Recovered:
+    """Repair the run folder of the tag in `files` (`base`: its base commit, run.json) and return
+    what it holds; the branch is reset to the last kept commit (or to the one to re-run)."""
     notes = []
-    killed = kill_leftover(loop.run_dir)
+    killed = kill_leftover(files.run_dir)
     if killed:
         notes.append(killed)
-    for path, complete in ((loop.results_path, None), (loop.journal_path, is_json_object),
-                           (loop.run_dir / "traces.jsonl", is_json_object)):
+    for path, complete in ((files.results_path, None), (files.journal_path, is_json_object),
+                           (files.run_dir / "traces.jsonl", is_json_object)):
         torn = repair_torn(path, complete)
         if torn:
             notes.append(torn)
-    journal, problems = read_journal(loop.journal_path)
+    journal, problems = read_journal(files.journal_path)
     notes += [f"journal {p} (skipped)" for p in problems]
     seen, records = set(), []
     for rec in map(ExperimentRecord.from_dict, journal):   # journal order: with --workers, not number order
@@ -48,25 +61,21 @@ def reconcile(loop) -> tuple[Attempt | None, list[str]]:
             continue
         seen.add(key)
         records.append(rec)
-    table = read_results(loop.results_path)
+    table = read_results(files.results_path)
     notes += [f"results.tsv {p} (left as is)" for p in table.problems]
-    notes += _match_records_and_rows(loop, records, table.rows)
+    notes += _match_records_and_rows(files, records, table.rows)
 
     for rec in records:
         ref = rec.discarded_ref
-        if ref and rec.commit and not gitops.ref_exists(loop.repo, ref):
-            gitops.update_ref(loop.repo, ref, rec.commit)
+        if ref and rec.commit and not gitops.ref_exists(files.repo, ref):
+            gitops.update_ref(files.repo, ref, rec.commit)
             notes.append(f"git: restored {ref}")
 
-    base = loop.run_info["base_commit"]
-    last_kept, best_bpb = _branch_head(loop.journal_path, base)
-    loop.history = records
-    loop.last_kept = last_kept
-    loop.best = {"commit": last_kept, "val_bpb": best_bpb} if last_kept != base or best_bpb else None
-
-    rerun = _pending(loop, records, base, last_kept, notes)
-    gitops.reset_hard(loop.worktree, rerun.commit if rerun else last_kept)
-    return rerun, notes
+    last_kept, best_bpb = _branch_head(files.journal_path, base)
+    best = {"commit": last_kept, "val_bpb": best_bpb} if last_kept != base or best_bpb else None
+    rerun = _pending(files, records, base, last_kept, notes)
+    gitops.reset_hard(files.worktree, rerun.commit if rerun else last_kept)
+    return Recovered(records, last_kept, best, rerun, notes)
 
 
 def _branch_head(journal_path, base) -> tuple[str, float | None]:
@@ -91,44 +100,44 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
     return head, bpb
 
 
-def _pending(loop, records, base, last_kept, notes) -> Attempt | None:
-    pending = PendingFile.read(loop.pending_path)
+def _pending(files: RunFiles, records, base, last_kept, notes) -> Attempt | None:
+    pending = PendingFile.read(files.pending_path)
     if pending is None:
-        loop.pending_path.unlink(missing_ok=True)
+        files.pending_path.unlink(missing_ok=True)
         return None
     n, commit, parent = pending.n, pending.commit, pending.parent
     if n in {r.number for r in records}:
-        loop.pending_path.unlink(missing_ok=True)
+        files.pending_path.unlink(missing_ok=True)
         return None
-    if not commit or not gitops.rev_parse(loop.repo, commit):
+    if not commit or not gitops.rev_parse(files.repo, commit):
         notes.append(f"experiment {n}: pending commit {commit} not found; it will be proposed anew")
-        loop.pending_path.unlink(missing_ok=True)
+        files.pending_path.unlink(missing_ok=True)
         return None
     runnable = (parent == last_kept) or (parent is None and commit == base == last_kept)
     if not runnable:
-        ref = f"{gitops.REF_PREFIX}{loop.tag}/interrupted/{n}"
-        gitops.update_ref(loop.repo, ref, commit)
+        ref = f"{gitops.REF_PREFIX}{files.tag}/interrupted/{n}"
+        gitops.update_ref(files.repo, ref, commit)
         notes.append(f"experiment {n}: its parent is no longer the last kept commit; kept it under {ref}")
-        loop.pending_path.unlink(missing_ok=True)
+        files.pending_path.unlink(missing_ok=True)
         return None
-    source = gitops.show_file(loop.repo, commit, "train.py")
+    source = gitops.show_file(files.repo, commit, "train.py")
     a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=dict(pending.info, resumed=True),
                 commit=commit, attempts=pending.attempts)
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a
 
 
-def _match_records_and_rows(loop, records: list[ExperimentRecord], rows: list[dict]) -> list[str]:
+def _match_records_and_rows(files: RunFiles, records: list[ExperimentRecord], rows: list) -> list[str]:
     """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
     row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
     notes = []
     missing = [i for i in range(len(records)) if i not in row_of]
     if missing:
-        notes += _rebuild_rows(loop, records, rows, row_of, missing)
+        notes += _rebuild_rows(files, records, rows, row_of, missing)
     matched_rows = set(row_of.values())
     orphans = [j for j in range(len(rows)) if j not in matched_rows]
     if orphans:
-        notes += _recover_records(loop, records, rows, row_of, orphans)
+        notes += _recover_records(files, records, rows, row_of, orphans)
     return notes
 
 
@@ -136,10 +145,10 @@ def _row_of_record(r: ExperimentRecord) -> str:
     return ResultRow(r.commit, r.decision_bpb, r.memory_gb, r.status, r.description or "").format()
 
 
-def _rebuild_rows(loop, records, rows, row_of, missing) -> list[str]:
+def _rebuild_rows(files, records, rows, row_of, missing) -> list[str]:
     """Insert the rows of `missing` records at their place; every other line stays as it was."""
-    lines = loop.results_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[1:]
-    rec_at_line = {rows[j]["line"]: i for i, j in row_of.items()}   # file line number -> record
+    lines = files.results_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[1:]
+    rec_at_line = {rows[j].line: i for i, j in row_of.items()}   # file line number -> record
     todo, out = list(missing), []
     for number, line in enumerate(lines, start=2):
         i = rec_at_line.get(number)
@@ -147,12 +156,12 @@ def _rebuild_rows(loop, records, rows, row_of, missing) -> list[str]:
             out.append(_row_of_record(records[todo.pop(0)]))
         out.append(line if line.endswith("\n") else line + "\n")
     out += [_row_of_record(records[i]) for i in todo]
-    rewrite_results(loop.results_path, out)
+    rewrite_results(files.results_path, out)
     return [f"results.tsv: rebuilt the missing row of experiment {records[i].n} from the journal"
             for i in missing]
 
 
-def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
+def _recover_records(files, records, rows, row_of, orphans) -> list[str]:
     """A minimal journal record for each row that has none (its journal line was lost)."""
     notes, used = [], {r.number for r in records}
     for j in orphans:
@@ -162,13 +171,13 @@ def _recover_records(loop, records, rows, row_of, orphans) -> list[str]:
             n += 1
         used.add(n)
         row = rows[j]
-        full = gitops.rev_parse(loop.repo, row["commit"]) or row["commit"]
-        rec = ExperimentRecord(n=n, tag=loop.tag, commit=full, short=full[:7], status=row["status"],
-                               description=row["description"],
-                               summary={"val_bpb": row["val_bpb"]} if row["status"] != "crash" else None,
-                               memory_gb=row["memory_gb"], recovered=True,
+        full = gitops.rev_parse(files.repo, row.commit) or row.commit
+        rec = ExperimentRecord(n=n, tag=files.tag, commit=full, short=full[:7], status=row.status,
+                               description=row.description,
+                               summary={"val_bpb": row.val_bpb} if row.status != "crash" else None,
+                               memory_gb=row.memory_gb, recovered=True,
                                decision_reason="recovered from results.tsv (journal line lost)")
-        append_journal(loop.journal_path, rec.to_dict())
+        append_journal(files.journal_path, rec.to_dict())
         records.append(rec)
         notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")
     return notes

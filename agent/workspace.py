@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import gitops, knobs
@@ -34,6 +35,32 @@ RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 class SetupError(RuntimeError):
     """A refusal with a message for the user (existing tag, mismatched budget...)."""
 
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where a tag lives: the user's repository, the tag's worktree (where edits are committed)
+    and its run folder (the worktree itself: logs, artifacts, the records below)."""
+    repo: Path
+    tag: str
+    worktree: Path
+    run_dir: Path
+
+    @property
+    def results_path(self) -> Path:
+        return self.run_dir / "results.tsv"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "journal.jsonl"
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / "state.json"
+
+    @property
+    def pending_path(self) -> Path:
+        return self.run_dir / "pending.json"
 
 def worktree_path(repo: Path, tag: str, root: str | None) -> Path:
     base = Path(root).expanduser() if root else repo / DEFAULT_ROOT

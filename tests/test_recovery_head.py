@@ -34,3 +34,43 @@ def test_keep_after_queue_revert_wins_and_failed_applications_are_ignored(tmp_pa
 
 def test_no_journal_means_the_base_commit(tmp_path):
     assert _branch_head(tmp_path / "missing.jsonl", "base") == ("base", None)
+
+
+def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
+    """reconcile(RunFiles, base) on a folder a stop left: a kept experiment whose results.tsv row
+    was lost, a discard, and a pending experiment committed on the kept one. It returns the
+    history, the branch head, the best and the experiment to re-run, and repairs the files."""
+    from agent.pending import PendingFile
+    from agent.recovery import Recovered, reconcile
+    from agent.workspace import RunFiles
+    from harness import gitops
+    from harness.records import ExperimentRecord
+    from harness.results import append_journal, append_result, init_results, read_results
+    from tests.loop_fixtures import git, make_repo
+
+    repo = make_repo(tmp_path / "repo", {"train.py": "LR = 1\n"})
+    base = gitops.head(repo)
+    (repo / "train.py").write_text("LR = 2\n")
+    kept = gitops.commit_file(repo, "train.py", "exp 2: LR 2")
+    files = RunFiles(repo, "t", repo, repo)
+    init_results(files.results_path)
+    for rec in (ExperimentRecord(n=1, tag="t", commit=base, status="keep", trusted_bpb=2.0, proposer="baseline"),
+                ExperimentRecord(n=2, tag="t", commit=kept, status="keep", trusted_bpb=1.9, description="LR 2")):
+        append_journal(files.journal_path, rec.to_dict())
+    append_result(files.results_path, base, 2.0, 0.0, "keep", "baseline")   # exp 2's row was lost
+    (repo / "train.py").write_text("LR = 3\n")
+    pending = gitops.commit_file(repo, "train.py", "exp 3: LR 3")
+    gitops.reset_hard(repo, kept)
+    files.pending_path.write_text(json.dumps({"n": 3, "commit": pending, "parent": kept,
+                                              "description": "LR 3", "hypothesis": "", "proposer": "offline"}))
+    assert PendingFile.read(files.pending_path) is not None
+
+    found = reconcile(files, base)
+    assert isinstance(found, Recovered)
+    assert [r.n for r in found.history] == [1, 2] and all(isinstance(r, ExperimentRecord) for r in found.history)
+    assert found.last_kept == kept and found.best == {"commit": kept, "val_bpb": 1.9}
+    assert found.rerun is not None and found.rerun.n == 3 and found.rerun.commit == pending
+    assert any("rebuilt the missing row of experiment 2" in note for note in found.notes)
+    assert any("experiment 3 was committed but not recorded" in note for note in found.notes)
+    assert [ln.commit for ln in read_results(files.results_path).rows] == [base[:7], kept[:7]]   # the row is back
+    assert git(repo, "rev-parse", "HEAD") == pending   # the branch at the experiment to re-run
