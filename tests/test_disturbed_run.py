@@ -71,11 +71,16 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
     assert d1.rerun
     d2 = judge(slowed, 1.527)
     assert d2.rerun and "disturbed" in d2.reason and "not counted" in d2.reason, d2.reason
-    d3 = judge(_run(tmp_path, 1, "exp-0001.rerun2.log"), 1.399)
+    for k in (2, 3):   # the judge allows 2 disturbed runs beyond the plan: a loaded box (the other
+        d3 = judge(_run(tmp_path, 1, f"exp-0001.rerun{k}.log"), 1.399)   # test worker) may slow an honest one
+        if not d3.rerun:
+            break
+        assert "disturbed" in d3.reason and "not counted" in d3.reason, d3.reason
     assert not d3.rerun and d3.status == "keep"
     jd = d3.verdicts["judge"]
     assert jd["baseline_values"] == [1.396, 1.399] and d3.trusted_bpb == pytest.approx(1.3975)
     assert jd["spread"] < 0.01, f"the slowed run blew up the noise: sigma {jd['spread']}"
     runs = d3.verdicts["evidence"]["candidate"]["runs"]
-    assert [r["used"] for r in runs] == [True, False, True] and "ms/step" in runs[1]["why"]
+    used = [r["used"] for r in runs]
+    assert used[:2] == [True, False] and used[-1] is True and not any(used[2:-1]) and "ms/step" in runs[1]["why"]
     assert runs[1]["log"] == "logs/exp-0001.rerun1.log"
