@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import signal
 import sys
 import time
@@ -53,7 +54,7 @@ from agent.cli import DEFAULT_BUDGET, parse_args  # noqa: F401  (callers and tes
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
-from agent.experiment import Attempt, one_slot, run_experiment
+from agent.experiment import RUN_SRC, Attempt, one_slot, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -186,16 +187,18 @@ class Loop(Phased):
         if data_warning(info):
             self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
-        if not c.parallel:   # one local slot (agent/workers.py opens the --workers' executor)
+        rerun = None
+        if self.config.resume:
+            found = reconcile(self.files, self.run_info["base_commit"])   # the tag's state, as recorded
+            self.history, self.last_kept, self.best = found.history, found.last_kept, found.best
+            notes = found.notes + [f"removed the leftover folder {name} of a run or an evaluation"
+                                   for name in clear_leftovers(self.run_dir)]
+            for note in notes:
+                self.console.event(f"resume: {note}")
+            rerun = found.rerun
+        if not c.parallel:   # one local slot, after the leftovers went (agent/workers.py opens the --workers')
             self.executor = one_slot(self.run_dir)
-        if not self.config.resume:
-            return None
-        found = reconcile(self.files, self.run_info["base_commit"])   # the tag's state, as recorded
-        self.history, self.last_kept, self.best = found.history, found.last_kept, found.best
-        notes = found.notes + [f"removed the leftover evaluation folder {name}" for name in clear_leftovers(self.run_dir)]
-        for note in notes:
-            self.console.event(f"resume: {note}")
-        return found.rerun
+        return rerun
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -404,10 +407,11 @@ class Loop(Phased):
                 label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
-        if self.executor is not None:   # the single loop's slot: a run still going is ended
+        if self.executor is not None:   # the single loop's slot: a run still going is ended, its files go
             with contextlib.suppress(Exception):
                 self.executor.close()
             self.executor = None
+            shutil.rmtree(self.run_dir / RUN_SRC / "slots", ignore_errors=True)
         with contextlib.suppress(Exception):
             self.set_phase("stopped")
         with contextlib.suppress(Exception):

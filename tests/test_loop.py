@@ -66,6 +66,7 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["tag"] == tag
     assert not (wt / "pending.json").exists() and not list(wt.glob("child*.pid"))
+    assert not (wt / ".runs" / "slots").exists(), "the single loop's slot folder outlived a clean stop"
     return records, table.rows
 
 
