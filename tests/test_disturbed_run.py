@@ -1,8 +1,9 @@
 """Issue 21's case, with real processes: an honest baseline repeat slowed by a competing process.
 
-A stand-in train.py (no torch: fixed CPU work per step, pinned to one core) runs three times under
-harness.runner.run_train, the harness clock timing its step lines; during the second run four busy
-processes share its core. The judge gets those real RunResults (with the values the issue saw:
+A stand-in train.py (no torch: fixed CPU work per step, pinned to one core; the dt it prints is CPU
+time, so the within-run check, tested in test_judge_stats.py, stays out of this case) runs three or
+more times under harness.runner.run_train, the harness clock timing its step lines; during the
+second run busy processes, each in its own session, share its core. The judge gets those real RunResults (with the values the issue saw:
 1.396 for the honest run, 1.527 for the slowed one) and must rerun the slowed one instead of
 counting it, keeping the band at the honest runs' noise. Seconds, not a training."""
 import os
@@ -23,11 +24,11 @@ import os, time
 os.sched_setaffinity(0, {int(os.environ["PIN_CPU"])})
 print("params 1,000 | flops/token 1.0e+06 | batch 8x64 x4 = 2,048 tokens/step | budget 1.0s", flush=True)
 for step in range(1, 31):
-    t0 = time.time()
-    x = 0
+    t0 = time.process_time()   # dt in CPU time: its own steps stay even on a loaded box, so only the harness
+    x = 0                      # clock's pace (wall time between lines) sees the competing processes
     for i in range(120_000):
         x += i * i
-    dt = time.time() - t0
+    dt = time.process_time() - t0
     print(f"step {step:05d} | loss 4.0 | lrm 1.000 | dt {dt * 1000:.0f}ms | tok/s {2048 / dt:,.0f} | epoch 1 | trained 1.0s", flush=True)
 print("---")
 for k, v in [("val_bpb", "1.0"), ("training_seconds", "1.0"), ("total_seconds", "1.5"), ("peak_vram_mb", "10.0"),
@@ -43,6 +44,23 @@ def _run(wt, n, log):
     return run_train(wt, wt, n, 1.0, env={"PIN_CPU": "0"}, log_name=log, timeout=120)
 
 
+def _slowed_run(wt, hogs):
+    """The run with `hogs` busy processes on its core, every one spinning before it starts."""
+    # Each in its own session, like a process started from another terminal: the runner starts the
+    # training in its own session, and with autogroup scheduling (Linux's default) CPU time is shared
+    # between sessions first, so hogs in the test's own session would only ever halve the run's pace.
+    procs = [subprocess.Popen([sys.executable, "-c", HOG % 0], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True) for _ in range(hogs)]
+    try:
+        for p in procs:   # a loaded box starts them late: wait for each
+            assert p.stdout.readline().strip() == "spinning"
+        return _run(wt, 1, "exp-0001.rerun1.log")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
     (tmp_path / "train.py").write_text(STAND_IN)
@@ -55,18 +73,12 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
         return h._decide_on(ctx, run, VerifyResult(True, "verified", bpb, None, True, 0.1))
 
     honest = _run(tmp_path, 1, "exp-0001.log")
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG % 0], stdout=subprocess.PIPE, text=True)
-            for _ in range(8)]   # many: the box may be loaded
-    try:
-        for p in hogs:   # every one spinning on the run's core before it starts (a loaded box starts them late)
-            assert p.stdout.readline().strip() == "spinning"
-        slowed = _run(tmp_path, 1, "exp-0001.rerun1.log")
-    finally:
-        for p in hogs:
-            p.kill()
-            p.wait()
-    ratio = slowed.extra["clock"]["pace_s"] / honest.extra["clock"]["pace_s"]
-    assert ratio > 1.5, f"the competing processes slowed the run only {ratio:.2f}x"
+    for attempt in (1, 2, 3):   # a loaded box (the other test worker) can slow the honest run or starve the
+        slowed = _slowed_run(tmp_path, hogs=8 * attempt)   # reader: a weak slowdown is redone with more hogs
+        ratio = slowed.extra["clock"]["pace_s"] / honest.extra["clock"]["pace_s"]
+        if ratio > 1.5:
+            break
+    assert ratio > 1.5, f"the competing processes slowed the run only {ratio:.2f}x in 3 tries"
     d1 = judge(honest, 1.396)
     assert d1.rerun
     d2 = judge(slowed, 1.527)
@@ -75,12 +87,17 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
         d3 = judge(_run(tmp_path, 1, f"exp-0001.rerun{k}.log"), 1.399)   # test worker) may slow an honest one
         if not d3.rerun:
             break
-        assert "disturbed" in d3.reason and "not counted" in d3.reason, d3.reason
+        runs = d3.verdicts["evidence"]["candidate"]["runs"]   # rerun only for want of two undisturbed runs
+        assert sum(r["used"] for r in runs) < 2, d3.reason
     assert not d3.rerun and d3.status == "keep"
     jd = d3.verdicts["judge"]
-    assert jd["baseline_values"] == [1.396, 1.399] and d3.trusted_bpb == pytest.approx(1.3975)
-    assert jd["spread"] < 0.01, f"the slowed run blew up the noise: sigma {jd['spread']}"
     runs = d3.verdicts["evidence"]["candidate"]["runs"]
-    used = [r["used"] for r in runs]
-    assert used[:2] == [True, False] and used[-1] is True and not any(used[2:-1]) and "ms/step" in runs[1]["why"]
-    assert runs[1]["log"] == "logs/exp-0001.rerun1.log"
+    assert runs[1]["log"] == "logs/exp-0001.rerun1.log" and runs[1]["used"] is False
+    assert "ms/step" in runs[1]["why"] or "mid-run" in runs[1]["why"], runs[1]   # its pace, or its steps as well
+    assert 1.527 not in jd["baseline_values"], jd["baseline_values"]
+    assert jd["spread"] < 0.01, f"the slowed run blew up the noise: sigma {jd['spread']}"
+    assert jd["baseline_values"] == [r["bpb"] for r in runs if r["used"]]
+    for r in runs:   # a run left out is left out as disturbed (its pace, or its own steps on a loaded box)
+        assert r["used"] or "ms/step" in r["why"] or "mid-run" in r["why"], r
+    if len(runs) == 3:   # no honest run was slowed by the box: the band is the two honest runs'
+        assert jd["baseline_values"] == [1.396, 1.399] and d3.trusted_bpb == pytest.approx(1.3975)

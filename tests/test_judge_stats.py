@@ -226,6 +226,18 @@ def test_a_run_slowed_mid_run_is_caught_by_its_own_steps(tmp_path):
     assert d.rerun and "no evidence" in d.reason and "slowed down mid-run" in d.reason
 
 
+def test_a_run_slowed_throughout_is_caught_when_the_only_other_run_wobbled(tmp_path):
+    """The honest run's own steps wobbled (it is left out itself), yet it still bounds the commit's
+    pace: a later run three times slower is flagged against it, not counted as the clean one."""
+    h = JudgeHierarchy(baseline_repeats=2)
+    wobbly = [0.3] * 12 + [0.6] * 12
+    decide(h, ctx(tmp_path, 1, BASE, None), 1.396, run(_log(tmp_path, "1.log", wobbly), 0.45))
+    d = decide(h, ctx(tmp_path, 1, BASE, None), 1.527, run(_log(tmp_path, "2.log", [1.5] * 24), 1.5))
+    assert d.rerun and "ms/step" in d.reason and "not counted" in d.reason, d.reason
+    runs = d.verdicts["evidence"]["candidate"]["runs"]
+    assert [r["used"] for r in runs] == [False, False] and "mid-run" in runs[0]["why"]
+
+
 def test_a_first_run_far_below_the_incumbents_flop_rate_is_run_again(tmp_path):
     h = JudgeHierarchy(baseline_repeats=3)
     for i, v in enumerate((1.400, 1.404, 1.396)):

@@ -74,7 +74,10 @@ def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None
     """Mark the disturbed runs of one commit (again each time: a later fast run can show an earlier
     one was slow). `incumbent`: the bar's runs, for the FLOP-rate check of a commit's first run."""
     for s in samples:
-        others = [o.pace_s for o in samples if o is not s and o.within is None and o.pace_s]
+        # A run slowed mid-run still bounds the commit's pace from above (it can only make the fastest
+        # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
+        # slowed from its first step pass when the commit's only other run wobbled.
+        others = [o.pace_s for o in samples if o is not s and o.pace_s]
         s.disturbed = s.within or pace.against_commit(s.pace_s, others)
         s.suspect = None
     if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
