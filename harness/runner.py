@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import bytecode
 from harness.clock import KILL_MARGIN_S, ClockReference, LogClock, limit_for, slack
 from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
@@ -154,6 +155,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
+    bytecode.ensure()   # once per process: without .pyc files every run compiles torch from source
     folder, run_dir = Path(folder), Path(run_dir)
     log_path = Path(log_path) if log_path is not None else run_dir / "logs" / (log_name or f"exp-{n:04d}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
