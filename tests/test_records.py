@@ -87,7 +87,7 @@ def test_corrupt_lines_are_flagged_with_their_line_never_dropped(tmp_path):
     path = tmp_path / "results.tsv"
     path.write_text(CORRUPT)
     strict = results.read_results(path)
-    assert [r["commit"] for r in strict.rows] == ["a1b2c3d", "f6a1b2c"]
+    assert [r.commit for r in strict.rows] == ["a1b2c3d", "f6a1b2c"]
     assert [p.split(":")[0] for p in strict.problems] == [f"line {i}" for i in (3, 4, 5, 6, 7, 9)]
     # the dashboard's reader: every row shown, the bad ones flagged
     shown = data.read_results(path)
