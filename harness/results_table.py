@@ -27,8 +27,6 @@ MAX_DESCRIPTION = 200
 QUOTE_CHARS = 40
 # What a row says about itself when it is the last line and has no newline yet.
 PARTIAL_NOTE = "last line has no newline yet (being written?)"
-# The names a ResultLine answers to by key (line["commit"]): the loop's readers of old.
-ROW_KEYS = ("commit", "val_bpb", "memory_gb", "status", "description", "line")
 
 
 def clean_description(text: str) -> str:
@@ -159,13 +157,6 @@ class ResultLine:
     def problem(self) -> str | None:
         """Everything wrong with the line in one sentence, or None."""
         return "; ".join(self.problems + ([PARTIAL_NOTE] if self.partial else [])) or None
-
-    def __getitem__(self, key: str):
-        """line["commit"] and the other ROW_KEYS: the loop's readers that read rows by column
-        name (agent/recovery.py, scripts/fault_inject.py, tests) until they use the attributes."""
-        if key not in ROW_KEYS:
-            raise KeyError(key)
-        return getattr(self, key)
 
 
 @dataclass

@@ -169,7 +169,7 @@ def summarize(repo: Path, wt: Path, root: Path, pgids: set[int]) -> dict:
     records, problems = read_journal(wt / "journal.jsonl")
     ns = [r.get("n") for r in records]
     dup_records = len(ns) - len(set(ns))
-    rows = [(r["commit"], r["status"]) for r in table.rows]
+    rows = [(r.commit, r.status) for r in table.rows]
     # journal order = decision order (with --workers, not the order of the numbers)
     recs = [(str(r.get("commit"))[:7], r.get("status")) for r in records]
     matched = sum(1 for a, b in zip(rows, recs) if a == b)

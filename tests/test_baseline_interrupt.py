@@ -37,9 +37,9 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     rows = read_results(wt / "results.tsv").rows
-    assert [r["status"] for r in rows] == ["keep"], out
+    assert [r.status for r in rows] == ["keep"], out
     rec = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()][0]
-    assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0]["val_bpb"], abs=1e-6)
+    assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0].val_bpb, abs=1e-6)
     assert "interrupted during repeat run 2" in rec["decision_reason"]
     assert rec["verdicts"]["judge"]["baseline_values"] == [rec["trusted_bpb"]]
     # --resume goes on from it: the baseline is not measured again (nothing left to run at -max 1)

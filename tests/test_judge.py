@@ -3,21 +3,38 @@ import math
 
 import pytest
 
-from agent.judges.judge import (SPREAD_FLOOR_ABS, NoiseBand, near_duplicates, rule_opinion)
+from agent.judges import stats
+from agent.judges.evidence import Band, Margin
+from agent.judges.judge import near_duplicates, rule_opinion
+
+
+def margin(values: list[float], k: float = 2.0) -> Margin:
+    """The band the hierarchy hands rule_opinion (evidence.Margin.of), with k x the pooled, floored
+    sigma of `values` as its threshold (the live threshold is a t-test's margin, stats.margin_for)."""
+    sigma = stats.pooled_noise({"baseline": values}).sigma
+    return Margin.of(sigma, k * sigma, stats.floor_for(values))
+
 
 BEST = 1.0000
-BAND = NoiseBand([1.0000, 1.0040])          # stdev 0.002828..., threshold k=2 -> 0.005657
+BAND = margin([1.0000, 1.0040])          # stdev 0.002828..., threshold k=2 -> 0.005657
 LINES = {"added": 2, "removed": 2, "net": 0}
 
 
 def test_band_from_baseline_repeats():
+    # the spread is the repeats' sample standard deviation, as the baseline's evidence.Band carries it
+    base = Band.of([1.0000, 1.0040], stats.pooled_noise({"baseline": [1.0000, 1.0040]}))
+    assert base.spread == pytest.approx(0.004 / math.sqrt(2)) and base.measured
     assert BAND.spread == pytest.approx(0.004 / math.sqrt(2))
-    assert BAND.threshold == pytest.approx(2 * 0.004 / math.sqrt(2))
-    assert BAND.measured
+    assert BAND.threshold == pytest.approx(2 * 0.004 / math.sqrt(2)) and BAND.k == pytest.approx(2.0)
     # identical repeats (deterministic CPU) and a single run fall back to the floor
-    assert NoiseBand([1.0, 1.0]).spread == pytest.approx(SPREAD_FLOOR_ABS)
-    single = NoiseBand([2.0])
-    assert not single.measured and single.spread == pytest.approx(max(SPREAD_FLOOR_ABS, 0.0005 * 2.0))
+    same = [1.0, 1.0]
+    assert Band.of(same, stats.pooled_noise({"baseline": same})).spread == pytest.approx(stats.SIGMA_FLOOR_ABS)
+    single = Band.of([2.0], stats.pooled_noise({"baseline": [2.0]}))
+    assert not single.measured and single.spread == pytest.approx(max(stats.SIGMA_FLOOR_ABS, 0.0005 * 2.0))
+    # ...and so does a decision's margin when there is no sigma yet
+    assert Margin.of(None, None, stats.floor_for([2.0])).spread == pytest.approx(0.0005 * 2.0)
+    # a measured spread below the floor is raised to it
+    assert margin([1.0, 1.0005]).spread == pytest.approx(0.0005 * 1.00025)
 
 
 def test_improvement_inside_band_is_contested_outside_is_kept():
@@ -27,7 +44,7 @@ def test_improvement_inside_band_is_contested_outside_is_kept():
     assert outside.status == "keep"
     assert outside.confidence > inside.confidence
     # the same gain with a narrower band (quieter baseline) is a keep
-    quiet = NoiseBand([1.0, 1.0005])
+    quiet = margin([1.0, 1.0005])
     assert rule_opinion(trusted_bpb=BEST - 0.004, best_bpb=BEST, band=quiet, lines=LINES).status == "keep"
 
 

@@ -3,8 +3,9 @@ import subprocess
 from types import SimpleNamespace
 
 from agent.judges.hierarchy import JudgeHierarchy
-from agent.judges.judge import NoiseBand, rule_opinion
+from agent.judges.judge import rule_opinion
 from agent.judges.llm_judge import VERDICT_TOOL, LLMJudge
+from tests.test_judge import margin
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 from harness.records import ExperimentRecord
 
@@ -18,7 +19,7 @@ def judge(fake, **kw):
 
 
 def review(j):
-    rule = rule_opinion(trusted_bpb=0.99, best_bpb=1.0, band=NoiseBand([1.0, 1.002]), lines={"net": 0})
+    rule = rule_opinion(trusted_bpb=0.99, best_bpb=1.0, band=margin([1.0, 1.002]), lines={"net": 0})
     return j.review(diff=DIFF, hypothesis="higher LR trains faster", description="MATRIX_LR 0.03",
                     figures=FIGS, rule=rule, history=[ExperimentRecord(n=1, status="keep", trusted_bpb=1.0,
                                                                        description="baseline")])

@@ -39,12 +39,12 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
     assert problems == [] and [r["n"] for r in records] == list(range(1, n_expected + 1))
     for rec, row in zip(records, table.rows):
         assert EXPERIMENT_KEYS <= set(rec), EXPERIMENT_KEYS - set(rec)
-        assert row["commit"] == rec["commit"][:7] == rec["short"] and row["status"] == rec["status"]
-        assert row["description"] == rec["description"]
+        assert row.commit == rec["commit"][:7] == rec["short"] and row.status == rec["status"]
+        assert row.description == rec["description"]
         if rec["status"] != "crash" and rec["summary"]:
             # the row shows the figure the decision rests on: trusted (mean over reruns) when verified
             shown = rec["trusted_bpb"] if rec.get("trusted_bpb") is not None else rec["summary"]["val_bpb"]
-            assert row["val_bpb"] == pytest.approx(shown, abs=1e-6)
+            assert row.val_bpb == pytest.approx(shown, abs=1e-6)
     # the branch holds the baseline (the base commit: the user's, or on top of it the commit that
     # writes the profile's knob values in) and the kept commits, nothing else
     base = json.loads((wt / "run.json").read_text())["base_commit"]
@@ -298,7 +298,7 @@ def test_crash_without_fix_is_recorded(tmp_path, monkeypatch):
     run_in_process(repo, tmp_path, monkeypatch, proposer, "--max-experiments", "2", "--fix-tries", "1")
     records, rows = check_run(repo, "s", 2, user_head)
     assert records[1]["status"] == "crash" and records[1]["crash_class"] == "exception"
-    assert rows[1]["val_bpb"] == 0.0 and rows[1]["memory_gb"] == 0.0
+    assert rows[1].val_bpb == 0.0 and rows[1].memory_gb == 0.0
     # one fix was allowed: it ran, crashed again, and the experiment was recorded as a crash
     assert len(proposer.requests) == 2 and len(records[1]["attempts"]) == 1
     assert records[1]["log"] == "logs/exp-0002.fix1.log"

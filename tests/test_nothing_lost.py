@@ -66,7 +66,7 @@ def test_append_never_glues_onto_a_torn_results_line(tmp_path, capfd):
     append_result(path, "c" * 40, 0.98, 1.0, "discard", "third")
     table = read_results(path)
     assert table.problems == []
-    assert [r["description"] for r in table.rows] == ["first", "third"]
+    assert [r.description for r in table.rows] == ["first", "third"]
     torn = list(tmp_path.glob("results.tsv.torn-*"))
     assert len(torn) == 1 and torn[0].read_bytes() == whole[:-4].split(b"\n")[-1]
     assert "torn last line" in capfd.readouterr().err
@@ -129,7 +129,7 @@ def _agree(wt: Path, n: int):
     assert [r["n"] for r in records] == list(range(1, n + 1))
     assert len(table.rows) == n
     for rec, row in zip(records, table.rows):
-        assert (row["commit"], row["status"], row["description"]) == \
+        assert (row.commit, row.status, row.description) == \
                (rec["commit"][:7], rec["status"], rec["description"])
     for name in ("results.tsv", "journal.jsonl", "traces.jsonl"):
         assert (wt / name).read_bytes().endswith(b"\n")

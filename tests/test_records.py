@@ -6,14 +6,14 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
-from agent.judges.judge import NoiseBand, Opinion, rule_opinion
+from agent.judges.judge import Opinion, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
 from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunState, WorkerState,
                              experiment_records, parse_results)
 from harness.verify import VerifyResult
-from tests.test_judge import _ctx, _judge
+from tests.test_judge import _ctx, _judge, margin
 
 
 # ---- the real loop's files ---------------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_corrupt_lines_are_flagged_with_their_line_never_dropped(tmp_path):
     path = tmp_path / "results.tsv"
     path.write_text(CORRUPT)
     strict = results.read_results(path)
-    assert [r["commit"] for r in strict.rows] == ["a1b2c3d", "f6a1b2c"]
+    assert [r.commit for r in strict.rows] == ["a1b2c3d", "f6a1b2c"]
     assert [p.split(":")[0] for p in strict.problems] == [f"line {i}" for i in (3, 4, 5, 6, 7, 9)]
     # the dashboard's reader: every row shown, the bad ones flagged
     shown = data.read_results(path)
@@ -167,7 +167,7 @@ def test_simple_reviewer_sets_the_basis():
 
 
 def test_the_rule_judge_and_the_hierarchy_set_the_basis_not_the_reason(tmp_path):
-    band = NoiseBand([1.0, 1.004])
+    band = margin([1.0, 1.004])
     th = band.threshold
     big = {"added": 60, "removed": 5, "net": 55}
     assert rule_opinion(trusted_bpb=1.0 - 1.2 * th, best_bpb=1.0, band=band, lines=big).basis is Basis.SIMPLICITY

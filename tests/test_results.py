@@ -20,7 +20,7 @@ def test_header_and_rows(tmp_path):
     assert lines[3] == "c3d4e5f\t0.000000\t0.0\tcrash\toom"
     assert all(len(line.split("\t")) == 5 for line in lines)
     table = results.read_results(path)
-    assert [r["status"] for r in table.rows] == ["keep", "discard", "crash"] and table.problems == []
+    assert [r.status for r in table.rows] == ["keep", "discard", "crash"] and table.problems == []
 
 
 def test_bad_status_refused(tmp_path):
@@ -37,7 +37,7 @@ def test_reader_reports_malformed_lines(tmp_path):
                     "c3d4e5f\t1.000000\t1.0\tweird\tx\n"
                     "d4e5f6a\t0.900000\t1.0\tdiscard\tfine\n")
     table = results.read_results(path)
-    assert [r["commit"] for r in table.rows] == ["a1b2c3d", "d4e5f6a"]
+    assert [r.commit for r in table.rows] == ["a1b2c3d", "d4e5f6a"]
     assert len(table.problems) == 3 and table.problems[0].startswith("line 3")
     assert results.read_results(tmp_path / "absent.tsv").problems
 

@@ -41,11 +41,11 @@ def test_the_loop_and_the_dashboard_read_one_table(tmp_path):
     assert (first.commit, first.val_bpb, first.memory_gb, first.status) == ("a1a1a1a", 1.500001, 44.0, "keep")
     assert (crash.val_bpb, crash.memory_gb, crash.status) == (0.0, 0.0, "crash")    # crashes carry zeros
     assert loop.rows[1].description == "wider mlp" and last.val_text is None and last.problem is None
-    # the loop's readers that read rows by column name see the same values (agent/recovery.py)
-    assert [r["commit"] for r in loop.rows] == [r.commit for r in dash.lines]
-    assert [r["line"] for r in loop.rows] == [2, 3, 4, 5] and first["val_bpb"] == first.val_bpb
-    with pytest.raises(KeyError):
-        first["raw"]                    # only the columns and the line number answer by name
+    # the loop's rows and the dashboard's lines are the same typed lines; a row is read by attribute only
+    assert [r.commit for r in loop.rows] == [r.commit for r in dash.lines]
+    assert [r.line for r in loop.rows] == [2, 3, 4, 5]
+    with pytest.raises(TypeError):
+        first["val_bpb"]                # no dict-style reads (the old ResultLine.__getitem__ shim)
     # the pages and /api/results get plain values built from the typed lines
     view = data.row_view(dash.lines[0])
     assert view == {"n": 1, "line": 2, "raw": "a1a1a1a\t1.500001\t44.0\tkeep\tbaseline", "commit": "a1a1a1a",

@@ -1,10 +1,9 @@
 """The rule judge: keep, discard, crash or contested, from the trusted metric and the diff.
 
-Noise-aware. At the start of a tag the baseline is measured `--baseline-repeats` times; the
-spread of those runs (sample standard deviation, never below a floor) sets a band of k x spread
-around the best. A change is kept only if its trusted val_bpb beats the best by more than the
-band. Inside the band a gain is "contested": the hierarchy asks for a confirming rerun, and if the
-mean of the runs still does not clear the band it discards and escalates to the human queue.
+Noise-aware. The hierarchy (agent/judges/hierarchy.py) pools the noise over every trusted run of the
+tag and hands rule_opinion the margin a gain must clear for this decision (evidence.Margin: the
+threshold, the sigma it rests on as `spread`, and k = threshold / spread). A change is kept only if
+its trusted val_bpb beats the best by more than the threshold. Inside it a gain is "contested".
 
 Simplicity (program.md): a gain that is tiny next to the band but adds many lines is discarded;
 a change that deletes code and stays within the band of the best is kept.
@@ -19,17 +18,11 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import statistics
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from harness.records import Basis, ExperimentRecord
 
-# Multiples of the spread an improvement must clear (the issue's default k=2).
-K_SPREAD = 2.0
-# The spread is never taken below this (bpb), nor below this fraction of the baseline: two
-# runs can agree by chance, and a deterministic CPU run agrees with itself exactly.
-SPREAD_FLOOR_ABS = 0.0005
-SPREAD_FLOOR_REL = 0.0005
 # Net added code lines that count as "much added complexity".
 BIG_DIFF_LINES = 25
 # A gain below this many bands is "tiny" when weighed against a big diff.
@@ -54,29 +47,19 @@ KNOB_NEAR_RTOL = 0.01
 TOKEN_RE = re.compile(r"\d+(?:\.\d+)?(?:[eE]-?\d+)?|\w+|\S")
 
 
-@dataclass
-class NoiseBand:
-    values: list[float]          # trusted val_bpb of the baseline repeats
-    k: float = K_SPREAD
+class NoiseMargin(Protocol):
+    """What rule_opinion reads of its band. The hierarchy passes an evidence.Margin (this decision's
+    margin) or, for a crash, evidence.Band (the baseline's figures, whose threshold and k are None
+    until a commit has two runs: a crash compares nothing, so it only records them)."""
 
     @property
-    def spread(self) -> float:
-        vals = [v for v in self.values if v is not None and math.isfinite(v)]
-        measured = statistics.stdev(vals) if len(vals) >= 2 else 0.0
-        ref = statistics.fmean(vals) if vals else 0.0
-        return max(measured, SPREAD_FLOOR_ABS, SPREAD_FLOOR_REL * abs(ref))
+    def spread(self) -> float: ...
 
     @property
-    def measured(self) -> bool:
-        return len(self.values) >= 2
+    def threshold(self) -> float | None: ...
 
     @property
-    def threshold(self) -> float:
-        return self.k * self.spread
-
-    def as_dict(self) -> dict:
-        return {"values": self.values, "spread": self.spread, "k": self.k, "threshold": self.threshold,
-                "measured": self.measured}
+    def k(self) -> float | None: ...
 
 
 @dataclass
@@ -118,7 +101,7 @@ def clearly_cheaper(savings: dict | None) -> str | None:
     return ", ".join(f"{names[k]} -{100 * v:.0f}%" for k, v in won.items())
 
 
-def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: NoiseBand, lines: dict,
+def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: NoiseMargin, lines: dict,
                  crash: str | None = None, similar_to: list | None = None,
                  serving: dict | None = None) -> Opinion:
     """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff;

@@ -1,7 +1,9 @@
-"""SharedExecutor: one executor for several threads (the --workers, or the single loop's slot).
+"""SharedExecutor: the executor every run is submitted to (agent/experiment.py run_commit).
 
-Its calls are serialised (RayExecutor keeps plain dicts), and on_tick (the loop's phase display)
-reaches only an executor that runs jobs on this machine.
+The --workers' N threads share one over their slots (agent/workers.py), and the single loop runs on
+one over a single local slot (agent/experiment.py one_slot; the report's ablations use one too).
+Its calls are serialised, so threads can share it (RayExecutor keeps plain dicts), and on_tick (the
+loop's phase display) reaches only a LocalExecutor, which runs its jobs on this machine.
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from harness.executors.local import LocalExecutor
 
 
 class SharedExecutor:
-    """One executor for the N worker threads: its calls are serialised (RayExecutor keeps plain
-    dicts); on_tick (the phase display) reaches only an executor that runs jobs here."""
+    """An executor (LocalExecutor or RayExecutor) behind a lock: the --workers' threads or the single
+    loop's one slot submit to it alike. on_tick (the phase display) is passed to a LocalExecutor only."""
 
     def __init__(self, inner):
         self.inner, self.slots, self._lock = inner, inner.slots, threading.Lock()
