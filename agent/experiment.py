@@ -19,7 +19,7 @@ from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposing import call_proposer
+from agent.proposing import Proposers, call_proposer
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
@@ -56,7 +56,8 @@ class ExperimentHost(Protocol):
     pending_path: Path; journal_path: Path; results_path: Path
     history: list; best: dict | None; last_kept: str | None      # the coordinator's state
     budget: float; timeout: float; config: LoopConfig; run_info: dict
-    reviewer: object; tracer: object; console: object; proposer: object; offline: object
+    reviewer: object; tracer: object; console: object
+    proposers: Proposers                                         # who proposes (agent/proposing.py)
     prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
     executor: object                                             # runs go there as jobs (run_commit)
     # optional: branch_worktree (where keeps move the branch),
@@ -329,7 +330,7 @@ def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | No
         f"Experiment {a.n} crashed ({run.crash_class}). Last {len(run.log_tail.splitlines())} "
         f"lines of its log:\n{run.log_tail}"), fix_of=a.proposal)
     try:
-        fix, info = call_proposer(loop, req)
+        fix, info = call_proposer(loop.proposers, req)
     except ProposalError as exc:
         a.info["fix_error"] = str(exc)
         return None
