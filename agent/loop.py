@@ -108,6 +108,8 @@ def make_proposer(kind: str, offline_search: str = "local", *, model: str | None
 
 
 class Loop(Phased):
+    wid = None   # no worker: the single loop's records say "worker": null
+
     def __init__(self, config: LoopConfig):
         config = self.config = LoopConfig.of(config)   # frozen: what the loop was asked to do
         self.coord = Coordinator()   # the tag's decided state and the decision lock

@@ -236,11 +236,12 @@ class _Loop:
 
     def __init__(self, worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
         from agent.experiment import one_slot
+        from agent.workspace import RunFiles
         from harness.runner import timeout_for
-        self.worktree, self.run_dir, self.budget = worktree, run_dir, budget
-        self.timeout = timeout_for(budget)
-        self.repo, self.seal, self.sealed = worktree, seal, True
         self.run_info = dict((data or {}).get("info") or {})
+        self.files = RunFiles(worktree, str(self.run_info.get("tag") or ""), worktree, run_dir)
+        self.budget, self.timeout = budget, timeout_for(budget)
+        self.seal, self.sealed = seal, True
         self._records = list((data or {}).get("records") or [])
         self.executor = one_slot(run_dir)
 

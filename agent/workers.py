@@ -61,8 +61,9 @@ class Worker(Phased):
     def __init__(self, loop, wid: int, worktree: Path, executor):
         self.loop, self.wid, self.worktree = loop, wid, worktree
         self.coord, self.executor = loop.coord, executor
-        self.branch_worktree = loop.worktree
-        self.pending_path = loop.run_dir / f"pending-w{wid}.json"
+        # its own worktree and pending file; keeps move the branch in the tag's worktree
+        self.files = replace(loop.files, worktree=worktree, pending_name=f"pending-w{wid}.json",
+                             branch_worktree=loop.worktree)
         self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
         self.proposers = locked(loop.proposers, loop.coord.proposer_lock)
         self.prefetch = _NoPrefetch()
@@ -75,8 +76,8 @@ class Worker(Phased):
 
     # what is the loop's, read through it
     def __getattr__(self, name):
-        if name in ("repo", "tag", "run_dir", "journal_path", "results_path", "budget", "timeout", "config",
-                    "tracer", "reviewer", "console", "seal", "sealed", "run_info", "stop_event"):
+        if name in ("budget", "timeout", "config", "tracer", "reviewer", "console", "seal", "sealed", "run_info",
+                    "stop_event"):
             return getattr(self.loop, name)
         raise AttributeError(name)
 
@@ -121,7 +122,7 @@ class Worker(Phased):
 
     # ---- the worker's own loop -------------------------------------------------------------
     def next_attempt(self, n: int, parent: str) -> Attempt:
-        source = gitops.show_file(self.repo, parent, TRAIN)
+        source = gitops.show_file(self.files.repo, parent, TRAIN)
         self.set_phase("proposing", n)
         proposal, info = call_proposer(self.proposers, self.request(n, source, feedback=self.feedback))
         self.feedback = ""
@@ -315,5 +316,5 @@ def take_over(view, a: Attempt, origin: Path) -> None:
     """`view` (a worker, or the single loop) carries a resumed experiment: its own pending file
     names it before the old one goes, so a kill in between loses nothing."""
     write_pending(view, a)
-    if Path(origin) != Path(view.pending_path):
+    if Path(origin) != Path(view.files.pending_path):
         Path(origin).unlink(missing_ok=True)
