@@ -14,6 +14,9 @@ and summed up in the end summary and the morning report.
 """
 from __future__ import annotations
 
+import threading
+from typing import Callable
+
 from harness.records import ExperimentRecord
 
 # LLM crashes in a row that hand over (--crash-streak default).
@@ -57,29 +60,35 @@ def streak_reason(history: list, streak: int | None) -> str | None:
 
 
 def handover(config, history: list) -> str | None:
-    """Why the LLM does not propose this experiment (None: it does). `config`: the loop's
-    LoopConfig (agent/config.py: max_cost, crash_streak); `history`: what the proposal request
+    """Why the LLM does not propose this experiment (None: it does). `config`: what holds the two
+    limits, max_cost and crash_streak (the loop's LoopConfig, agent/config.py; or the
+    agent/proposing.py Proposers built from it); `history`: what the proposal request
     sees (ProposalRequest.tried(): experiments in flight included)."""
     return cap_reason(list(history), config.max_cost) or streak_reason(list(history), config.crash_streak)
 
 
-def announce(host, why: str, n) -> None:
-    """Say a hand-over on the console when it starts (at the cap, the LLM judge stops too)."""
-    loop = getattr(host, "loop", host)
-    kind = why.split(":", 1)[0]
-    said = loop.__dict__.setdefault("_handovers_said", set())
-    starts = kind == "cost cap" or f"takes {HANDOVER_EXPERIMENTS} more" in why
-    if not starts or (kind, n if kind != "cost cap" else None) in said:
-        return
-    said.add((kind, n if kind != "cost cap" else None))
-    if kind == "cost cap":
-        stop = getattr(getattr(loop, "reviewer", None), "stop_llm", None)
-        if stop is not None:
-            stop(why)
-        why += "; the offline proposer proposes from now on and the judge stops calling the LLM (the loop goes on)"
-    console = getattr(loop, "console", None)
-    if console is not None:
-        console.event(f"exp {n}: hand-over: {why}")
+class Handovers:
+    """Says a hand-over on the console when it starts, once (at the cap, the LLM judge stops too).
+    `say`: the console's event line; `stop_llm(why)`: the reviewer's (agent/judges/hierarchy.py)."""
+
+    def __init__(self, say: Callable[[str], None], stop_llm: Callable[[str], None] | None = None):
+        self._say, self._stop_llm = say, stop_llm
+        self._said: set = set()
+        self._lock = threading.Lock()   # --workers N: proposals and decisions come from N threads
+
+    def announce(self, why: str, n) -> None:
+        kind = why.split(":", 1)[0]
+        starts = kind == "cost cap" or f"takes {HANDOVER_EXPERIMENTS} more" in why
+        key = (kind, n if kind != "cost cap" else None)
+        with self._lock:
+            if not starts or key in self._said:
+                return
+            self._said.add(key)
+        if kind == "cost cap":
+            if self._stop_llm is not None:
+                self._stop_llm(why)
+            why += "; the offline proposer proposes from now on and the judge stops calling the LLM (the loop goes on)"
+        self._say(f"exp {n}: hand-over: {why}")
 
 
 def night_lines(records: list[ExperimentRecord], cap: float | None = None) -> list[str]:

@@ -39,6 +39,18 @@ TAG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_TAG_LEN = 100
 
 
+def deadline_of(until: str | None) -> float | None:
+    """--until HH:MM as a unix time: the next such local time (tomorrow if already past)."""
+    if not until:
+        return None
+    hh, mm = (int(x) for x in until.split(":"))
+    now = dt.datetime.now()
+    when = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    if when <= now:
+        when += dt.timedelta(days=1)
+    return when.timestamp()
+
+
 def tag_problem(tag: str) -> str | None:
     """Why `tag` cannot name a run, or None. git check-ref-format has the last word."""
     if tag == "":

@@ -258,8 +258,8 @@ class AnnouncingReviewer:
             pass
         return decision
 
-    def boundary(self, loop):
-        return self._inner.boundary(loop)
+    def boundary(self, ctx):
+        return self._inner.boundary(ctx)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

@@ -78,6 +78,14 @@ class Coordinator:
         with self.lock:
             return [e.snapshot() for n, e in sorted(self.in_flight.items()) if n != exclude]
 
+    def moved(self, head: str, best: dict | None = None) -> None:
+        """The branch moved outside an experiment (a human-queue decision applied): its new head,
+        and its measured best where that changed (None: unchanged)."""
+        with self.lock:
+            self.last_kept = head
+            if best is not None:
+                self.best = best
+
     def moved_since(self, parent: str | None) -> bool:
         """Has the branch moved past `parent` (another worker kept something meanwhile)?"""
         with self.lock:

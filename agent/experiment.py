@@ -19,7 +19,8 @@ from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposing import call_proposer
+from agent.proposing import Proposers, call_proposer
+from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
@@ -52,15 +53,14 @@ TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 class ExperimentHost(Protocol):
     """What run_experiment needs from its caller: the single loop (agent/loop.py Loop) or one of
     --workers N (agent/workers.py Worker). Nothing else of either is read or written here."""
-    repo: Path; tag: str; worktree: Path; run_dir: Path          # worktree: where edits are committed
-    pending_path: Path; journal_path: Path; results_path: Path
+    files: RunFiles         # repo, tag, worktree (where edits are committed), run folder, pending file, branch
     history: list; best: dict | None; last_kept: str | None      # the coordinator's state
     budget: float; timeout: float; config: LoopConfig; run_info: dict
-    reviewer: object; tracer: object; console: object; proposer: object; offline: object
+    reviewer: object; tracer: object; console: object
+    proposers: Proposers                                         # who proposes (agent/proposing.py)
     prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
     executor: object                                             # runs go there as jobs (run_commit)
-    # optional: branch_worktree (where keeps move the branch),
-    # wid (the worker's number, recorded)
+    wid: int | None                                              # the worker's number (recorded); None: the single loop
 
     def critical(self): ...                                       # the decision lock
     def set_phase(self, phase: str, n=None, run_started_at=None) -> None: ...
@@ -99,10 +99,10 @@ def commit_message(p: Proposal) -> str:
 
 
 def context(loop, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
-    return ExperimentContext(n=a.n, tag=loop.tag, worktree=loop.worktree, parent=a.parent or a.commit,
+    return ExperimentContext(n=a.n, tag=loop.files.tag, worktree=loop.files.worktree, parent=a.parent or a.commit,
                              commit=a.commit, old_source=old_source, new_source=new_source, diff=diff,
                              proposal=a.proposal, history=list(loop.history), best=loop.best,
-                             run_dir=loop.run_dir)
+                             run_dir=loop.files.run_dir)
 
 
 def _timed_git(a: Attempt, fn, *args):
@@ -114,12 +114,12 @@ def _timed_git(a: Attempt, fn, *args):
 
 
 def write_pending(loop, a: Attempt) -> None:
-    PendingFile.of(a).write(loop.pending_path)
+    PendingFile.of(a).write(loop.files.pending_path)
 
 
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
     """Carry experiment `a` to a recorded decision; returns its journal record."""
-    old_source = gitops.show_file(loop.repo, a.parent, TRAIN) if a.parent else a.proposal.source
+    old_source = gitops.show_file(loop.files.repo, a.parent, TRAIN) if a.parent else a.proposal.source
     guard = GuardVerdict(True, "baseline: unmodified train.py")
     if a.parent is not None and not committed:
         loop.set_phase("guarding", a.n)
@@ -137,8 +137,8 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
     write_pending(loop, a)                                            # 6. pending.json
 
     while True:
-        new_source = gitops.show_file(loop.repo, a.commit, TRAIN)
-        diff = _timed_git(a, gitops.diff, loop.repo, a.parent, a.commit) if a.parent else ""
+        new_source = gitops.show_file(loop.files.repo, a.commit, TRAIN)
+        diff = _timed_git(a, gitops.diff, loop.files.repo, a.parent, a.commit) if a.parent else ""
         ctx = context(loop, a, old_source, new_source, diff)
         loop.prefetch_next(a, new_source)
         try:
@@ -163,7 +163,7 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     tip (three-way, train.py) and commit it there for a confirming run: returns (the tip's source,
     the guard's verdict on the merged edit), or a discard Decision when that cannot be done."""
     tip = loop.last_kept
-    tip_source = gitops.show_file(loop.repo, tip, TRAIN)
+    tip_source = gitops.show_file(loop.files.repo, tip, TRAIN)
     rounds = a.info.setdefault("rebases", [])
     rounds.append({"commit": a.commit, "parent": a.parent, "reason": decision.reason,
                    "val_bpb": decision.trusted_bpb if decision.trusted_bpb is not None
@@ -180,9 +180,9 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     if merged == tip_source:
         return Decision("discard", f"already on the branch: the keeps since {str(a.parent)[:7]} contain "
                         f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
-    _timed_git(a, gitops.update_ref, loop.repo, gitops.discarded_ref(loop.tag, a.n, attempt=f"r{len(rounds)}"),
+    _timed_git(a, gitops.update_ref, loop.files.repo, gitops.discarded_ref(loop.files.tag, a.n, attempt=f"r{len(rounds)}"),
                a.commit)
-    _timed_git(a, gitops.reset_hard, loop.worktree, tip)
+    _timed_git(a, gitops.reset_hard, loop.files.worktree, tip)
     old_parent = a.parent
     a.parent, a.info["rebased_from"] = tip, old_parent
     a.proposal = replace(a.proposal, source=merged,
@@ -263,14 +263,14 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
     the single loop's one local slot, a --workers slot, a Ray node), so the evaluation runs
     where the model is and reaches the judge with the result. The queue's re-measurements use
     it too. A stop (Ctrl-C) cancels the job."""
-    files = sources_at(host.repo, commit)
+    files = sources_at(host.files.repo, commit)
     evaluation = None
     if host.sealed:
         profile = host.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
         base = host.run_info.get("base_commit") or parent or commit
-        evaluation = eval_spec(host.seal, prepare_source=gitops.show_file(host.repo, base, "prepare.py"),
+        evaluation = eval_spec(host.seal, prepare_source=gitops.show_file(host.files.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile)
-    job = TrainJob(n=n, files=files, budget=host.budget, run_dir=str(host.run_dir), log_name=log_name,
+    job = TrainJob(n=n, files=files, budget=host.budget, run_dir=str(host.files.run_dir), log_name=log_name,
                    commit=commit, timeout=host.timeout, env=dict(env or {}), sealed=host.sealed,
                    data_mode="train" if host.sealed else "open", clock_reference=vars(host.clock_reference()),
                    evaluation=evaluation, **seal_fields(host.seal))
@@ -329,23 +329,23 @@ def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | No
         f"Experiment {a.n} crashed ({run.crash_class}). Last {len(run.log_tail.splitlines())} "
         f"lines of its log:\n{run.log_tail}"), fix_of=a.proposal)
     try:
-        fix, info = call_proposer(loop, req)
+        fix, info = call_proposer(loop.proposers, req)
     except ProposalError as exc:
         a.info["fix_error"] = str(exc)
         return None
-    ref = gitops.discarded_ref(loop.tag, a.n, attempt=len(a.attempts))
-    _timed_git(a, gitops.update_ref, loop.repo, ref, a.commit)
+    ref = gitops.discarded_ref(loop.files.tag, a.n, attempt=len(a.attempts))
+    _timed_git(a, gitops.update_ref, loop.files.repo, ref, a.commit)
     a.attempts.append({"commit": a.commit, "crash_class": run.crash_class, "ref": ref,
                        "log": _rel(loop, run.log_path), "description": a.proposal.description})
     base = a.parent or a.commit
-    _timed_git(a, gitops.reset_hard, loop.worktree, base)
+    _timed_git(a, gitops.reset_hard, loop.files.worktree, base)
     if a.parent is None:
         a.parent = base   # a fixed baseline becomes a commit on top of the base
     a.proposal = fix
     a.info.setdefault("fixes", []).append(info)
     if not _commit(loop, a):
         a.info["fix_error"] = "the fix did not change train.py"
-        _timed_git(a, gitops.reset_hard, loop.worktree, a.attempts[-1]["commit"])
+        _timed_git(a, gitops.reset_hard, loop.files.worktree, a.attempts[-1]["commit"])
         a.commit = a.attempts.pop()["commit"]
         return None
     write_pending(loop, a)
@@ -353,10 +353,10 @@ def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | No
 
 
 def _commit(loop, a: Attempt) -> bool:
-    (loop.worktree / TRAIN).write_text(a.proposal.source)
-    if not gitops.status_porcelain(loop.worktree):
+    (loop.files.worktree / TRAIN).write_text(a.proposal.source)
+    if not gitops.status_porcelain(loop.files.worktree):
         return False
-    a.commit = _timed_git(a, gitops.commit_file, loop.worktree, TRAIN, commit_message(a.proposal))
+    a.commit = _timed_git(a, gitops.commit_file, loop.files.worktree, TRAIN, commit_message(a.proposal))
     return True
 
 
@@ -381,7 +381,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     wall = run.wall_seconds if run else 0.0
     discarded = None
     if status != "keep" and a.commit and a.parent:
-        discarded = gitops.discarded_ref(loop.tag, a.n)
+        discarded = gitops.discarded_ref(loop.files.tag, a.n)
     verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
                 **decision.verdicts}
     evidence = verdicts.pop("evidence", None)   # the runs the decision rests on: a record field
@@ -390,9 +390,9 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         # the basis the decision rests on, where the readers look for it (ExperimentRecord.basis)
         verdicts["judge"] = dict(judge, basis=decision.basis.value)
     rec = ExperimentRecord(
-        kind="experiment", n=a.n, tag=loop.tag, parent=a.parent, commit=commit, short=commit[:7], status=status, description=a.proposal.description,
+        kind="experiment", n=a.n, tag=loop.files.tag, parent=a.parent, commit=commit, short=commit[:7], status=status, description=a.proposal.description,
         hypothesis=a.proposal.hypothesis, proposer=a.proposal.proposer,
-        model=a.proposal.model, diff=gitops.diff(loop.repo, a.parent, a.commit) if a.parent and a.commit else "",
+        model=a.proposal.model, diff=gitops.diff(loop.files.repo, a.parent, a.commit) if a.parent and a.commit else "",
         summary=summary or None, trusted_bpb=decision.trusted_bpb,
         clock=run.extra.get("clock") if run else None, sealed=sealed,
         verify_seconds=(decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
@@ -410,7 +410,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     for key in OPTIONAL_KEYS:
         if key in a.info:
             setattr(rec, key, a.info[key])
-    rec.worker = getattr(loop, "wid", None)   # --workers N: which worker carried it
+    rec.worker = loop.wid   # --workers N: which worker carried it
     rec.ended_at = time.time()
     total = time.monotonic() - a.t0
     rec.timings.update(total=total, overhead=total - training)
@@ -419,22 +419,22 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     with loop.critical():
         if status == "keep" and a.parent is not None and a.parent != loop.last_kept:
             raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
-        append_journal(loop.journal_path, rec.to_dict())
+        append_journal(loop.files.journal_path, rec.to_dict())
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result.
-        append_result(loop.results_path, commit, bpb, rec.memory_gb, status, rec.description)
+        append_result(loop.files.results_path, commit, bpb, rec.memory_gb, status, rec.description)
         t0 = time.monotonic()
         if status == "keep":
-            branch = getattr(loop, "branch_worktree", loop.worktree)   # a worker's own worktree is not the branch's
+            branch = loop.files.branch_worktree or loop.files.worktree   # a worker's own worktree is not the branch's
             if a.commit and a.commit != gitops.head(branch):
                 gitops.reset_hard(branch, a.commit)
             loop.last_kept = commit
         elif discarded:
-            gitops.update_ref(loop.repo, discarded, a.commit)
-            gitops.reset_hard(loop.worktree, loop.last_kept)
-        loop.pending_path.unlink(missing_ok=True)
+            gitops.update_ref(loop.files.repo, discarded, a.commit)
+            gitops.reset_hard(loop.files.worktree, loop.last_kept)
+        loop.files.pending_path.unlink(missing_ok=True)
         try:   # under the lock too: workers' notes share one ref
-            gitops.add_note(loop.repo, commit, scrub(f"autoresearch {loop.tag} exp {a.n}: {status} "
+            gitops.add_note(loop.files.repo, commit, scrub(f"autoresearch {loop.files.tag} exp {a.n}: {status} "
                                                      f"val_bpb={bpb} ({decision.reason})"))
         except gitops.GitError as exc:
             loop.console.event(f"warning: could not write git note: {exc}")
@@ -453,7 +453,7 @@ def _num(x) -> float:
 
 def _rel(loop, path) -> str:
     try:
-        return str(path.relative_to(loop.run_dir))
+        return str(path.relative_to(loop.files.run_dir))
     except ValueError:
         return str(path)
 

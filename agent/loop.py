@@ -40,7 +40,6 @@ one coordinator (agent/coordinator.py).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import shutil
 import signal
@@ -49,8 +48,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import budget, cli, summary
-from agent.cli import DEFAULT_BUDGET, parse_args  # noqa: F401  (callers and tests use them from here)
+from agent import between, budget, cli, summary
+from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
@@ -60,7 +59,7 @@ from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import LocalProposer
 from agent.proposers.offline import OfflineProposer
-from agent.proposing import Prefetch, call_proposer, with_dropped
+from agent.proposing import Prefetch, Proposers, call_proposer, with_dropped
 from agent.recovery import reconcile
 from agent import screening
 from agent.judges.hierarchy import JudgeHierarchy
@@ -73,7 +72,7 @@ from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import ExperimentRecord, RunState
-from harness.results import append_journal, write_state
+from harness.results import write_state
 from harness.runner import timeout_for
 
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
@@ -108,19 +107,9 @@ def make_proposer(kind: str, offline_search: str = "local", *, model: str | None
     return ClaudeProposer(**kw)
 
 
-def deadline_of(until: str | None) -> float | None:
-    """--until HH:MM as a unix time: the next such local time (tomorrow if already past)."""
-    if not until:
-        return None
-    hh, mm = (int(x) for x in until.split(":"))
-    now = dt.datetime.now()
-    when = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
-    if when <= now:
-        when += dt.timedelta(days=1)
-    return when.timestamp()
-
-
 class Loop(Phased):
+    wid = None   # no worker: the single loop's records say "worker": null
+
     def __init__(self, config: LoopConfig):
         config = self.config = LoopConfig.of(config)   # frozen: what the loop was asked to do
         self.coord = Coordinator()   # the tag's decided state and the decision lock
@@ -138,7 +127,7 @@ class Loop(Phased):
         self.started_at, self.last_decision = time.time(), None
         self.phase_started_at, self.stop_reason = self.started_at, None
         self.tokens, self.cost_usd = {"input": 0, "output": 0}, 0.0
-        self.prefetch = Prefetch(self)
+        self.prefetch = Prefetch()
         self.seal, self.sealed = None, False   # set in setup(): sandbox + pinned eval inputs
         self.executor = None                   # where runs go (set in setup(), or by agent/workers.py)
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
@@ -159,11 +148,13 @@ class Loop(Phased):
         workspace.ignore_run_files(self.worktree)
         self.tracer = Tracer(self.run_dir / "traces.jsonl")
         c = self.config
-        self.proposer = make_proposer(c.proposer, c.offline_search, model=c.model, api_patience=c.api_patience,
-                                      tracer=self.tracer)
-        self.offline = self.proposer if c.proposer == "offline" else make_offline(c.offline_search)
+        proposer = make_proposer(c.proposer, c.offline_search, model=c.model, api_patience=c.api_patience,
+                                 tracer=self.tracer)
         self.reviewer = AnnouncingReviewer(build_reviewer(c.reviewer, c.baseline_repeats, self.tracer, self.budget),
                                            self.announce)
+        self.proposers = Proposers(proposer, proposer if c.proposer == "offline" else make_offline(c.offline_search),
+                                   self.tracer, c.max_cost, c.crash_streak,
+                                   budget.Handovers(self.console.event, self.reviewer.stop_llm).announce)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
@@ -183,7 +174,7 @@ class Loop(Phased):
         workspace.start_results(self.results_path)
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
                            f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
-                           f"proposer {self.proposer.name}")
+                           f"proposer {proposer.name}")
         if data_warning(info):
             self.console.event(data_warning(info))
         self.last_kept = self.run_info["base_commit"]
@@ -230,11 +221,7 @@ class Loop(Phased):
             if deadline is not None and time.time() >= deadline:
                 self.stop_reason = f"reached --until {self.config.until}"
                 break
-            for rec in self.reviewer.boundary(self) or []:            # 3. the human queue's decisions
-                append_journal(self.journal_path, rec)
-                typed = ExperimentRecord.from_dict(rec)                # audits, queue_applied: not experiments
-                if typed.is_experiment:
-                    self.history.append(typed)
+            between.apply(self)                                       # 3. the human queue's decisions
             self.check_space()                                        # 3. disk
             run_experiment(self, self.next_attempt(n))                # 4. propose; 5-10 in run_experiment
 
@@ -290,11 +277,16 @@ class Loop(Phased):
         if got is None:
             self.prefetch.wait()
             self.set_phase("proposing", n)
-            got = call_proposer(self, self.request(n, source, feedback=self.feedback))
+            got = call_proposer(self.proposers, self.request(n, source, feedback=self.feedback))
         got = with_dropped(*got, self.prefetch.dropped)
         self.feedback = ""
         if self.config.screen > 1:
-            got = screening.pick(self, n, source, got)
+            screen = screening.Screen(
+                k=int(self.config.screen), seed=self.config.seed, files=self.files, seal=self.seal,
+                profile=self.run_info.get("profile"), parent=self.last_kept, history=list(self.history),
+                best=self.best, proposers=self.proposers, request=self.request, guard=self.reviewer.guard,
+                say=self.console.event, set_phase=self.set_phase, tracer=self.tracer)
+            got = screening.pick(screen, n, source, got)
         proposal, info = got
         return Attempt(n=n, parent=self.last_kept, proposal=proposal, info=info)
 
@@ -320,13 +312,13 @@ class Loop(Phased):
             return
         pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
                               handover=a.info.get("handover"))
-        if self.proposer is not self.offline:
+        if self.proposers.llm:
             if budget.streak_reason(list(self.history) + [pending.as_crash()], self.config.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it
             cap = self.config.max_cost
             if cap is not None and budget.spent(self.history) + a.proposal.cost_usd >= cap:
                 return   # n's proposal reaches the cap: n + 1 is the offline proposer's
-        self.prefetch.start(self.request(n, new_source, pending=[pending]), a.commit)
+        self.prefetch.start(self.proposers, self.request(n, new_source, pending=[pending]), a.commit)
 
     def after_record(self, rec: ExperimentRecord, bpb) -> None:
         self.note_decision(rec, bpb)
@@ -344,8 +336,8 @@ class Loop(Phased):
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.console.decision(rec)
         capped = budget.cap_reason(self.history, self.config.max_cost)
-        if capped and self.proposer is not self.offline:
-            budget.announce(self, capped, rec.n + 1)   # the judge stops calling the LLM at once
+        if capped and self.proposers.llm:
+            self.proposers.announce(capped, rec.n + 1)   # the judge stops calling the LLM at once
 
     # ---- status, signals -----------------------------------------------------------------------
     def announce(self, n: int, decision) -> None:

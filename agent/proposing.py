@@ -5,21 +5,45 @@ n's commit). If n is kept, the proposal is used as is. If n is discarded or cras
 is gone: a cheap proposer (offline) is simply asked again; an expensive one (an LLM) has its
 edit rebased onto the last kept commit with a three-way merge, and is asked again only if the
 merge conflicts or leaves nothing to try.
+
+Neither takes the loop: `call_proposer` and the prefetch get a `Proposers` (who proposes, the
+fallback, the tracer, the hand-over limits and who says a hand-over), built once by the loop and
+per worker (agent/workers.py: the same proposers behind the coordinator's lock).
 """
 from __future__ import annotations
 
 import threading
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from agent import budget
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from harness import gitops
 
 
-def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
-    """Ask loop.proposer; on an outage or a failed attempt fall back so the loop never stalls.
+@dataclass(frozen=True)
+class Proposers:
+    """What asking for a proposal needs: the proposer, the offline fallback (the same object when
+    --proposer offline), the tracer, the hand-over limits (LoopConfig.max_cost, .crash_streak: what
+    agent/budget.py's handover reads) and `announce(why, n)`, which says a hand-over as it starts
+    (agent/budget.py Handovers.announce)."""
+    proposer: object
+    offline: object
+    tracer: object
+    max_cost: float | None = None
+    crash_streak: int | None = None
+    announce: Callable[[str, int], None] = lambda why, n: None
+
+    @property
+    def llm(self) -> bool:
+        """The proposer is not the offline one: hand-overs (and their spend) apply."""
+        return self.proposer is not self.offline
+
+
+def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, dict]:
+    """Ask p.proposer; on an outage or a failed attempt fall back so the loop never stalls.
 
     ProposerUnavailable -> the offline proposer this time (journal: "fallback": "offline").
     ProposalError or a bug -> one more try with the error as feedback, then offline.
@@ -29,37 +53,37 @@ def call_proposer(loop, req: ProposalRequest) -> tuple[Proposal, dict]:
     """
     t0 = time.monotonic()
     info: dict = {}
-    why = budget.handover(loop.config, req.tried()) if loop.proposer is not loop.offline else None
+    why = budget.handover(p, req.tried()) if p.llm else None
     if why is not None:
         if req.fix_of is not None:
             raise ProposalError(f"no fix asked of the LLM: {why}")
-        budget.announce(loop, why, req.n)
-        with loop.tracer.span("propose", input={"n": req.n, "proposer": "offline", "handover": why}) as sp:
-            proposal = loop.offline.propose(req)
+        p.announce(why, req.n)
+        with p.tracer.span("propose", input={"n": req.n, "proposer": "offline", "handover": why}) as sp:
+            proposal = p.offline.propose(req)
             sp.log(output={"description": proposal.description, "proposer": proposal.proposer, "handover": why})
         return proposal, {"handover": why, "seconds": time.monotonic() - t0}
-    with loop.tracer.span("propose", input={"n": req.n, "proposer": loop.proposer.name,
-                                            "fix": req.fix_of is not None,
-                                            "feedback": req.feedback[-2000:]}) as sp:
+    with p.tracer.span("propose", input={"n": req.n, "proposer": p.proposer.name,
+                                         "fix": req.fix_of is not None,
+                                         "feedback": req.feedback[-2000:]}) as sp:
         try:
-            proposal = loop.proposer.propose(req)
+            proposal = p.proposer.propose(req)
         except ProposerUnavailable as exc:
             if req.fix_of is not None:
                 raise ProposalError(f"proposer unavailable for the fix: {exc}") from exc
             info.update(fallback="offline", proposal_error=f"unavailable: {exc}")
-            proposal = loop.offline.propose(req)
+            proposal = p.offline.propose(req)
         except Exception as exc:   # ProposalError or a bug in a proposer: never kill the loop
             if req.fix_of is not None:
                 raise ProposalError(str(exc)) from exc
             info["proposal_error"] = _describe(exc)
             try:
-                proposal = loop.proposer.propose(replace(
+                proposal = p.proposer.propose(replace(
                     req, feedback=(req.feedback + f"\nYour previous attempt failed: {exc}").strip()))
             except Exception as exc2:
-                if loop.proposer is loop.offline:
+                if not p.llm:
                     raise ProposalError(f"offline proposer failed twice: {exc2}") from exc2
                 info.update(fallback="offline", proposal_error=_describe(exc2))
-                proposal = loop.offline.propose(req)
+                proposal = p.offline.propose(req)
         sp.log(output={"description": proposal.description, "proposer": proposal.proposer,
                        **info}, tokens=proposal.tokens, cost=proposal.cost_usd)
     info["seconds"] = time.monotonic() - t0
@@ -87,8 +111,8 @@ def _describe(exc: BaseException) -> str:
 class Prefetch:
     """One background proposal at a time (proposers are never called concurrently)."""
 
-    def __init__(self, loop):
-        self.loop = loop
+    def __init__(self):
+        self.proposers: Proposers | None = None   # who the proposal in flight was asked of
         self.thread: threading.Thread | None = None
         self.n = None
         self.parent = None          # commit the proposal was made on
@@ -96,13 +120,14 @@ class Prefetch:
         self.result = None          # (proposal, info) or an exception
         self.dropped: list = []     # LLM proposals made ahead and not used: their cost is still spent
 
-    def start(self, req: ProposalRequest, parent: str) -> None:
+    def start(self, proposers: Proposers, req: ProposalRequest, parent: str) -> None:
         self.wait()
         self.n, self.parent, self.parent_source, self.result = req.n, parent, req.train_source, None
+        self.proposers = proposers
 
         def work():
             try:
-                self.result = call_proposer(self.loop, req)
+                self.result = call_proposer(proposers, req)
             except BaseException as exc:   # delivered to the main thread by take()
                 self.result = exc
         self.thread = threading.Thread(target=work, name=f"prefetch-{req.n}", daemon=True)
@@ -129,7 +154,7 @@ class Prefetch:
         if self.parent == parent:
             return proposal, info
         info["stale_parent"] = self.parent
-        if getattr(self.loop.proposer, "cheap_redo", False) or proposal.proposer == "offline":
+        if getattr(self.proposers.proposer, "cheap_redo", False) or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or merged == parent_source:

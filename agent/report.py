@@ -211,6 +211,7 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     import os
 
     from agent import workspace
+    from agent.experiment import run_commit
     from agent.judges.hierarchy import JudgeHierarchy
     from agent.sealing import make_seal
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
@@ -220,9 +221,10 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     judge = JudgeHierarchy(budget=budget)
     mode = "none" if (data["info"].get("sandbox") or {}).get("kind") == "none" else "auto"
     judge.seal = make_seal(data["run"], info, dict(data["info"]), mode, print)
-    shim = _Loop(scratch.path, data["run"], budget, n, judge.seal, data)
+    shim = _Loop(scratch.path, data["run"], budget, judge.seal, data)
     try:
-        out = judge.measure(shim, commit)
+        out = judge.measure(commit, worktree=scratch.path, run_dir=data["run"],
+                            train=lambda c: run_commit(shim, n, c, f"queue-{c[:7]}.log"))
     finally:
         shim.executor.close()
     return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
@@ -230,15 +232,16 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
 
 
 class _Loop:
-    """What JudgeHierarchy.measure (agent/experiment.run_commit) reads of the loop."""
+    """What agent/experiment.run_commit reads of its host, for an ablation's sealed run."""
 
-    def __init__(self, worktree: Path, run_dir: Path, budget: float, n: int, seal=None, data=None):
+    def __init__(self, worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
         from agent.experiment import one_slot
+        from agent.workspace import RunFiles
         from harness.runner import timeout_for
-        self.worktree, self.run_dir, self.budget, self._n = worktree, run_dir, budget, n
-        self.timeout = timeout_for(budget)
-        self.repo, self.seal, self.sealed = worktree, seal, True
         self.run_info = dict((data or {}).get("info") or {})
+        self.files = RunFiles(worktree, str(self.run_info.get("tag") or ""), worktree, run_dir)
+        self.budget, self.timeout = budget, timeout_for(budget)
+        self.seal, self.sealed = seal, True
         self._records = list((data or {}).get("records") or [])
         self.executor = one_slot(run_dir)
 
@@ -252,11 +255,6 @@ class _Loop:
         from harness.clock import reference_of
         return reference_of(self._records)
 
-    def next_n(self) -> int:
-        return self._n
-
-    def set_phase(self, *a) -> None:
-        pass
 
 
 def ablate(data: dict, summary: dict, measure=None) -> dict:

@@ -7,16 +7,24 @@ full run. Every screened candidate is journaled (kind "screen", with its experim
 the losers are never lost: their sources sit under the run folder's screen/NNNN/candidates/.
 Sealed, each rung is scored by the trusted evaluator on a proxy split held out from every
 candidate (harness/proxy.py), never by a figure a candidate printed.
+
+The screen never sees the loop: it gets a `Screen`, what it reads and calls, built by the loop
+for one experiment (the tag's files, the seal, the tag's state at that moment, the proposers,
+the guard, the console, the phase).
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Callable
 
+from agent.experiment import _unified as unified
+from agent.judges.reviewer import ExperimentContext, GuardVerdict
 from agent.pending import InFlight
-from agent.proposers.base import Proposal
-from agent.proposing import call_proposer
+from agent.proposers.base import Proposal, ProposalRequest
+from agent.proposing import Proposers, call_proposer
+from agent.workspace import RunFiles
 from harness.proxy import make_proxy
 from harness.results import append_journal
 from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
@@ -30,17 +38,36 @@ def proxy_tokens(profile: str | None) -> int | None:
     return PROXY_EVAL_TOKENS_MAX if profile == "gpu" else None
 
 
-def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> list[tuple[Proposal, dict]]:
+@dataclass(frozen=True)
+class Screen:
+    """What a screen of experiment n reads and calls (the loop builds one per screen)."""
+    k: int                        # --screen K: candidates asked for
+    seed: int                     # --seed
+    files: RunFiles               # the tag: journal, run folder (screen/NNNN/, the proxy split), worktree
+    seal: object                  # agent/sealing.py's seal (None or unsealed: the candidates run open)
+    profile: str | None           # run.json's profile (None: $AUTORESEARCH_PROFILE)
+    parent: str                   # the last kept commit: the candidates' parent
+    history: list                 # the decided records
+    best: dict | None             # {"commit", "val_bpb"}
+    proposers: Proposers
+    request: Callable[..., ProposalRequest]    # request(n, source, pending=[InFlight]) (Loop.request)
+    guard: Callable[[ExperimentContext], GuardVerdict]   # the reviewer's guard
+    say: Callable[[str], None]                 # a console event line
+    set_phase: Callable[..., None]             # set_phase(phase, n)
+    tracer: object
+
+
+def gather(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> list[tuple[Proposal, dict]]:
     """K distinct proposals for experiment n: `first`, then K-1 more, each request seeing the
     candidates already gathered (as pending history) so a proposer does not repeat itself."""
     got = [first]
     seen = {first[0].source}
     tries = 0
-    while len(got) < k and tries < 2 * k:
+    while len(got) < s.k and tries < 2 * s.k:
         tries += 1
-        pending = [InFlight.of(n, loop.last_kept, replace(p, description=f"(screen candidate) {p.description}"))
+        pending = [InFlight.of(n, s.parent, replace(p, description=f"(screen candidate) {p.description}"))
                    for p, _ in got]
-        proposal, info = call_proposer(loop, loop.request(n, source, pending=pending))
+        proposal, info = call_proposer(s.proposers, s.request(n, source, pending=pending))
         if proposal.source in seen or proposal.source == source:
             continue
         seen.add(proposal.source)
@@ -48,58 +75,56 @@ def gather(loop, n: int, source: str, first: tuple[Proposal, dict], k: int) -> l
     return got
 
 
-def guarded(loop, n: int, source: str, candidates: list[tuple[Proposal, dict]]) -> list[tuple[Proposal, dict]]:
+def guarded(s: Screen, n: int, source: str, candidates: list[tuple[Proposal, dict]]) -> list[tuple[Proposal, dict]]:
     """The candidates the guard passes; each rejection is journaled (kind "screen"), none trains."""
-    from agent.experiment import _unified
-    from agent.judges.reviewer import ExperimentContext
+    f = s.files
     kept = []
     for i, (p, info) in enumerate(candidates):
-        diff = _unified(source, p.source)
-        ctx = ExperimentContext(n=n, tag=loop.tag, worktree=loop.worktree, parent=loop.last_kept, commit=None,
-                                old_source=source, new_source=p.source, diff=diff, proposal=p,
-                                history=list(loop.history), best=loop.best, run_dir=loop.run_dir)
-        verdict = loop.reviewer.guard(ctx)
+        ctx = ExperimentContext(n=n, tag=f.tag, worktree=f.worktree, parent=s.parent, commit=None,
+                                old_source=source, new_source=p.source, diff=unified(source, p.source), proposal=p,
+                                history=list(s.history), best=s.best, run_dir=f.run_dir)
+        verdict = s.guard(ctx)
         if verdict.ok:
             kept.append((p, info))
             continue
-        loop.console.event(f"screen: guard rejected candidate {i} ({p.description}): {verdict.reason}")
-        append_journal(loop.journal_path, {"kind": "screen", "n": n, "tag": loop.tag, "candidate": i,
-                                           "label": p.description, "rejected": verdict.reason, "rungs": []})
+        s.say(f"screen: guard rejected candidate {i} ({p.description}): {verdict.reason}")
+        append_journal(f.journal_path, {"kind": "screen", "n": n, "tag": f.tag, "candidate": i,
+                                        "label": p.description, "rejected": verdict.reason, "rungs": []})
     return kept
 
 
-def pick(loop, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
+def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
     """Screen K candidates and return the winner (with the screen's summary in its info)."""
     from harness.search.halving import screen   # imported lazily: only --screen runs need the pool
 
-    k = int(loop.config.screen)
-    loop.set_phase("proposing", n)
-    candidates = guarded(loop, n, source, gather(loop, n, source, first, k))
+    run_dir = s.files.run_dir
+    s.set_phase("proposing", n)
+    candidates = guarded(s, n, source, gather(s, n, source, first))
     if not candidates:
         return first                 # all rejected: the first goes to the guard (and is recorded) as usual
     if len(candidates) < 2:
         return candidates[0]
-    loop.set_phase("screening", n)
+    s.set_phase("screening", n)
     t0 = time.monotonic()
     labels = [p.description for p, _ in candidates]
-    with loop.tracer.span("screen", input={"n": n, "k": len(candidates), "labels": labels}) as sp:
+    with s.tracer.span("screen", input={"n": n, "k": len(candidates), "labels": labels}) as sp:
         try:
-            seal = loop.seal
+            seal = s.seal
             sealed = seal is not None and seal.sealed and seal.data is not None
-            proxy = make_proxy(seal.data, loop.run_dir / ".sealed" / "proxy") if sealed else None
-            profile = loop.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE")
-            res = screen([p.source for p, _ in candidates], workdir=loop.run_dir / "screen" / f"{n:04d}",
-                         prepare_dir=loop.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
-                         seed=loop.config.seed, log=loop.console.event,
+            proxy = make_proxy(seal.data, run_dir / ".sealed" / "proxy") if sealed else None
+            profile = s.profile or os.environ.get("AUTORESEARCH_PROFILE")
+            res = screen([p.source for p, _ in candidates], workdir=run_dir / "screen" / f"{n:04d}",
+                         prepare_dir=s.files.worktree, labels=labels, min_steps=SCREEN_MIN_STEPS,
+                         seed=s.seed, log=s.say,
                          sandbox=seal.sandbox if sealed else None, data=seal.data if sealed else None,
                          proxy=proxy, rows=eval_rows(profile), eval_tokens=proxy_tokens(profile))
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
-            loop.console.event(f"screen failed ({exc}); running the first candidate unscreened")
+            s.say(f"screen failed ({exc}); running the first candidate unscreened")
             sp.log(output={"error": str(exc)})
             return first[0], dict(first[1], screen_error=str(exc))
         sp.log(output={"winner": res.winner, "ranking": res.ranking, "spent_steps": res.spent_steps})
     for rec in res.records:
-        append_journal(loop.journal_path, dict(rec, n=n, tag=loop.tag))
+        append_journal(s.files.journal_path, dict(rec, n=n, tag=s.files.tag))
     index = res.winner if res.winner is not None else 0
     proposal, info = candidates[index]
     seconds = time.monotonic() - t0

@@ -23,8 +23,10 @@ import shutil
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from agent import between
 from agent.coordinator import LockedProposer, Phased
 from agent.errors import WorkerStopped
 from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
@@ -34,7 +36,6 @@ from harness import gitops
 from harness.executors import LocalExecutor
 from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
 from harness.records import ExperimentRecord, WorkerState
-from harness.results import append_journal
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5
@@ -60,11 +61,11 @@ class Worker(Phased):
     def __init__(self, loop, wid: int, worktree: Path, executor):
         self.loop, self.wid, self.worktree = loop, wid, worktree
         self.coord, self.executor = loop.coord, executor
-        self.branch_worktree = loop.worktree
-        self.pending_path = loop.run_dir / f"pending-w{wid}.json"
+        # its own worktree and pending file; keeps move the branch in the tag's worktree
+        self.files = replace(loop.files, worktree=worktree, pending_name=f"pending-w{wid}.json",
+                             branch_worktree=loop.worktree)
         self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
-        self.proposer = LockedProposer(loop.proposer, loop.coord.proposer_lock)
-        self.offline = LockedProposer(loop.offline, loop.coord.proposer_lock)
+        self.proposers = locked(loop.proposers, loop.coord.proposer_lock)
         self.prefetch = _NoPrefetch()
         self.feedback = ""
         self.phase, self.experiment, self.run_started_at = "idle", None, None
@@ -75,8 +76,8 @@ class Worker(Phased):
 
     # what is the loop's, read through it
     def __getattr__(self, name):
-        if name in ("repo", "tag", "run_dir", "journal_path", "results_path", "budget", "timeout", "config",
-                    "tracer", "reviewer", "console", "seal", "sealed", "run_info", "stop_event"):
+        if name in ("budget", "timeout", "config", "tracer", "reviewer", "console", "seal", "sealed", "run_info",
+                    "stop_event"):
             return getattr(self.loop, name)
         raise AttributeError(name)
 
@@ -121,9 +122,9 @@ class Worker(Phased):
 
     # ---- the worker's own loop -------------------------------------------------------------
     def next_attempt(self, n: int, parent: str) -> Attempt:
-        source = gitops.show_file(self.repo, parent, TRAIN)
+        source = gitops.show_file(self.files.repo, parent, TRAIN)
         self.set_phase("proposing", n)
-        proposal, info = call_proposer(self, self.request(n, source, feedback=self.feedback))
+        proposal, info = call_proposer(self.proposers, self.request(n, source, feedback=self.feedback))
         self.feedback = ""
         return Attempt(n=n, parent=parent, proposal=proposal, info=info)
 
@@ -163,6 +164,14 @@ class Worker(Phased):
         except BaseException as exc:   # delivered to the main thread, which stops the others
             self.error = exc
             self.loop.stop_event.set()
+
+
+def locked(proposers, lock):
+    """The loop's proposers (agent/proposing.py Proposers), each call waiting for `lock`: workers
+    share one proposer. With --proposer offline the fallback stays the proposer itself."""
+    proposer = LockedProposer(proposers.proposer, lock)
+    offline = proposer if not proposers.llm else LockedProposer(proposers.offline, lock)
+    return replace(proposers, proposer=proposer, offline=offline)
 
 
 def _pop(items: list, lock):
@@ -227,11 +236,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
 def _boundary(loop) -> None:
     """Human-queue decisions, applied between decisions (under the coordinator's lock)."""
     with loop.coord.lock:
-        for rec in loop.reviewer.boundary(loop) or []:
-            append_journal(loop.journal_path, rec)
-            typed = ExperimentRecord.from_dict(rec)          # audits, queue_applied: not experiments
-            if typed.is_experiment:
-                loop.history.append(typed)
+        between.apply(loop)
 
 
 def open_executor(kind: str, count: int, *, ray_address: str | None = None, gpus: str | None = None,
@@ -311,5 +316,5 @@ def take_over(view, a: Attempt, origin: Path) -> None:
     """`view` (a worker, or the single loop) carries a resumed experiment: its own pending file
     names it before the old one goes, so a kill in between loses nothing."""
     write_pending(view, a)
-    if Path(origin) != Path(view.pending_path):
+    if Path(origin) != Path(view.files.pending_path):
         Path(origin).unlink(missing_ok=True)

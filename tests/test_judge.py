@@ -85,6 +85,8 @@ def test_near_duplicates_found_in_history():
 from types import SimpleNamespace  # noqa: E402
 
 from agent.judges.hierarchy import JudgeHierarchy  # noqa: E402
+from agent.judges.reviewer import BoundaryContext  # noqa: E402
+from agent.workspace import RunFiles  # noqa: E402
 from harness.queue_store import QueueStore  # noqa: E402
 from harness.verify import VerifyResult  # noqa: E402
 from harness.records import ExperimentRecord
@@ -135,7 +137,8 @@ def test_baseline_repeats_then_confirmed_keep_then_contested_escalation(tmp_path
     assert items[0]["payload"]["figures"]["runs"] == pytest.approx([1.002 - f * th for f in (0.05, 0.45, 0.2, 0.4, 0.15)])
     assert items[0]["payload"]["status"] == "discard"
     # every decided experiment leaves an audit record for the journal, handed out at the boundary
-    audits = h.boundary(SimpleNamespace(run_dir=tmp_path / "nowhere"))
+    audits = h.boundary(BoundaryContext(files=RunFiles(tmp_path, "t", tmp_path, tmp_path / "nowhere"), history=[],
+                                        on_moved=lambda head, best: None, train=lambda commit: None))
     assert [a["kind"] for a in audits] == ["audit"] * 2 and [a["n"] for a in audits] == [2, 4]
 
 

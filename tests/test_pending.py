@@ -2,6 +2,7 @@
 from agent.experiment import Attempt, write_pending
 from agent.pending import BEING_PROPOSED, InFlight, PendingFile
 from agent.proposers.base import Proposal
+from agent.workspace import RunFiles
 from harness import knobs
 from harness.records import ExperimentRecord
 
@@ -18,9 +19,9 @@ def test_pending_file_round_trip_through_the_writer(tmp_path):
     a = attempt()
 
     class Host:
-        pending_path = tmp_path / "pending.json"
+        files = RunFiles(tmp_path, "t", tmp_path, tmp_path)
     write_pending(Host, a)          # what run_experiment writes before the run
-    got = PendingFile.read(Host.pending_path)
+    got = PendingFile.read(tmp_path / "pending.json")
     assert (got.n, got.parent, got.commit, got.description, got.proposer) == (7, a.parent, a.commit, "deeper", "claude")
     p = got.proposal(SRC)
     assert (p.hypothesis, p.model, p.notes, p.source) == ("more layers", "m", "a note", SRC)

@@ -6,8 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from agent.coordinator import Coordinator
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.queue_apply import TRAILER, apply_decided
+from agent.judges.reviewer import BoundaryContext
+from agent.workspace import RunFiles
 from harness import gitops
 from harness.queue_store import QueueStore
 from harness.results import init_results, read_results
@@ -110,14 +113,37 @@ def test_failed_remeasurement_and_conflict_leave_the_branch(branch):
 
 
 def test_hierarchy_boundary_moves_the_loop(branch):
+    """The boundary gets the tag's files, history, `on_moved` and `train` (a BoundaryContext), not
+    the loop: the applied decision moves the coordinator's head and best through on_moved, and the
+    re-measurement is asked of measure with the caller's train."""
     b = branch
     i = escalate(b.q, 2, b.discarded, "discard")
     b.q.decide(i, "approve", who="alice")
     h = JudgeHierarchy()
-    h.measure = lambda loop, commit: {"ok": True, "trusted_bpb": 1.25}
-    loop = SimpleNamespace(run_dir=b.wt, repo=b.wt, worktree=b.wt, tag="t", history=[],
-                           last_kept=b.kept, best={"commit": b.kept, "val_bpb": 1.3})
-    recs = h.boundary(loop)
+    asked = []
+    h.measure = lambda commit, **kw: asked.append((commit, kw)) or {"ok": True, "trusted_bpb": 1.25}
+    coord = Coordinator(last_kept=b.kept)
+    coord.best = {"commit": b.kept, "val_bpb": 1.3}
+
+    def train(commit):
+        raise AssertionError("measure is replaced: nothing trains")
+    recs = h.boundary(BoundaryContext(files=RunFiles(b.wt, "t", b.wt, b.wt), history=[], on_moved=coord.moved,
+                                      train=train))
     assert [r["kind"] for r in recs] == ["queue_applied"]
-    assert loop.last_kept == recs[0]["commit"] == gitops.head(b.wt)
-    assert loop.best == {"commit": recs[0]["commit"], "val_bpb": 1.25}
+    assert coord.last_kept == recs[0]["commit"] == gitops.head(b.wt)
+    assert coord.best == {"commit": recs[0]["commit"], "val_bpb": 1.25}
+    assert asked == [(recs[0]["commit"], {"worktree": b.wt, "run_dir": b.wt, "train": train})]
+
+
+def test_a_remeasurement_is_the_callers_run_verified_by_the_judge(branch, tmp_path):
+    """JudgeHierarchy.measure trains through the `train` it is handed (no loop object, no
+    agent.experiment import); a crashed run is a failed measurement, with its log."""
+    h = JudgeHierarchy()
+    ran = []
+
+    def crashed(commit):
+        ran.append(commit)
+        return SimpleNamespace(crash_class="timeout", log_path=tmp_path / "queue.log", summary=None)
+    out = h.measure(branch.kept, worktree=branch.wt, run_dir=branch.wt, train=crashed)
+    assert ran == [branch.kept]
+    assert out == {"ok": False, "reason": "crashed: timeout", "log": str(tmp_path / "queue.log")}

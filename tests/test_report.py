@@ -97,3 +97,29 @@ def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
             "P(better) 0.9991 (keep at >= 0.99)") in md
     assert "- training runs: 4 for 2 decisions (1 for the baseline, 2 confirming or replacing a disturbed run)" in md
     assert "- hand-over: cost cap reached at exp 2" in md
+
+
+def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tmp_path, monkeypatch):
+    """measure_sealed hands JudgeHierarchy.measure a `train` that runs the commit through
+    agent/experiment.run_commit on a host of its own (the scratch worktree, the run folder); a
+    crashed run is a failed measurement. Nothing trains here: run_commit, the data and the seal are stubbed."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from agent import experiment, sealing, workspace
+    repo = fake_repo(tmp_path / "repo")
+    head = git(repo, "rev-parse", "HEAD")
+    run = tmp_path / "run"
+    (run / report_mod.REPORT_DIR).mkdir(parents=True)
+    monkeypatch.setattr(workspace, "describe_data", lambda *a, **k: {})
+    monkeypatch.setattr(sealing, "make_seal", lambda *a, **k: None)
+    ran = []
+
+    def crashed(host, n, commit, log_name):
+        ran.append((host.files.worktree, host.files.run_dir, n, commit, log_name))
+        return SimpleNamespace(crash_class="timeout", log_path=Path(run / "logs" / log_name), summary=None)
+    monkeypatch.setattr(experiment, "run_commit", crashed)
+    data = {"run": run, "info": {"budget": 1, "tag": "t"}, "records": []}
+    out = report_mod.measure_sealed(data, SimpleNamespace(path=repo), head, 9001)
+    assert ran == [(repo, run, 9001, head, f"queue-{head[:7]}.log")]
+    assert out == {"ok": False, "bpb": None, "reason": "crashed: timeout", "log": str(run / "logs" / f"queue-{head[:7]}.log")}

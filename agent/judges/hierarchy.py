@@ -30,7 +30,7 @@ from agent.judges.evidence import Band
 from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.queue_apply import apply_decided
-from agent.judges.reviewer import GuardVerdict
+from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
@@ -433,36 +433,34 @@ class JudgeHierarchy:
             yield sp
 
     # ---- boundary ----------------------------------------------------------------------------
-    def boundary(self, loop) -> list[dict]:
+    def boundary(self, ctx: BoundaryContext) -> list[dict]:
+        """The audit records of the decisions since the last boundary, then the human queue's
+        decisions applied to the branch (agent/judges/queue_apply.py), each re-measurement a run of
+        ctx.train verified here; ctx.on_moved moves the tag's state after each."""
         records, self._audits = self._audits, []
-        queue_path = Path(loop.run_dir) / "queue.sqlite"
+        files = ctx.files
+        queue_path = Path(files.run_dir) / "queue.sqlite"
         if not queue_path.exists():
             return records
 
         def measure(commit: str) -> dict:
-            return self.measure(loop, commit)
+            return self.measure(commit, worktree=files.worktree, run_dir=files.run_dir, train=ctx.train)
 
-        def moved(outcome) -> None:
-            loop.last_kept = outcome.head
-            if outcome.best is not None:
-                loop.best = outcome.best
-
-        records += apply_decided(QueueStore(queue_path), repo=loop.repo, worktree=loop.worktree, tag=loop.tag,
-                                 measure=measure, history=loop.history, on_outcome=moved)
+        records += apply_decided(QueueStore(queue_path), repo=files.repo, worktree=files.worktree, tag=files.tag,
+                                 measure=measure, history=ctx.history,
+                                 on_outcome=lambda outcome: ctx.on_moved(outcome.head, outcome.best))
         return [scrub(r) for r in records]
 
-    def measure(self, loop, commit: str) -> dict:
-        """Train and verify `commit` (checked out in the worktree) outside the experiment sequence."""
-        with contextlib.suppress(Exception):
-            loop.set_phase("training")
-        from agent.experiment import run_commit
-        n = loop.next_n()
-        run = run_commit(loop, n, commit, f"queue-{commit[:7]}.log")
+    def measure(self, commit: str, *, worktree: Path, run_dir: Path, train) -> dict:
+        """Train and verify `commit` (checked out in `worktree`) outside the experiment sequence:
+        `train(commit)` runs it (the caller's executor, agent/between.py), the trusted evaluation
+        is checked here as for an experiment; `run_dir` holds run.json and the evaluator's folder."""
+        run = train(commit)
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
-        source = gitops.show_file(Path(loop.worktree), commit, "train.py")
-        ctx = _MeasureCtx(loop, commit, source)
+        source = gitops.show_file(Path(worktree), commit, "train.py")
+        ctx = _MeasureCtx(commit, source, worktree, run_dir)
         v = self._verify(ctx, run, (run.summary or {}).get("val_bpb"))
         return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
                 "verify_seconds": v.seconds, "memory_gb": float((run.summary or {}).get("peak_vram_mb") or 0) / 1024,
@@ -477,9 +475,9 @@ class _NoSpan:
 class _MeasureCtx:
     """Just what _verify and _trusted_prepare read, for a re-measurement outside an experiment."""
 
-    def __init__(self, loop, commit, source):
+    def __init__(self, commit, source, worktree, run_dir):
         self.n, self.commit, self.new_source = None, commit, source
-        self.worktree, self.run_dir, self.parent = Path(loop.worktree), Path(loop.run_dir), commit
+        self.worktree, self.run_dir, self.parent = Path(worktree), Path(run_dir), commit
 
 
 def _run_json(ctx) -> dict:

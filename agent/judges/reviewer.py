@@ -2,7 +2,8 @@
 
 The loop only knows this protocol. SimpleReviewer is the default (keep iff val_bpb beats the
 best so far, the rule of the seed's program.md); the judge hierarchy is another implementation
-plugged in through the same three methods.
+plugged in through the same three methods. Each gets a context, never the loop: an
+ExperimentContext before and after a run, a BoundaryContext between experiments.
 """
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import ast
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
+from agent.workspace import RunFiles
 from harness.records import Basis, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
 from harness import pyparse
@@ -37,6 +39,18 @@ class ExperimentContext:
     run_dir: Path
 
 
+@dataclass(frozen=True)
+class BoundaryContext:
+    """What the boundary step (between experiments) gets: the tag's files (its worktree holds the
+    branch), its decided history, `on_moved(head, best)` to move the tag's state after each applied
+    decision (best None: unchanged), and `train(commit)`, a run of `commit` (checked out in the
+    worktree) outside the experiment sequence, with its trusted evaluation (agent/between.py)."""
+    files: RunFiles
+    history: list[ExperimentRecord]
+    on_moved: Callable[[str, dict | None], None]
+    train: Callable[[str], RunResult]
+
+
 @dataclass
 class GuardVerdict:
     ok: bool
@@ -50,7 +64,7 @@ class Reviewer(Protocol):
 
     def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision: ...
 
-    def boundary(self, loop) -> list[dict]: ...
+    def boundary(self, ctx: BoundaryContext) -> list[dict]: ...
 
 
 def _defines(source: str, names: tuple[str, ...]) -> list[str]:
@@ -88,5 +102,5 @@ class SimpleReviewer:
             return Decision("keep", f"val_bpb {bpb:.6f} beats best {best:.6f} by {best - bpb:.6f}")
         return Decision("discard", f"val_bpb {bpb:.6f} does not beat best {best:.6f}")
 
-    def boundary(self, loop) -> list[dict]:
+    def boundary(self, ctx: BoundaryContext) -> list[dict]:
         return []

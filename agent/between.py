@@ -1,0 +1,43 @@
+"""Step 3 of the protocol (agent/loop.py): between experiments, the reviewer's boundary step.
+
+The reviewer (agent/judges/reviewer.py) gets a BoundaryContext, not the loop: the tag's files,
+its decided history, how to move the tag's state when an applied decision moves the branch
+(the coordinator's `moved`), and how to train a commit outside the experiment sequence (a queue
+re-measurement: `run_commit` on the loop's executor, the run the experiments get). What it
+returns (audit records, queue applications) goes to the journal here; the experiment records
+among them join the history. The single loop and `--workers N` (agent/workers.py, under the
+coordinator's lock) both call `apply`.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from agent.experiment import run_commit
+from agent.judges.reviewer import BoundaryContext
+from harness.records import ExperimentRecord
+from harness.results import append_journal
+from harness.runner import RunResult
+
+
+def context(loop) -> BoundaryContext:
+    """The boundary's context for `loop` (agent/loop.py Loop): its files, history and coordinator."""
+    return BoundaryContext(files=loop.files, history=loop.history, on_moved=loop.coord.moved,
+                           train=lambda commit: train(loop, commit))
+
+
+def train(loop, commit: str) -> RunResult:
+    """A run of `commit` outside the experiment sequence (its log: logs/queue-<short>.log), under
+    the next experiment's number (the job's number: its artifact folder)."""
+    with contextlib.suppress(Exception):
+        loop.set_phase("training")
+    return run_commit(loop, loop.next_n(), commit, f"queue-{commit[:7]}.log")
+
+
+def apply(loop) -> None:
+    """The reviewer's boundary step, its records journaled (audits and queue applications are not
+    experiments; an experiment record among them joins the history)."""
+    for rec in loop.reviewer.boundary(context(loop)) or []:
+        append_journal(loop.journal_path, rec)
+        typed = ExperimentRecord.from_dict(rec)
+        if typed.is_experiment:
+            loop.history.append(typed)

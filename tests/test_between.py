@@ -1,0 +1,43 @@
+"""Step 3 (agent/between.py): the reviewer's boundary step gets a BoundaryContext built from the
+loop's files, history and coordinator; what it returns is journaled, experiments join the history."""
+from types import SimpleNamespace
+
+from agent import between
+from agent.coordinator import Coordinator
+from agent.judges.reviewer import BoundaryContext
+from agent.workspace import RunFiles
+from harness.records import ExperimentRecord
+from harness.results import read_journal
+
+A, B, C = "a" * 40, "b" * 40, "c" * 40
+
+
+def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, monkeypatch):
+    seen = []
+
+    class Reviewer:
+        def boundary(self, ctx):
+            seen.append(ctx)
+            return [{"kind": "audit", "tag": "t", "n": 3}, {"kind": "experiment", "tag": "t", "n": 4, "status": "keep"}]
+
+    files = RunFiles(tmp_path, "t", tmp_path, tmp_path)
+    coord = Coordinator(last_kept=A)
+    phases = []
+    loop = SimpleNamespace(files=files, journal_path=files.journal_path, history=coord.history, coord=coord,
+                           reviewer=Reviewer(), next_n=lambda: 7, set_phase=lambda phase, n=None: phases.append(phase))
+    ran = []
+    monkeypatch.setattr(between, "run_commit", lambda host, n, commit, log_name: ran.append((host, n, commit, log_name))
+                        or "the run")
+    between.apply(loop)
+
+    assert [r["kind"] for r in read_journal(files.journal_path, kind=None)[0]] == ["audit", "experiment"]
+    assert [(type(r), r.n) for r in loop.history] == [(ExperimentRecord, 4)]   # the audit is no experiment
+    (ctx,) = seen
+    assert isinstance(ctx, BoundaryContext) and ctx.files is files and ctx.history is coord.history
+    ctx.on_moved(B, None)                                   # a decision applied, the best unchanged
+    assert (coord.last_kept, coord.best) == (B, None)
+    ctx.on_moved(C, {"commit": C, "val_bpb": 1.0})
+    assert (coord.last_kept, coord.best) == (C, {"commit": C, "val_bpb": 1.0})
+    # a re-measurement: the loop's run of the commit, numbered as the next experiment, phase training
+    assert ctx.train(B) == "the run"
+    assert ran == [(loop, 7, B, f"queue-{B[:7]}.log")] and phases == ["training"]
