@@ -19,11 +19,11 @@ import re
 import shutil
 import os
 import subprocess
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from agent import budget
 from agent.config import LoopConfig
-from agent.judges import stats
 from agent.proposers.local import SEARCHES
 from harness import gitops
 
@@ -182,51 +182,55 @@ def parse_args(argv=None) -> LoopConfig:
 def parser() -> argparse.ArgumentParser:
     """The loop's options; each one's dest is a LoopConfig field (tests/test_cli_args.py checks)."""
     p = argparse.ArgumentParser(description=DESCRIPTION)
+    # The defaults are LoopConfig's (one table), set below; --budget and --proposer stay None here so
+    # parse_args can tell "not given" (the environment decides) from a value.
     p.add_argument("--tag", required=True, help="run name; branch autoresearch/<tag>")
     p.add_argument("--budget", type=float, default=None,
                    help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
-    p.add_argument("--max-experiments", type=int, default=None, help="stop after N experiments (baseline included)")
-    p.add_argument("--until", default=None, help="start no experiment after this local time, HH:MM")
+    p.add_argument("--max-experiments", type=int, help="stop after N experiments (baseline included)")
+    p.add_argument("--until", help="start no experiment after this local time, HH:MM")
     p.add_argument("--proposer", choices=("claude", "offline"), default=None,
                    help="default: claude when ANTHROPIC_API_KEY is set, else offline")
-    p.add_argument("--model", default=None, help="Claude model id (claude proposer)")
-    p.add_argument("--max-cost", type=float, default=None, metavar="USD",
+    p.add_argument("--model", help="Claude model id (claude proposer)")
+    p.add_argument("--max-cost", type=float, metavar="USD",
                    help="LLM spend cap in dollars: past it the offline proposer proposes and the judge stops "
                         "calling the LLM; the loop goes on (default: no cap)")
-    p.add_argument("--crash-streak", type=int, default=budget.CRASH_STREAK, metavar="N",
+    p.add_argument("--crash-streak", type=int, metavar="N",
                    help=f"N crashes in a row of the LLM's hand {budget.HANDOVER_EXPERIMENTS} experiments to the "
-                        f"offline proposer (default {budget.CRASH_STREAK}; 0: never)")
+                        "offline proposer (default %(default)s; 0: never)")
     p.add_argument("--resume", action="store_true", help="continue an existing tag")
-    p.add_argument("--fix-tries", type=int, default=2, help="times the proposer may fix a crash")
-    p.add_argument("--api-patience", type=float, default=600.0,
+    p.add_argument("--fix-tries", type=int, help="times the proposer may fix a crash")
+    p.add_argument("--api-patience", type=float,
                    help="seconds of API outage before the offline proposer stands in")
-    p.add_argument("--seed", type=int, default=0, help="seed of the offline search")
-    p.add_argument("--offline-search", choices=SEARCHES, default="local",
+    p.add_argument("--seed", type=int, help="seed of the offline search")
+    p.add_argument("--offline-search", choices=SEARCHES,
                    help="the offline proposer: local (default: one resolvable step of one knob from the "
                         "incumbent, chosen from the evidence) or an Optuna sampler over every knob (tpe, cmaes, random)")
-    p.add_argument("--worktree-root", default=None, help="where worktrees go (default <repo>/.autoresearch)")
-    p.add_argument("--baseline-repeats", type=int, default=stats.BASELINE_RUNS,
-                   help=f"baseline runs used by the judges to estimate noise (default {stats.BASELINE_RUNS})")
-    p.add_argument("--reviewer", choices=("hierarchy", "simple"), default="hierarchy",
+    p.add_argument("--worktree-root", help="where worktrees go (default <repo>/.autoresearch)")
+    p.add_argument("--baseline-repeats", type=int,
+                   help="baseline runs used by the judges to estimate noise (default %(default)s)")
+    p.add_argument("--reviewer", choices=("hierarchy", "simple"),
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
                    "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
-    p.add_argument("--timeout", type=float, default=None, help="kill a run after this many seconds "
+    p.add_argument("--timeout", type=float, help="kill a run after this many seconds "
                    "(default max(2x budget, budget + 300 s))")
-    p.add_argument("--repo", default=".", help="the repository (default: the current one)")
-    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+    p.add_argument("--repo", help="the repository (default: the current one)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"),
                    help="seal train.py runs with bubblewrap: auto or bwrap (default auto; either refuses to "
                         "start without it) or none (no sandbox: every surface says the results are unsealed)")
-    p.add_argument("--screen", type=int, default=1, metavar="K",
+    p.add_argument("--screen", type=int, metavar="K",
                    help="propose K candidates per experiment, screen them with short successive-halving "
                         "runs, give only the winner the full run (default 1: no screen)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=int, metavar="N",
                    help="experiments in flight at once, each in its own worktree and on its own GPU "
                         "(default 1)")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
+    p.add_argument("--executor", choices=("local", "ray"),
                    help="where --workers run: local subprocesses (default) or Ray tasks")
-    p.add_argument("--ray-address", default=None,
+    p.add_argument("--ray-address",
                    help="join this Ray cluster (default: start a local Ray runtime)")
-    p.add_argument("--gpus", default=None,
+    p.add_argument("--gpus",
                    help="GPU ids for local workers, comma-separated (default: CUDA_VISIBLE_DEVICES, "
                         "else every GPU nvidia-smi lists, else none: CPU)")
+    p.set_defaults(**{f.name: f.default for f in fields(LoopConfig)
+                      if f.default is not MISSING and f.name not in ("budget", "proposer")})
     return p

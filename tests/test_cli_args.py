@@ -78,6 +78,12 @@ def test_the_loop_is_configured_by_a_frozen_loop_config(monkeypatch):
         config.budget = 1.0
     dests = {a.dest for a in cli.parser()._actions if a.dest != "help"}
     assert dests == {f.name for f in dataclasses.fields(LoopConfig)}
+    # one table of defaults: what an option left out becomes is LoopConfig's own default
+    plain = loop_mod.parse_args(["--tag", "t"])
+    for f in dataclasses.fields(LoopConfig):
+        if f.default is not dataclasses.MISSING:
+            assert getattr(plain, f.name) == f.default, (f.name, getattr(plain, f.name), f.default)
+    assert "(default 3; 0: never)" in " ".join(cli.parser().format_help().split())   # --crash-streak's help
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     assert loop_mod.parse_args(["--tag", "t"]).proposer == "claude"   # the default follows the key
 
