@@ -19,6 +19,7 @@ may stop using any part of it (write its own attention, say), except save_model 
 """
 
 import contextlib
+import functools
 import glob
 import inspect
 import json
@@ -90,9 +91,72 @@ def use_profile_knobs(module_name, profile):
 # Device: precision, threads, allocator, ptxas, peak FLOPs, memory.
 # ---------------------------------------------------------------------------------------------
 
+def defer_dynamo_import():
+    """torch.optim marks its methods (add_param_group, zero_grad, state_dict, the functional
+    adam...) as not to be compiled, and the mark imports torch._dynamo on the first call: 2.3 s of
+    a tiny run's 8 s on this CPU, for a run that compiles nothing. Until something imports
+    torch._dynamo (torch.compile does), nothing can be compiling, so the mark is a plain call;
+    once it is imported, each mark becomes torch's own disable on its next call."""
+    def deferred(fn):
+        def call(*args, **kwargs):
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            real = sys.modules["torch._dynamo"].disable(fn, True, wrapping=False)
+            setattr(fn, "__dynamo_disable", real)   # the name torch._compile reads, unmangled
+            return real(*args, **kwargs)
+        return call
+
+    marked = torch._disable_dynamo(lambda: None).__code__   # the wrapper's code, shared by every mark
+
+    def marks(f, depth=0):
+        """The marks in f or in its closure (the functional optimizers wrap a mark once more)."""
+        if depth > 2 or not callable(f) or not hasattr(f, "__code__"):
+            return
+        if f.__code__ is marked:
+            yield f
+        for cell in f.__closure__ or ():
+            try:
+                yield from marks(cell.cell_contents, depth + 1)
+            except ValueError:   # an empty cell
+                pass
+
+    # Each optimizer's step() is wrapped to set grad mode and break a dynamo graph around it; the
+    # wrapper imports torch._dynamo for the graph break. Without dynamo there is no graph to break.
+    grad_wrapper = sys.modules["torch.optim.optimizer"]._use_grad_for_differentiable(lambda self: None).__code__
+
+    def deferred_step(wrapped):
+        func = wrapped.__wrapped__
+
+        @functools.wraps(func)
+        def step(*args, **kwargs):
+            if "torch._dynamo" in sys.modules:
+                return wrapped(*args, **kwargs)
+            prev = torch.is_grad_enabled()
+            try:
+                torch.set_grad_enabled(args[0].defaults["differentiable"])
+                return func(*args, **kwargs)
+            finally:
+                torch.set_grad_enabled(prev)
+        step.deferred_dynamo = True
+        return step
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch.optim") or module is None:
+            continue
+        for obj in list(vars(module).values()):
+            for attr, f in (list(vars(obj).items()) if isinstance(obj, type) else [(None, obj)]):
+                for mark in marks(f):
+                    inner = mark.__wrapped__
+                    if getattr(inner, "__dynamo_disable", None) is None:
+                        setattr(inner, "__dynamo_disable", deferred(inner))
+                if attr is not None and getattr(f, "__code__", None) is grad_wrapper:
+                    setattr(obj, attr, deferred_step(f))
+
+
 def setup_device():
     """(device, autocast context). CUDA: bf16 autocast, TF32 matmuls, expandable allocator
     segments (the reference's); CPU: float32 on every core (AUTORESEARCH_THREADS overrides)."""
+    defer_dynamo_import()
     if torch.cuda.is_available():
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before the first allocation
         torch.set_float32_matmul_precision("high")
