@@ -37,7 +37,7 @@ def apply(loop) -> None:
     """The reviewer's boundary step, its records journaled (audits and queue applications are not
     experiments; an experiment record among them joins the history)."""
     for rec in loop.reviewer.boundary(context(loop)) or []:
-        append_journal(loop.journal_path, rec)
+        append_journal(loop.files.journal_path, rec)
         typed = ExperimentRecord.from_dict(rec)
         if typed.is_experiment:
             loop.history.append(typed)

@@ -123,7 +123,7 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
     guard = GuardVerdict(True, "baseline: unmodified train.py")
     if a.parent is not None and not committed:
         loop.set_phase("guarding", a.n)
-        diff = _unified(old_source, a.proposal.source)
+        diff = gitops.text_diff(old_source, a.proposal.source)
         ctx = context(loop, a, old_source, a.proposal.source, diff)
         with loop.tracer.span("guard", input={"n": a.n}) as sp:     # 5. guard
             guard = loop.reviewer.guard(ctx)
@@ -188,7 +188,7 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     a.proposal = replace(a.proposal, source=merged,
                          notes=(a.proposal.notes + f" [rebased from {str(old_parent)[:7]} onto {tip[:7]} "
                                 "to be confirmed]").strip())
-    ctx = context(loop, a, tip_source, merged, _unified(tip_source, merged))
+    ctx = context(loop, a, tip_source, merged, gitops.text_diff(tip_source, merged))
     guard = loop.reviewer.guard(ctx)
     if not guard.ok:
         return Decision("discard", f"guard (after rebasing onto {tip[:7]}): {guard.reason}",
@@ -456,9 +456,3 @@ def _rel(loop, path) -> str:
         return str(path.relative_to(loop.files.run_dir))
     except ValueError:
         return str(path)
-
-
-def _unified(old: str, new: str) -> str:
-    import difflib
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                        "a/train.py", "b/train.py"))

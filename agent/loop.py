@@ -119,8 +119,6 @@ class Loop(Phased):
         self.worktree = workspace.worktree_path(self.repo, self.tag, config.worktree_root)
         self.run_dir = self.worktree
         self.files = workspace.RunFiles(self.repo, self.tag, self.worktree, self.run_dir)
-        self.results_path, self.journal_path = self.files.results_path, self.files.journal_path
-        self.state_path, self.pending_path = self.files.state_path, self.files.pending_path
         self.baseline_repeats = config.baseline_repeats
         self.feedback = ""
         self.phase, self.experiment, self.run_started_at = "setup", None, None
@@ -171,7 +169,7 @@ class Loop(Phased):
         self.sealed = bool(getattr(self.reviewer, "evaluates", False))
         if hasattr(self.reviewer, "seal"):
             self.reviewer.seal = self.seal
-        workspace.start_results(self.results_path)
+        workspace.start_results(self.files.results_path)
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
                            f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
                            f"proposer {proposer.name}")
@@ -363,7 +361,7 @@ class Loop(Phased):
                          phase_started_at=self.phase_started_at, log=log, progress=progress,
                          workers=[w.state() for w in getattr(self, "workers", [])]).to_dict()
         with self.coord.lock, contextlib.suppress(OSError):
-            write_state(self.state_path, **state)
+            write_state(self.files.state_path, **state)
         self.console.update(state)
 
     @contextlib.contextmanager
@@ -395,7 +393,7 @@ class Loop(Phased):
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
-                pending = PendingFile.read(self.pending_path)
+                pending = PendingFile.read(self.files.pending_path)
                 label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)

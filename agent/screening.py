@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from agent.experiment import _unified as unified
 from agent.judges.reviewer import ExperimentContext, GuardVerdict
 from agent.pending import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import Proposers, call_proposer
 from agent.workspace import RunFiles
+from harness import gitops
 from harness.proxy import make_proxy
 from harness.results import append_journal
 from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
@@ -81,7 +81,7 @@ def guarded(s: Screen, n: int, source: str, candidates: list[tuple[Proposal, dic
     kept = []
     for i, (p, info) in enumerate(candidates):
         ctx = ExperimentContext(n=n, tag=f.tag, worktree=f.worktree, parent=s.parent, commit=None,
-                                old_source=source, new_source=p.source, diff=unified(source, p.source), proposal=p,
+                                old_source=source, new_source=p.source, diff=gitops.text_diff(source, p.source), proposal=p,
                                 history=list(s.history), best=s.best, run_dir=f.run_dir)
         verdict = s.guard(ctx)
         if verdict.ok:

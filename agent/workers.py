@@ -73,13 +73,12 @@ class Worker(Phased):
         self.error: BaseException | None = None
         self.done = 0
         self.thread: threading.Thread | None = None
+        # the loop's, fixed for the night once setup() ran: read once, not forwarded
+        self.budget, self.timeout, self.config = loop.budget, loop.timeout, loop.config
+        self.tracer, self.reviewer, self.console = loop.tracer, loop.reviewer, loop.console
+        self.seal, self.sealed, self.run_info = loop.seal, loop.sealed, loop.run_info
+        self.stop_event = loop.stop_event
 
-    # what is the loop's, read through it
-    def __getattr__(self, name):
-        if name in ("budget", "timeout", "config", "tracer", "reviewer", "console", "seal", "sealed", "run_info",
-                    "stop_event"):
-            return getattr(self.loop, name)
-        raise AttributeError(name)
 
     history = property(lambda self: self.coord.history)
     best = property(lambda self: self.coord.best)

@@ -126,6 +126,13 @@ def diff(repo: Path, old: str, new: str, relpath: str = "train.py") -> str:
     return git(repo, "diff", old, new, "--", relpath, raw=True)
 
 
+def text_diff(old: str, new: str, relpath: str = "train.py") -> str:
+    """diff()'s unified format for an edit not committed yet (the guard reads it before the commit)."""
+    import difflib
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                        f"a/{relpath}", f"b/{relpath}"))
+
+
 def rev_list(repo: Path, rev: str) -> list[str]:
     """Commits reachable from rev, newest first."""
     return git(repo, "rev-list", rev).split()
