@@ -1,5 +1,6 @@
-"""The dashboard through Flask's test client, against real run folders (dashboard/demo.py builds
-a git repo with a worktree, kept commits, discarded refs and every run file)."""
+"""The dashboard's pages through Flask's test client, against real run folders (dashboard/demo.py
+builds a git repo with a worktree, kept commits, discarded refs and every run file). The JSON API,
+the stream and decisions: tests/test_dashboard_api.py."""
 
 import html
 import json
@@ -7,44 +8,14 @@ import math
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from dashboard import data
-from dashboard.app import TOKEN_HEADER, create_app
+from dashboard.app import create_app
 from dashboard.demo import build
 from harness.queue_store import QueueStore
-
-TOKEN = "test-token-0123456789"
-HEADER = "commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """A read-only demo run shared by the tests that only look."""
-    return build(tmp_path_factory.mktemp("demo"), "demo", n=12, seed=1)
-
-
-@pytest.fixture
-def fresh(tmp_path):
-    """A demo run a test may change."""
-    return build(tmp_path / "d", "demo", n=6, seed=2)
-
-
-def repo_of(run):
-    return run.parent.parent
-
-
-def client(run, **kw):
-    app = create_app(repo=repo_of(run), token=TOKEN, **kw)
-    app.config["STREAM_MAX_S"] = 5.0     # a stream that misses its event ends instead of hanging
-    return app, app.test_client()
-
-
-def rows_of(run):
-    return [ln.split("\t") for ln in (run / "results.tsv").read_text().splitlines()[1:]]
+from tests.dashboard_fixtures import HEADER, TOKEN, stream_events, client, demo, fresh, repo_of, rows_of  # noqa: F401  (fixtures)
 
 
 def test_home_redirects_to_the_run_and_lists_rows_newest_first(demo):
@@ -75,31 +46,6 @@ def test_chart_marks_kept_discarded_crashes_best_and_baseline(demo):
         assert f">{html.escape(r[4])}</text>" in svg
     assert 'class="best"' in svg and 'class="baseline"' in svg and 'class="band"' in svg
     assert "baseline 1.1020 ± 0.003 noise band" in svg          # k × spread = 2 × 0.0015
-
-
-def test_api_results_matches_the_tsv(demo):
-    _, c = client(demo)
-    r = c.get("/api/results?tag=demo")
-    assert r.status_code == 200
-    body = r.get_json()
-    rows = rows_of(demo)
-    assert body["count"] == len(rows) == body["complete"]
-    for got, (commit, bpb, mem, status, desc) in zip(body["rows"], rows):
-        assert (got["commit"], got["status"], got["description"]) == (commit, status, desc)
-        assert got["val_bpb"] == pytest.approx(float(bpb)) and got["problem"] is None
-    sliced = c.get("/api/results?tag=demo&offset=3&limit=2").get_json()["rows"]
-    assert [x["n"] for x in sliced] == [4, 5]
-
-
-def test_state_queue_tags_endpoints(demo):
-    _, c = client(demo)
-    st = c.get("/api/state?tag=demo").get_json()
-    assert st["phase"] == "training" and st["experiments"] == 12
-    assert st["remaining"] is not None and 0 < st["duty_cycle"] <= 1 and st["per_hour"] > 0
-    q = c.get("/api/queue?tag=demo").get_json()
-    assert len(q["pending"]) == 2 and all(i["kind"] == "contested" for i in q["pending"])
-    tags = c.get("/api/tags").get_json()["tags"]
-    assert [t["tag"] for t in tags] == ["demo"]
 
 
 def test_experiment_pages_show_git_diffs_verdicts_log_and_trace(demo):
@@ -216,40 +162,6 @@ def test_no_runs_found_says_where_it_looked(tmp_path):
     assert app.test_client().get("/api/results").status_code == 404
 
 
-def test_decide_refused_without_token_recorded_with_it(fresh):
-    _, c = client(fresh)
-    store = QueueStore(fresh / "queue.sqlite")
-    item = store.list("pending")[0]
-    body = {"tag": "demo", "id": item["id"], "decision": "approve", "note": "looks real"}
-    assert c.post("/api/queue/decide", json=body).status_code == 403
-    assert c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: "wrong"}).status_code == 403
-    assert store.get(item["id"])["status"] == "pending"
-    r = c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN})
-    assert r.status_code == 200 and r.get_json()["item"]["status"] == "approved"
-    got = store.get(item["id"])
-    assert (got["status"], got["decided_by"], got["note"]) == ("approved", "dashboard", "looks real")
-    # Once only; unknown items, other tags and bad ids are refused with a reason.
-    assert c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN}).status_code == 409
-    for bad, code in (({**body, "id": 999}, 409), ({**body, "tag": "nope"}, 404),
-                      ({**body, "id": "x"}, 400), ({**body, "decision": "maybe"}, 409)):
-        assert c.post("/api/queue/decide", json=bad, headers={TOKEN_HEADER: TOKEN}).status_code == code
-    # A form post carrying the token works too (no JS needed).
-    other = store.list("pending")[0]
-    r = c.post("/api/queue/decide", data={"tag": "demo", "id": other["id"], "decision": "reject", "token": TOKEN})
-    assert r.status_code == 200 and store.get(other["id"])["status"] == "rejected"
-    # The page shows the decisions.
-    assert "approved" in c.get("/t/demo/").get_data(as_text=True)
-
-
-def test_env_token_and_foreign_host_header(demo, monkeypatch):
-    monkeypatch.setenv("AUTORESEARCH_DASHBOARD_TOKEN", "from-the-env-123456")
-    app = create_app(repo=repo_of(demo))
-    assert app.config["TOKEN"] == "from-the-env-123456"
-    c = app.test_client()
-    assert c.get("/t/demo/", headers={"Host": "evil.example:8000"}).status_code == 403
-    assert c.get("/t/demo/", headers={"Host": "127.0.0.1:8000"}).status_code == 200
-
-
 def test_secrets_never_leave_and_model_text_is_escaped(fresh):
     key, sk = "abcd-planted-secret-value-42", "sk-ant-api03-" + "Z" * 30
     hostile = f"<script>alert(1)</script> {key} {sk}"
@@ -265,60 +177,13 @@ def test_secrets_never_leave_and_model_text_is_escaped(fresh):
     bodies = [c.get(u).get_data(as_text=True) for u in (
         "/t/demo/", "/t/demo/e/7", "/t/demo/chart.svg", "/api/results?tag=demo", "/api/queue?tag=demo",
         "/api/experiment?tag=demo&n=7", "/api/state?tag=demo")]
-    stream = b"".join(_stream_events(c, "/api/stream?tag=demo&since=0", want=b"event: rows")).decode()
+    stream = b"".join(stream_events(c, "/api/stream?tag=demo&since=0", want=b"event: rows")).decode()
     for text in bodies + [stream]:
         assert key not in text and sk not in text and TOKEN not in text
     for text in bodies[:3] + [stream]:            # HTML and SVG (JSON answers are data, not markup)
         assert "<script>alert" not in text
     assert "[redacted]" in bodies[0] and "&lt;script&gt;alert(1)&lt;/script&gt;" in bodies[0]
     assert "[redacted]" in bodies[1] and "token=[redacted]" in bodies[1]
-
-
-def _stream_events(c, url, want: bytes, headers=None, action=None):
-    """Read an SSE response until `want` appears (the app ends streams after STREAM_MAX_S)."""
-    resp = c.get(url, buffered=False, headers=headers or {})
-    assert resp.status_code == 200 and resp.mimetype == "text/event-stream"
-    got = []
-    try:
-        for chunk in resp.response:
-            got.append(chunk if isinstance(chunk, bytes) else chunk.encode())
-            if action and b"event: hello" in got[-1]:
-                action()
-            if want in b"".join(got):
-                break
-    finally:
-        resp.close()
-    return got
-
-
-def test_stream_pushes_appended_rows_and_queue_changes(fresh):
-    app, c = client(fresh)
-    n = len(rows_of(fresh))
-
-    def append():
-        with open(fresh / "results.tsv", "a") as f:
-            f.write("7777777\t1.01\t44.0\tkeep\tpushed by the stream test\n")
-
-    got = b"".join(_stream_events(c, f"/api/stream?tag=demo&since={n}", b"event: rows", action=append)).decode()
-    assert "pushed by the stream test" in got and f"id: {n + 1}" in got
-    payload = json.loads(got.split("event: rows\n", 1)[1].split("data: ", 1)[1].split("\n", 1)[0])
-    assert payload["count"] == n + 1 and 'data-n="7"' in payload["html"] and "<svg" in payload["chart"]
-    # A reconnect with Last-Event-ID resumes after what the page already has.
-    got = b"".join(_stream_events(c, "/api/stream?tag=demo", b"event: rows",
-                                  headers={"Last-Event-ID": str(n)})).decode()
-    assert "pushed by the stream test" in got
-    # A decision made elsewhere (the review CLI) reaches the page.
-    store = QueueStore(fresh / "queue.sqlite")
-    item = store.list("pending")[0]
-    t = threading.Timer(0.5, lambda: store.decide(item["id"], "reject", who="cli"))
-    t.start()
-    got = b""
-    for _ in range(3):        # the first queue event is the initial one; wait for the rejection
-        got += b"".join(_stream_events(c, f"/api/stream?tag=demo&since={n + 1}", b"by cli"))
-        if b"by cli" in got:
-            break
-    t.join()
-    assert b"rejected" in got and b"by cli" in got
 
 
 def test_pagination_keeps_thousands_fast_to_render(tmp_path):
@@ -333,34 +198,6 @@ def test_pagination_keeps_thousands_fast_to_render(tmp_path):
     assert c.get("/t/big/?page=99").status_code == 200          # clamped, not an error
     assert len(c.get("/api/results?tag=big").get_json()["rows"]) == 250
 
-
-def test_runs_dir_finds_every_folder_with_results(demo, tmp_path):
-    runs = tmp_path / "runs"
-    shutil.copytree(demo, runs / "a", ignore=shutil.ignore_patterns(".git"))
-    shutil.copytree(demo, runs / "nested" / "b", ignore=shutil.ignore_patterns(".git"))
-    (runs / "b-run.json-only").mkdir()
-    app = create_app(runs_dir=runs, token=TOKEN)
-    c = app.test_client()
-    tags = c.get("/api/tags").get_json()["tags"]
-    assert sorted(t["key"] for t in tags) == ["demo", "demo~2"]       # both copies, distinct keys
-    page = c.get("/t/demo~2/e/2").get_data(as_text=True)
-    assert "no git repository for this run" in page and "the journal&#39;s copy" in page
-
-
-def test_jsonl_reader_is_incremental_and_waits_for_whole_lines(tmp_path):
-    p = tmp_path / "j.jsonl"
-    p.write_text('{"a": 1}\n{"a": 2')
-    assert [r["a"] for r in data.read_jsonl(p).records] == [1]
-    with open(p, "a") as f:
-        f.write('}\n{"a": 3}\n')
-    assert [r["a"] for r in data.read_jsonl(p).records] == [1, 2, 3]
-    p.write_text('{"a": 9}\n')          # rewritten (smaller): read afresh
-    assert [r["a"] for r in data.read_jsonl(p).records] == [9]
-    p.write_text('{"a": 8}\n')          # rewritten, same size: noticed too
-    assert [r["a"] for r in data.read_jsonl(p).records] == [8]
-
-
-# ---------------------------------------------------------------- issue 11: honest figures on screen
 
 def _svg_number(svg, cls, attr):
     part = svg.split(f'class="{cls}"', 1)[1]
