@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -267,8 +268,7 @@ def run_loop(repo: Path, edits: dict[int, Edit], base_source: str, budget: float
     loop.console = Console(loop.tag, loop.budget, live=False)
     try:
         loop.setup()
-        scripted = ScriptedProposer(edits, base_source)
-        loop.proposer = loop.offline = scripted
+        use_scripted(loop, ScriptedProposer(edits, base_source))
         loop.ensure_baseline()
         base = loop.last_kept
         base_best = dict(loop.best)
@@ -279,7 +279,16 @@ def run_loop(repo: Path, edits: dict[int, Edit], base_source: str, budget: float
             run_experiment(loop, loop.next_attempt(n))
     finally:
         loop.stop()
-    return [r.to_dict() for r in loop.history if r.is_experiment]   # the journal objects, for the table
+    records = [r.to_dict() for r in loop.history if r.is_experiment]   # the journal objects, for the table
+    others = [(r["n"], r.get("proposer")) for r in records[1:] if r.get("proposer") != "scripted"]
+    if others:   # the table would describe edits that never ran
+        raise SystemExit(f"bench: experiments not proposed by the scripted proposer: {others[:5]}")
+    return records
+
+
+def use_scripted(loop, scripted: ScriptedProposer) -> None:
+    """The loop asks `scripted` for every proposal, and falls back to nobody else."""
+    loop.proposers = replace(loop.proposers, proposer=scripted, offline=scripted)
 
 
 def runs_of(rec: dict) -> int:

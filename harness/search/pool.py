@@ -162,9 +162,14 @@ def _worker(inbox: Connection, outbox: Connection, mode: str, prepare_dir: str) 
     if mode == "inprocess":               # the point: pay torch's import and lazy set-up once
         import torch
         import prepare  # noqa: F401
+        try:                              # the candidates' platform module: without its deferral the
+            import runtime                # first optimizer pulls in torch._dynamo (2-10 s), which
+            runtime.defer_dynamo_import()  # nothing here compiles with
+        except ImportError:
+            pass
         w = torch.nn.Parameter(torch.zeros(2, 2))
-        opt = torch.optim.AdamW([w])      # the first optimizer pulls in torch._dynamo (~10 s on
-        w.sum().backward()                # a busy 2-core box); every later task skips that
+        opt = torch.optim.AdamW([w])      # the first optimizer, backward and step: lazy set-up paid
+        w.sum().backward()                # once, not by the first task
         opt.step()
     while True:
         try:
