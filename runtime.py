@@ -93,19 +93,23 @@ def use_profile_knobs(module_name, profile):
 
 def defer_dynamo_import():
     """torch.optim marks its methods (add_param_group, zero_grad, state_dict, the functional
-    adam...) as not to be compiled, and the mark imports torch._dynamo on the first call: 2.3 s of
+    adam...) as not to be compiled, as TorchDispatchMode marks save_model's recorder, and the mark
+    imports torch._dynamo on the first call: 2.3 s of
     a tiny run's 8 s on this CPU, for a run that compiles nothing. Until something imports
     torch._dynamo (torch.compile does), nothing can be compiling, so the mark is a plain call;
     once it is imported, each mark becomes torch's own disable on its next call."""
-    def deferred(fn):
+    def deferred(mark, fn):
         def call(*args, **kwargs):
             if "torch._dynamo" not in sys.modules:
                 return fn(*args, **kwargs)
-            real = sys.modules["torch._dynamo"].disable(fn, True, wrapping=False)
-            setattr(fn, "__dynamo_disable", real)   # the name torch._compile reads, unmangled
-            return real(*args, **kwargs)
+            with contextlib.suppress(AttributeError):   # another thread may have been first
+                delattr(fn, "__dynamo_disable")   # the name torch._compile reads (unmangled): its own again
+            return mark(*args, **kwargs)
         return call
 
+    optim = sys.modules.get("torch.optim.optimizer")
+    if not hasattr(torch, "_disable_dynamo") or not hasattr(optim, "_use_grad_for_differentiable"):
+        return   # another torch: its optimizers import what they import, as before
     marked = torch._disable_dynamo(lambda: None).__code__   # the wrapper's code, shared by every mark
 
     def marks(f, depth=0):
@@ -122,7 +126,7 @@ def defer_dynamo_import():
 
     # Each optimizer's step() is wrapped to set grad mode and break a dynamo graph around it; the
     # wrapper imports torch._dynamo for the graph break. Without dynamo there is no graph to break.
-    grad_wrapper = sys.modules["torch.optim.optimizer"]._use_grad_for_differentiable(lambda self: None).__code__
+    grad_wrapper = optim._use_grad_for_differentiable(lambda self: None).__code__
 
     def deferred_step(wrapped):
         func = wrapped.__wrapped__
@@ -140,16 +144,17 @@ def defer_dynamo_import():
         step.deferred_dynamo = True
         return step
 
+    here = sys.modules.get(__name__)   # save_model's _Recorder: TorchDispatchMode marks its __torch_dispatch__
     for name, module in list(sys.modules.items()):
-        if not name.startswith("torch.optim") or module is None:
+        if module is None or not (name.startswith("torch.optim") or module is here):
             continue
         for obj in list(vars(module).values()):
             for attr, f in (list(vars(obj).items()) if isinstance(obj, type) else [(None, obj)]):
                 for mark in marks(f):
-                    inner = mark.__wrapped__
-                    if getattr(inner, "__dynamo_disable", None) is None:
-                        setattr(inner, "__dynamo_disable", deferred(inner))
-                if attr is not None and getattr(f, "__code__", None) is grad_wrapper:
+                    inner = getattr(mark, "__wrapped__", None)   # the marked function
+                    if inner is not None and getattr(inner, "__dynamo_disable", None) is None:
+                        setattr(inner, "__dynamo_disable", deferred(mark, inner))
+                if attr is not None and getattr(f, "__code__", None) is grad_wrapper and hasattr(f, "__wrapped__"):
                     setattr(obj, attr, deferred_step(f))
 
 

@@ -3,6 +3,7 @@ import torch._dynamo (seconds) on their first call; the deferral makes them plai
 something imports torch._dynamo, with the same numbers, and torch's own behaviour after."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,11 +70,14 @@ def test_a_tiny_training_never_imports_dynamo(tiny_cache, tmp_path):
     source = knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], {
         "DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
     (tmp_path / "train.py").write_text(source)
-    env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
+    # sealed, as the loop runs it: the model is saved as data (runtime.save_model's recorder is a
+    # TorchDispatchMode, whose __torch_dispatch__ torch marks too)
+    env = dict(tiny_cache, AUTORESEARCH_STEPS="2", AUTORESEARCH_SEALED="1",
+               AUTORESEARCH_ARTIFACT=str(tmp_path / "model.pt"), AUTORESEARCH_KNOBS_AS_WRITTEN="1")
     p = subprocess.run([sys.executable, "-X", "importtime", "train.py"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "val_bpb:" in p.stdout
+    assert re.search(r"^val_bpb:\s+sealed$", p.stdout, re.M) and (tmp_path / "model.pt").stat().st_size > 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
     assert "torch" in imported and "torch.optim" in imported
     assert "torch._dynamo" not in imported, "a run that compiles nothing imported torch._dynamo"
