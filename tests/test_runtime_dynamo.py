@@ -12,7 +12,7 @@ from harness import knobs
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Three optimizers through every marked method (add_param_group in __init__, zero_grad, step,
+# Two optimizers through every marked method (add_param_group in __init__, zero_grad, step,
 # state_dict, load_state_dict), then torch._dynamo imported and three more steps.
 SCRIPT = r"""
 import json, sys
