@@ -79,7 +79,6 @@ class Worker(Phased):
         self.seal, self.sealed, self.run_info = loop.seal, loop.sealed, loop.run_info
         self.stop_event = loop.stop_event
 
-
     history = property(lambda self: self.coord.history)
     best = property(lambda self: self.coord.best)
     last_kept = property(lambda self: self.coord.last_kept,
@@ -91,7 +90,6 @@ class Worker(Phased):
     def check_stop(self) -> None:
         if self.loop.stop_event.is_set():
             raise WorkerStopped()
-
 
     def refresh(self, force: bool = False) -> None:
         self.loop.refresh(force)

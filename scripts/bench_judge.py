@@ -13,13 +13,19 @@ trusted evaluation, every run with its own seed) then judges a scripted proposer
 - null edits of the incumbent: semantic no-ops (a comment, a renamed variable, a reordered
   product) and knobs moved by 0.1%; a keep is a false keep;
 - gains of known size from the handicapped baseline: the knob partly restored, by amounts that
-  the calibration says gain 1, 2, 3 or 5 sigma. After a kept gain the bench puts the branch back
-  on the baseline (a bench-only step), so every gain is judged against the same incumbent.
+  gain 1, 2, 3 or 5 sigma, sigma being the noise the judge itself measured (its pooled sigma once
+  the null edits are decided, over the baseline's repeats and every confirming run). After a kept
+  gain the bench puts the branch back on the baseline (a bench-only step), so every gain is judged
+  against the same incumbent.
 
-Known sizes come from a calibration: direct runs of train.py (not through the loop, seeds of their
-own) at a few knob values; a quadratic through their means gives the gain curve, their pooled
-spread sigma. It is stored in scripts/bench_judge_calibration.json and reused while the profile,
-the steps, the data and train.py are the same (--calibrate measures it again).
+The gain a knob value buys comes from a calibration: direct runs of train.py (not through the
+loop, seeds of their own) at a few knob values; a line of val_bpb on ln(value) through them is the
+gain curve. It is stored in scripts/bench_judge_calibration.json and reused while the profile, the
+steps, the data and train.py are the same (--calibrate measures it again). The calibration's own
+spread is printed beside the judge's but is not the unit: seed noise here has a long tail (now and
+then a run lands 0.02-0.05 bpb worse), a 14-run calibration sees one such run or none, and sizing
+the gains in its sigma (0.0046, against the judge's 0.0083 over 37 df) made "3 sigma" gains 1.7 of
+the sigma the judge tests with (the full bench of 2026-12-02, docs/judge.md).
 
 The runs use AUTORESEARCH_STEPS (a fixed number of steps): what a run learns then depends on its
 seed only, not on the machine's load, so the bench's figures do not move with what else the box
@@ -41,6 +47,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,10 +59,10 @@ CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
 PROFILE = "tiny"               # seconds per run on 2 cores; the cpu profile is minutes
 STEPS = 16                     # optimizer steps per run: ~10 s of training on 2 loaded cores
 HANDICAP = ("LOGIT_SOFTCAP", 3.0)   # the baseline's bad knob (train.py has 15.0)
-# Calibration: the knob's values (handicap + these) and seeds per value (more at the handicap,
-# whose sigma defines the gains' unit).
-CAL_OFFSETS = (0.0, 0.1, 0.2, 0.35)
-CAL_SEEDS = {0.0: 5, 0.1: 3, 0.2: 3, 0.35: 3}
+# Calibration: the knob's values (handicap + these) and seeds per value. The range must reach a
+# 5 sigma gain in the judge's sigma (~0.04 bpb at 16 steps: LOGIT_SOFTCAP ~3.55).
+CAL_OFFSETS = (0.0, 0.2, 0.4, 0.7)
+CAL_SEEDS = {0.0: 4, 0.2: 3, 0.4: 3, 0.7: 3}
 CAL_SEED_BASE = 5000           # never a loop seed (those are 1000 + 16 (n - 1) + r)
 QUICK = {"nulls": 20, "gains": {3: 5, 5: 5}}
 FULL = {"nulls": 24, "gains": {1: 3, 2: 3, 3: 5, 5: 5}}
@@ -185,9 +192,9 @@ def calibrate(repo: Path, env: dict, base_source: str, force: bool) -> dict:
 
 class Curve:
     """The gain curve of the calibration: g(x) = -b ln(x / handicap), b the least-squares slope of
-    val_bpb on ln(x) (a narrow range: a line is all three seeds a value can resolve), and sigma,
-    both as the judge measures them (agent/judges/stats.py: pooled over the knob's
-    values, a run far from its value's others left out; seed noise here has such runs)."""
+    val_bpb on ln(x) (a narrow range: a line is all three seeds a value can resolve), and the
+    calibration's own sigma, pooled over the knob's values as agent/judges/stats.py pools (a run
+    far from its value's others left out): printed beside the judge's, not the gains' unit."""
 
     def __init__(self, cal: dict):
         from agent.judges import stats
@@ -235,19 +242,21 @@ def make_repo(root: Path, base_source: str) -> Path:
     return repo
 
 
-def plan(cfg: dict, curve: Curve, seed: int = 0) -> dict[int, Edit]:
-    """Experiment number -> edit: the null edits first (the incumbent's), then the gains (the base's)."""
+def plan_nulls(cfg: dict) -> dict[int, Edit]:
+    """Experiment number -> null edit (of the incumbent), from experiment 2 on."""
+    return {n: Edit("null", label, fn) for n, (label, fn) in enumerate(NULL_EDITS[:cfg["nulls"]], start=2)}
+
+
+def plan_gains(cfg: dict, curve: Curve, unit: float, start: int, seed: int = 0) -> dict[int, Edit]:
+    """Experiment number -> gain (of the base), from `start` on: sizes in sigmas of `unit` (bpb)."""
     import random
     edits: dict[int, Edit] = {}
-    n = 2
-    for label, fn in NULL_EDITS[:cfg["nulls"]]:
-        edits[n] = Edit("null", label, fn)
-        n += 1
+    n = start
     gains = [k for k, count in sorted(cfg["gains"].items()) for _ in range(count)]
     random.Random(seed).shuffle(gains)
     name = HANDICAP[0]
     for i, k in enumerate(gains):
-        x = curve.level_for(k * curve.sigma)
+        x = curve.level_for(k * unit)
         rename = _rename(GAIN_RENAMES[i])
         edits[n] = Edit("gain", f"{name} {HANDICAP[1]:g} -> {x:g} (a {k:g} sigma gain; renames {GAIN_RENAMES[i]})",
                         lambda src, x=x, rename=rename: rename(knobs.set_knobs(src, {name: x})), on_base=True, size=k)
@@ -255,35 +264,65 @@ def plan(cfg: dict, curve: Curve, seed: int = 0) -> dict[int, Edit]:
     return edits
 
 
-def run_loop(repo: Path, edits: dict[int, Edit], base_source: str, budget: float) -> list[dict]:
+def judge_sigma(history) -> tuple[float | None, int | None]:
+    """The sigma and df the judge's latest decision used (its evidence), None before any."""
+    for r in reversed(history):
+        ev = r.evidence_view() if r.is_experiment else None
+        if ev is not None and ev.sigma is not None:
+            return ev.sigma, ev.df
+    return None, None
+
+
+def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float,
+             gains: Callable[[float], dict[int, Edit]], last: int) -> tuple[list[dict], dict]:
+    """The baseline, the null edits, then the gains `gains(sigma)` plans in the judge's sigma of
+    that moment. Returns the records and the unit ({"sigma", "df"})."""
     from agent import loop as loopmod
     from agent.console import Console
     from agent.experiment import run_experiment
     from harness import gitops
     args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
                                "--reviewer", "hierarchy", "--budget", f"{budget:g}",
-                               "--max-experiments", str(max(edits))])
+                               "--max-experiments", str(last)])
     loop = loopmod.Loop(args)
     loop.console.close()
     loop.console = Console(loop.tag, loop.budget, live=False)
     try:
         loop.setup()
+        edits = dict(nulls)
         use_scripted(loop, ScriptedProposer(edits, base_source))
         loop.ensure_baseline()
         base = loop.last_kept
         base_best = dict(loop.best)
-        for n in sorted(edits):
-            if edits[n].on_base and loop.last_kept != base:   # a kept gain: back to the baseline
+        for n in sorted(nulls):
+            run_experiment(loop, loop.next_attempt(n))
+            scripted_or_stop(loop.history)
+        sigma, df = judge_sigma(loop.history)
+        if sigma is None:
+            raise SystemExit("bench: the judge has no noise estimate after the null edits")
+        unit = {"sigma": sigma, "df": df}
+        planned = gains(sigma)
+        preflight({**nulls, **planned}, base_source)
+        edits.update(planned)   # the scripted proposer reads this dict
+        print(f"bench: {len(planned)} gains in the judge's sigma {sigma:.5f} ({df} df)", flush=True)
+        for n in sorted(planned):
+            if loop.last_kept != base:   # a kept gain: back to the baseline
                 gitops.reset_hard(loop.worktree, base)
                 loop.last_kept, loop.best = base, dict(base_best)
             run_experiment(loop, loop.next_attempt(n))
+            scripted_or_stop(loop.history)
     finally:
         loop.stop()
-    records = [r.to_dict() for r in loop.history if r.is_experiment]   # the journal objects, for the table
-    others = [(r["n"], r.get("proposer")) for r in records[1:] if r.get("proposer") != "scripted"]
-    if others:   # the table would describe edits that never ran
-        raise SystemExit(f"bench: experiments not proposed by the scripted proposer: {others[:5]}")
-    return records
+    return [r.to_dict() for r in loop.history if r.is_experiment], unit   # the journal objects, for the table
+
+
+def scripted_or_stop(history) -> None:
+    """Stop at the first experiment the scripted proposer did not propose: the table would
+    describe edits that never ran (checked after each one, so no night is spent to learn it)."""
+    recs = [r for r in history if r.is_experiment][1:]
+    if recs and recs[-1].proposer != "scripted":
+        raise SystemExit(f"bench: experiment {recs[-1].n} was proposed by {recs[-1].proposer!r}, "
+                         "not the scripted proposer")
 
 
 def use_scripted(loop, scripted: ScriptedProposer) -> None:
@@ -340,7 +379,7 @@ def proposers(runs: int, base_source: str, root: Path) -> dict:
 
 
 # ---- the table ---------------------------------------------------------------------------------
-def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, wall: float) -> dict:
+def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: dict, wall: float) -> dict:
     by_n = {r["n"]: r for r in records}
     base = by_n.get(1, {})
     rows = []
@@ -371,7 +410,7 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, wall: f
                       "runs_per_decision": statistics.fmean(x["runs"] for x in sel),
                       "seconds_per_decision": statistics.fmean(x["seconds"] for x in sel),
                       "refused": sum(1 for x in sel if x["runs"] == 0),
-                      "planned_gain": (sizes.pop() * curve.sigma) if sel[0]["kind"] == "gain" and len(sizes) == 1
+                      "planned_gain": (sizes.pop() * unit["sigma"]) if sel[0]["kind"] == "gain" and len(sizes) == 1
                       else (0.0 if sel[0]["kind"] == "null" else None),
                       "measured_gain": statistics.fmean(measured) if measured else None})
     nulls = next(t for t in table if t["what"] == "null edits")
@@ -382,7 +421,7 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, wall: f
             "baseline": {"val_bpb": base.get("trusted_bpb"), "runs": len((bev.get("candidate") or {}).get("runs") or []),
                          "band": (base.get("verdicts") or {}).get("judge", {}).get("band"),
                          "seconds": (base.get("timings") or {}).get("total")},
-            "noise_at_end": {"sigma": last.get("sigma"), "df": last.get("df")},
+            "noise_at_end": {"sigma": last.get("sigma"), "df": last.get("df")}, "unit": unit,
             "calibration": {"sigma": curve.sigma, "df": curve.df, "sigma_at_handicap": curve.sigma_at_handicap,
                             "outliers": curve.outliers, "slope": curve.slope, "slope_se": curve.slope_se},
             "goal": {"nulls": nulls["kept"] <= GOAL_NULL_RATE * nulls["trials"] + 1e-9,
@@ -403,9 +442,10 @@ def render(s: dict) -> str:
     out.append(f"baseline: {b['runs']} runs, val_bpb {b['val_bpb']:.6f}, {b['seconds'] or 0:.0f} device-s; "
                f"the judge's sigma {band.get('spread') or 0:.5f} ({band.get('df')} df), a 2-run candidate had to gain "
                f"{band.get('threshold') or float('nan'):.5f}; at the end sigma {e['sigma'] or 0:.5f} ({e['df']} df)")
-    out.append(f"calibration sigma {c['sigma']:.5f} ({c['df']} df; {c['sigma_at_handicap'] or 0:.5f} at the handicap; "
-               f"{len(c['outliers'])} far run(s) left out, as the judge does): the unit of the planned gains, "
-               f"known to +-{100 * c['slope_se'] / abs(c['slope']):.0f}% (the calibration slope's standard error)")
+    u = s["unit"]
+    out.append(f"the gains' unit: the judge's sigma after the null edits, {u['sigma']:.5f} ({u['df']} df); the gain "
+               f"curve known to +-{100 * c['slope_se'] / abs(c['slope']):.0f}% (the calibration slope's standard error; "
+               f"the calibration's own sigma {c['sigma']:.5f}, {c['df']} df, {len(c['outliers'])} far run(s) left out)")
     nulls = next(t for t in s["table"] if t["what"] == "null edits")
     big = next((t for t in s["table"] if t["what"] == "gains >= 3 sigma"), None)
     out.append(f"goal: nulls kept {nulls['kept']}/{nulls['trials']} (at most {GOAL_NULL_RATE * nulls['trials']:g}): "
@@ -421,6 +461,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="20 nulls and 10 gains of 3 and 5 sigma (the goal's set)")
     p.add_argument("--steps", type=int, default=STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")
     p.add_argument("--calibrate", action="store_true", help="measure the gain curve again")
+    p.add_argument("--calibrate-only", action="store_true", help="measure the gain curve again, then stop")
     p.add_argument("--nulls", type=int, default=None, help="null edits (default: 20 quick, 24 full)")
     p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
@@ -459,14 +500,26 @@ def main(argv=None) -> int:
             print(f"baseline {res['local']['baseline']:.6f}; wall {res['wall_seconds'] / 60:.1f} min; load {res['load']:.2f}")
             return 0
         repo = make_repo(root, base_source)
-        curve = Curve(calibrate(repo, env, base_source, args.calibrate))
-        edits = plan(cfg, curve)
-        preflight(edits, base_source)
-        print(f"bench: {sum(e.kind == 'null' for e in edits.values())} null edits, "
-              f"{sum(e.kind == 'gain' for e in edits.values())} gains; sigma {curve.sigma:.5f} from the calibration",
+        curve = Curve(calibrate(repo, env, base_source, args.calibrate or args.calibrate_only))
+        if args.calibrate_only:
+            print(f"slope {curve.slope:.5f} +- {curve.slope_se:.5f} per ln({HANDICAP[0]}); reaches a gain of "
+                  f"{curve.gain(curve.xmax):.4f}; sigma {curve.sigma:.5f} ({curve.df} df, outliers {curve.outliers})")
+            return 0
+        nulls = plan_nulls(cfg)
+        start = max(nulls, default=1) + 1
+        # the gains are planned once the judge has measured the noise (and refused then if the curve
+        # cannot reach them); a dry plan within the curve's reach checks the edits against the guard now
+        dry_unit = 0.9 * curve.gain(curve.xmax) / max(cfg["gains"], default=1)
+        preflight({**nulls, **plan_gains(cfg, curve, dry_unit, start)}, base_source)
+        print(f"bench: {len(nulls)} null edits, then {sum(cfg['gains'].values())} gains sized in the judge's sigma",
               flush=True)
-        records = run_loop(repo, edits, base_source, budget=60.0)
-        s = summarize(records, edits, curve, time.time() - t0)
+        planned: dict[int, Edit] = {}
+
+        def gains(sigma: float) -> dict[int, Edit]:
+            planned.update(plan_gains(cfg, curve, sigma, start))
+            return planned
+        records, unit = run_loop(repo, nulls, base_source, 60.0, gains, start + sum(cfg["gains"].values()) - 1)
+        s = summarize(records, {**nulls, **planned}, curve, unit, time.time() - t0)
         s.update(command=" ".join(["uv run scripts/bench_judge.py", *(argv if argv is not None else sys.argv[1:])]),
                  steps=args.steps, profile=PROFILE, handicap=list(HANDICAP))
         out = Path(args.out)

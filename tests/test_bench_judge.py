@@ -40,3 +40,48 @@ def test_the_loop_runs_the_scripted_edits_and_nothing_else(tmp_path, monkeypatch
     ran = {r.n: gitops.show_file(repo, r.commit, "train.py") for r in recs[1:]}
     assert "    # a comment\n" in ran[2]
     assert knobs.values(ran[3])["DEPTH"] == 6 and "# a comment" not in ran[3], "on_base: from the base source"
+
+
+def _record(n, proposer, sigma=None, df=None):
+    from harness.experiment_record import ExperimentRecord
+    ev = {"call": "discard", "comparison": {"sigma": sigma, "df": df, "gain": 0.0}} if sigma is not None else None
+    return ExperimentRecord(n=n, proposer=proposer, status="discard", evidence=ev)
+
+
+def test_the_gains_unit_is_the_judges_latest_sigma():
+    """The gains are sized in the sigma the judge's latest decision used, not the calibration's."""
+    hist = [_record(1, "baseline", 0.0074, 4), _record(2, "scripted", 0.0081, 6), _record(3, "scripted")]
+    assert bench_judge.judge_sigma(hist) == (0.0081, 6), "the latest decision with a sigma"
+    assert bench_judge.judge_sigma([_record(1, "baseline")]) == (None, None)
+
+
+def test_planned_gains_scale_with_the_unit_and_stop_past_the_curve():
+    import pytest
+    cal = {"levels": {"3.0": [2.770, 2.772, 2.768, 2.771], "3.2": [2.752, 2.750, 2.753],
+                      "3.4": [2.735, 2.737, 2.733], "3.7": [2.712, 2.709, 2.713]}}
+    curve = bench_judge.Curve(cal)
+    cfg = {"gains": {3: 2, 5: 1}}
+    small = bench_judge.plan_gains(cfg, curve, 0.004, start=10)
+    big = bench_judge.plan_gains(cfg, curve, 0.008, start=10)
+    assert sorted(small) == [10, 11, 12]
+    for plan, unit in ((small, 0.004), (big, 0.008)):
+        for e in plan.values():
+            x = knobs.values(e.apply(bench_judge_base()))["LOGIT_SOFTCAP"]
+            assert abs(curve.gain(x) - e.size * unit) < 2e-4, (e.label, curve.gain(x), e.size * unit)
+    lv = lambda plan: sorted(knobs.values(e.apply(bench_judge_base()))["LOGIT_SOFTCAP"] for e in plan.values())
+    assert all(b > a for a, b in zip(lv(small), lv(big))), "a larger sigma, a larger restoration"
+    reach = curve.gain(curve.xmax)
+    with pytest.raises(SystemExit, match="widen CAL_OFFSETS"):
+        bench_judge.plan_gains({"gains": {5: 1}}, curve, reach / 4, start=10)
+
+
+def bench_judge_base() -> str:
+    return knobs.set_knobs((REPO / "train.py").read_text(), {"LOGIT_SOFTCAP": 3.0})
+
+
+def test_the_bench_stops_at_the_first_experiment_not_scripted():
+    import pytest
+    bench_judge.scripted_or_stop([_record(1, "baseline"), _record(2, "scripted")])
+    bench_judge.scripted_or_stop([_record(1, "baseline")])
+    with pytest.raises(SystemExit, match="experiment 3 was proposed by 'offline'"):
+        bench_judge.scripted_or_stop([_record(1, "baseline"), _record(2, "scripted"), _record(3, "offline")])
