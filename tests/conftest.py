@@ -3,7 +3,8 @@ Shared test set-up: no test ever touches ~/.cache/autoresearch or the network.
 
 What every test gets, without asking:
   * At import of this file (before any test module is collected): AUTORESEARCH_CACHE points at an
-    empty temporary folder, AUTORESEARCH_PROFILE=tiny and AUTORESEARCH_THREADS=1, so even a
+    empty temporary folder, AUTORESEARCH_PROFILE=tiny and AUTORESEARCH_THREADS=1 (and
+    TORCHINDUCTOR_COMPILE_THREADS=1 unless set), so even a
     module-level `import prepare` (which reads the env at import) never sees the real cache.
   * Per test (autouse `_isolated_cache`): AUTORESEARCH_CACHE is a fresh empty folder under the
     test's tmp_path, unless the test asked for `tiny_cache`.
@@ -45,6 +46,9 @@ atexit.register(shutil.rmtree, _GUARD_CACHE, True)
 os.environ["AUTORESEARCH_CACHE"] = _GUARD_CACHE
 os.environ["AUTORESEARCH_PROFILE"] = "tiny"
 os.environ["AUTORESEARCH_THREADS"] = "1"
+# Inductor compiles in the process that compiles (its default on 2 cores is a pool of 2 worker
+# processes, each importing torch for the few kernels a test compiles: ~7% of a compile test).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 # The tiny corpus: standard-library modules present in every CPython >= 3.10 (~450 KB).
 TINY_CORPUS = ["argparse.py", "difflib.py", "statistics.py", "calendar.py", "textwrap.py",
