@@ -105,3 +105,46 @@ def test_steps_stay_inside_the_range_and_the_loop_picks_the_search():
     assert isinstance(make_offline("local"), LocalProposer)
     tpe = make_offline("tpe")
     assert isinstance(tpe, OfflineProposer) and tpe.sampler == "tpe"
+
+
+def test_a_knob_set_outside_its_range_steps_back_toward_it():
+    # a baseline's bad value often sits outside the search's range (the judge bench's LOGIT_SOFTCAP
+    # 3.0 against a range of 5-50): the step toward the range lands inside it, the step away is dropped
+    assert step("CAP", 3.0, ["log", 5.0, 50.0], "") == [5.0]
+    assert step("CAP", 4.0, ["log", 5.0, 50.0], "") == [knobs.normalize(4.0 * STEP_FACTOR)]
+    assert step("CAP", 80.0, ["log", 5.0, 50.0], "") == [50.0]
+    assert step("F", -0.5, ["lin", 0.0, 0.6], "") == [0.0] and step("F", 0.9, ["lin", 0.0, 0.6], "") == [0.6]
+    assert step("N", 9, ["int", 2, 6, 1], "") == [6] and step("N", 0, ["int", 2, 6, 1], "") == [2]
+    assert all(isinstance(v, int) for v in step("N", 9, ["int", 2, 6, 1], ""))
+
+
+def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_path):
+    # the curated ranges (harness/search/space.py) bracket the reference: from an incumbent with
+    # LOGIT_SOFTCAP far below its range (the judge bench's handicap), the first proposal takes it to
+    # the range's edge; once kept, momentum goes two steps further, one where two leave the study's range
+    src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 3.0, "MATRIX_LR": 0.5})
+    first = ask(tmp_path, src, [rec(1, src, "keep")], 2)
+    assert moved(src, first.source) == {"MATRIX_LR": (0.5, 0.12)}, "the farthest outside first (x4.2 vs x1.7)"
+    assert "outside the range known to train" in first.hypothesis
+    hist = [rec(1, src, "keep"), rec(2, first.source, "discard", parent="c1")]
+    second = ask(tmp_path, src, hist, 3)
+    assert moved(src, second.source) == {"LOGIT_SOFTCAP": (3.0, 5.0)}
+    hist.append(rec(3, second.source, "keep", parent="c1"))
+    third = ask(tmp_path, second.source, hist, 4, best="c3")
+    assert moved(second.source, third.source) == {"LOGIT_SOFTCAP": (5.0, 10.0)}
+    assert "momentum" in third.hypothesis and "2 steps further" in third.hypothesis
+    # DEPTH's curated range (2-6) is the small models': the reference's 8 (a GPU's size) stays
+    assert "DEPTH" not in moved(REAL, ask(tmp_path / "ref", REAL, [rec(1, REAL, "keep")], 2).source)
+
+
+def test_momentum_takes_one_step_where_two_leave_the_range(tmp_path):
+    # the study's range of A_LR is fixed where it first saw it, 0.01/4 .. 0.01*4; kept at 0.025,
+    # two steps more (0.05) leave it and one (0.0354) stays inside
+    hist = [rec(1, SMALL, "keep")]
+    ask(tmp_path, SMALL, hist, 2)
+    up = knobs.set_knobs(SMALL, {"A_LR": 0.025})
+    hist.append(rec(2, up, "keep", parent="c1"))
+    prop = ask(tmp_path, up, hist, 3, best="c2")
+    (name, (old, new)), = moved(up, prop.source).items()
+    assert (name, old) == ("A_LR", 0.025) and new == pytest.approx(0.025 * STEP_FACTOR, rel=1e-3)
+    assert "momentum" in prop.hypothesis and "1 step further" in prop.hypothesis

@@ -8,7 +8,9 @@ range, an int by one (octaves for powers of two), a switch flips, a choice takes
 Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma). The order:
 
 1. momentum: the incumbent was kept for moving knob K one way; K goes further that way, two steps
-   at once (the evidence for a jump: the last step paid);
+   at once (the evidence for a jump: the last step paid; one step where two leave the range);
+   then a curated knob (harness/search/space.py; PRIOR_KNOBS) whose value lies outside its range
+   goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent;
 3. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
    decay, betas, softcap, depth), knobs not yet moved from this incumbent before those that were,
@@ -45,10 +47,30 @@ JUMP_STEPS = 2
 PAIR_P = 0.8
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
 MAX_JUMP_KNOBS = 3
+# The curated knobs whose range brackets the reference's value on every profile (train.py's own
+# and runtime.PROFILE_KNOBS'): a value outside is evidence for a jump back. DEPTH is not one: it
+# is a size, 8 on a GPU, outside the small models' 2-6.
+PRIOR_KNOBS = tuple(k for k in DEFAULT_SPECS if k != "DEPTH")
+
+
+def _inward(out: list, value, lo, hi) -> list:
+    """The moves that land inside [lo, hi], and, from an incumbent outside the range, the moves
+    toward it, clamped to its edge (a knob set outside the search's range must still be movable:
+    a baseline's bad value is often exactly there)."""
+    keep = []
+    for v in out:
+        if lo - 1e-12 <= v <= hi + 1e-12:
+            keep.append(min(hi, max(lo, v)))
+        elif value < lo and v > value:
+            keep.append(min(hi, max(lo, v)))
+        elif value > hi and v < value:
+            keep.append(max(lo, min(hi, v)))
+    return list(dict.fromkeys(keep))
 
 
 def step(name: str, value, spec: list | None, comment: str, k: int = 1) -> list:
-    """Values k steps away from `value` (down first), inside the knob's search range."""
+    """Values k steps away from `value` (down first), inside the knob's search range; from a value
+    outside the range, the move toward it lands on its edge at most."""
     if spec is None:
         return []
     kind = spec[0]
@@ -58,15 +80,14 @@ def step(name: str, value, spec: list | None, comment: str, k: int = 1) -> list:
         return [not value] if k == 1 else []
     if kind == "int":
         lo, hi, q = int(spec[1]), int(spec[2]), int(spec[3]) if len(spec) > 3 else 1
-        out = [value - k * q, value + k * q]
-        return [v for v in out if lo <= v <= hi]
+        return [int(v) for v in _inward([value - k * q, value + k * q], value, lo, hi)]
     lo, hi = float(spec[1]), float(spec[2])
     if kind == "log" and value > 0:
         out = [value / STEP_FACTOR ** k, value * STEP_FACTOR ** k]
     else:
         d = k * (hi - lo) / LIN_STEPS
         out = [value - d, value + d]
-    return [knobs.normalize(min(hi, max(lo, v))) for v in out if lo - 1e-12 <= v <= hi + 1e-12]
+    return [knobs.normalize(v) for v in _inward(out, value, lo, hi)]
 
 
 def _config_of(entries: list) -> dict:
@@ -88,6 +109,28 @@ def _moves(history: list[ExperimentRecord], pending: list = ()) -> list[dict]:
         out.append({"n": r.n, "parent": r.parent, "commit": r.commit, "status": r.status,
                     "moved": moved, "p": ev.p_better if ev else None})
     return out
+
+
+def _outside_curated(base: dict, space: dict) -> list[tuple[str, object]]:
+    """(knob, the nearer edge) for each of PRIOR_KNOBS whose value lies outside its curated range
+    (harness/search/space.py): the prior evidence for a jump. The ranges bracket the reference's
+    values by ~4x each way, so a value outside them (a typo, a handicap, a proposer's overshoot) is
+    more likely the thing to fix than any step inside. Farthest first."""
+    out = []
+    for k in PRIOR_KNOBS:
+        spec, v = DEFAULT_SPECS[k], base.get(k)
+        if k not in space or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        kind, lo, hi = spec
+        if (kind == "int") != (type(v) is int) or lo <= v <= hi:
+            continue
+        edge = lo if v < lo else hi
+        if kind == "log":
+            far = abs(math.log(v / edge)) if v > 0 else math.inf
+        else:
+            far = abs(v - edge) / (hi - lo)
+        out.append((far, k, int(edge) if kind == "int" else knobs.normalize(float(edge))))
+    return [(k, e) for _, k, e in sorted(out, key=lambda t: (-t[0], t[1]))]
 
 
 def _direction(old, new) -> int:
@@ -141,11 +184,20 @@ class LocalProposer:
             (k, (old, new)), = kept_into["moved"].items()
             d = _direction(old, new)
             if k in space and d:
-                for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS):
-                    if _direction(base[k], v) == d:
+                for kk in dict.fromkeys((JUMP_STEPS, 1)):   # one step where the jump leaves the range
+                    ahead = [v for v in step(k, base[k], space[k], current[k].comment, kk)
+                             if _direction(base[k], v) == d]
+                    for v in ahead:
                         yield {k: v}, (f"momentum: exp {kept_into['n']} was kept for moving {k} "
                                        f"{knobs.format_literal(old)} -> {knobs.format_literal(new)}; "
-                                       f"{JUMP_STEPS} steps further the same way")
+                                       f"{kk} step{'s' if kk > 1 else ''} further the same way")
+                    if ahead:
+                        break
+        for k, v in _outside_curated(base, space):        # 1b. back into the range known to train
+            lo, hi = DEFAULT_SPECS[k][1], DEFAULT_SPECS[k][2]
+            yield {k: v}, (f"{k} {knobs.format_literal(base[k])} is outside the range known to train "
+                           f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/search/space.py): "
+                           f"to its nearer edge")
         for m in here:                                    # 2. the other way of a discarded step
             if m["status"] == "discard" and len(m["moved"]) == 1:
                 (k, (old, new)), = m["moved"].items()
