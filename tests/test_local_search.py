@@ -120,8 +120,8 @@ def test_a_knob_set_outside_its_range_steps_back_toward_it():
 
 def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_path):
     # the curated ranges (harness/search/space.py) bracket the reference: from an incumbent with
-    # LOGIT_SOFTCAP far below its range (the judge bench's handicap), the first proposal takes it to
-    # the range's edge; once kept, momentum goes two steps further, one where two leave the study's range
+    # LOGIT_SOFTCAP far below its range (the judge bench's handicap), a proposal takes it to the
+    # range's edge; once kept, momentum goes two steps further, as far as the curated range goes
     src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 3.0, "MATRIX_LR": 0.5})
     first = ask(tmp_path, src, [rec(1, src, "keep")], 2)
     assert moved(src, first.source) == {"MATRIX_LR": (0.5, 0.12)}, "the farthest outside first (x4.2 vs x1.7)"
@@ -133,6 +133,11 @@ def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_pat
     third = ask(tmp_path, second.source, hist, 4, best="c3")
     assert moved(second.source, third.source) == {"LOGIT_SOFTCAP": (5.0, 10.0)}
     assert "momentum" in third.hypothesis and "2 steps further" in third.hypothesis
+    # the study searches a start outside the curated range over both (0.75-50 here), so momentum
+    # is not stopped at the start's own x4 (12)
+    hist.append(rec(4, third.source, "keep", parent="c3"))
+    fourth = ask(tmp_path, third.source, hist, 5, best="c4")
+    assert moved(third.source, fourth.source) == {"LOGIT_SOFTCAP": (10.0, 20.0)}, fourth.description
     # DEPTH's curated range (2-6) is the small models': the reference's 8 (a GPU's size) stays
     assert "DEPTH" not in moved(REAL, ask(tmp_path / "ref", REAL, [rec(1, REAL, "keep")], 2).source)
 

@@ -222,6 +222,10 @@ def test_refuses_to_fix_and_to_search_nothing(tmp_path):
 def test_knob_ranges():
     assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/search/space.py's range where it has one"
     assert knob_spec("DEPTH", 4) == ["int", 2, 6, 1]
+    # a curated knob that starts outside its range is searched over the range and its own x4 both;
+    # DEPTH, a size, follows its value (8 on a GPU)
+    assert knob_spec("LOGIT_SOFTCAP", 3.0) == ["log", 0.75, 50.0]
+    assert knob_spec("WEIGHT_DECAY", 0.5) == ["lin", 0.0, 2.0] and knob_spec("DEPTH", 8) == ["int", 6, 10, 1]
     assert knob_spec("TOTAL_BATCH_SIZE", 8192) == ["choice", [4096, 8192, 16384]]
     assert knob_spec("SEED", 42) is None and knob_spec("DEVICE_BATCH_SIZE", 8) is None
     assert knob_spec("LR", 0.04) == ["log", 0.01, 0.16]

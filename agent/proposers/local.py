@@ -9,7 +9,7 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
 
 1. momentum: the incumbent was kept for moving knob K one way; K goes further that way, two steps
    at once (the evidence for a jump: the last step paid; one step where two leave the range);
-   then a curated knob (harness/search/space.py; PRIOR_KNOBS) whose value lies outside its range
+   then a curated knob (harness/search/space.py; offline.PRIOR_KNOBS) whose value lies outside its range
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent;
 3. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
@@ -30,7 +30,7 @@ import math
 import random
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
-from agent.proposers.offline import SAMPLERS, OfflineProposer
+from agent.proposers.offline import PRIOR_KNOBS, SAMPLERS, OfflineProposer
 from harness import knobs
 from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
@@ -47,10 +47,6 @@ JUMP_STEPS = 2
 PAIR_P = 0.8
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
 MAX_JUMP_KNOBS = 3
-# The curated knobs whose range brackets the reference's value on every profile (train.py's own
-# and runtime.PROFILE_KNOBS'): a value outside is evidence for a jump back. DEPTH is not one: it
-# is a size, 8 on a GPU, outside the small models' 2-6.
-PRIOR_KNOBS = tuple(k for k in DEFAULT_SPECS if k != "DEPTH")
 
 
 def _inward(out: list, value, lo, hi) -> list:

@@ -55,6 +55,11 @@ FRACTION_SPAN = 3.0
 # Ints: powers of two >= 16 move by octaves (v/2, v, 2v); other ints >= 16 over [v/2, 2v] on a grid
 # of 8 when v is a multiple of 8; small ints over v +/- SMALL_INT_SPAN (never below 1).
 SMALL_INT_SPAN = 2
+# The curated knobs whose range brackets the reference's value on every profile (train.py's own and
+# runtime.PROFILE_KNOBS'): a start outside that range is searched over it and the start's own
+# neighbourhood together, and the local search takes such a knob back to the range first. DEPTH
+# is not one: it is a size, 8 on a GPU, outside the small models' 2-6, so its range follows it.
+PRIOR_KNOBS = tuple(k for k in DEFAULT_SPECS if k != "DEPTH")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -108,6 +113,16 @@ def knob_spec(name: str, value, comment: str = "") -> list | None:
     known = DEFAULT_SPECS.get(name)
     if known and (known[0] == "int") == (type(value) is int) and known[1] <= value <= known[2]:
         return [known[0], known[1], known[2]] + ([1] if known[0] == "int" else [])
+    own = _around(name, value)
+    if known and name in PRIOR_KNOBS and own and own[0] in ("log", "lin") and type(value) is not int:
+        lo, hi = min(known[1], own[1]), max(known[2], own[2])
+        if known[0] == "lin" or lo > 0:      # a start outside the curated range: both, so the
+            return [known[0], lo, hi]        # search can reach the values known to train
+    return own
+
+
+def _around(name: str, value) -> list | None:
+    """A range around a value that harness/search/space.py has no range for (or lies outside)."""
     if isinstance(value, int):
         if value <= 0:
             return None
