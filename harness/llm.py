@@ -27,11 +27,12 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import anthropic
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness import pricing
+
+if TYPE_CHECKING:
+    import anthropic
 
 # One default model for every role: Claude Sonnet 5 ($2/$10 per MTok, harness/pricing.py), a good
 # cost/skill balance for many small code edits and short structured verdicts overnight; the
@@ -115,7 +116,9 @@ def available() -> bool:
 
 def make_client(*, api_key: str | None = None, base_url: str | None = None,
                 retry: RetryPolicy = RetryPolicy()) -> anthropic.Anthropic:
-    """The one place an `anthropic.Anthropic` is built."""
+    """The one place an `anthropic.Anthropic` is built (the SDK is imported here, on first use: a
+    night with the offline proposer never pays for it)."""
+    import anthropic
     base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
     api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or (NO_KEY if base_url else None)
     return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=retry.sdk_max_retries,
@@ -172,6 +175,7 @@ class LLMClient:
         return reply
 
     def _create_with_retries(self, kwargs: dict):
+        import anthropic
         down_since: float | None = None
         failures = 0
         while True:

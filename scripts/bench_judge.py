@@ -4,6 +4,8 @@
     uv run scripts/bench_judge.py                  # 24 null edits, 16 gains of 1, 2, 3 and 5 sigma
         [--steps 16] [--calibrate] [--out out/bench_judge] [--keep]
 
+(scripts/bench_proposers.py uses the same handicapped baseline to compare the offline searches.)
+
 A throwaway repository holds this checkout's prepare.py and train.py, with one knob set badly
 (HANDICAP: LOGIT_SOFTCAP 3.0 instead of 15, which caps how sure the model may be) as the tag's
 baseline. The real loop (agent/loop.py's Loop: judge hierarchy, sealed runs in bubblewrap, the
@@ -335,49 +337,6 @@ def runs_of(rec: dict) -> int:
     return len((ev.get("candidate") or {}).get("runs") or [])
 
 
-def night(repo: Path, search: str, runs: int, budget: float) -> dict:
-    """The real loop with an offline proposer (`search`: local | tpe) until `runs` training runs."""
-    from agent import loop as loopmod
-    from agent.console import Console
-    from agent.experiment import run_experiment
-    args = loopmod.parse_args(["--tag", f"night-{search}", "--repo", str(repo), "--proposer", "offline",
-                               "--offline-search", search, "--reviewer", "hierarchy", "--budget", f"{budget:g}"])
-    loop = loopmod.Loop(args)
-    loop.console.close()
-    loop.console = Console(loop.tag, loop.budget, live=False)
-    try:
-        loop.setup()
-        loop.ensure_baseline()
-        while sum(runs_of(r.to_dict()) for r in loop.history) < runs:
-            run_experiment(loop, loop.next_attempt(loop.next_n()))
-    finally:
-        loop.stop()
-    recs = [r.to_dict() for r in loop.history if r.is_experiment]
-    keeps = [r for r in recs[1:] if r["status"] == "keep"]
-    return {"search": search, "experiments": len(recs) - 1, "runs": sum(runs_of(r) for r in recs),
-            "keeps": len(keeps), "baseline": recs[0].get("trusted_bpb"),
-            "best": (loop.best or {}).get("val_bpb"), "kept": [r["description"] for r in keeps],
-            "moved_per_proposal": statistics.fmean(moved(r, recs) for r in recs[1:]) if len(recs) > 1 else 0.0}
-
-
-def moved(rec: dict, recs: list[dict]) -> int:
-    """Knobs a proposal moved from its parent's values."""
-    parent = next((r.get("config") or {} for r in recs if r.get("commit") == rec.get("parent")), {})
-    mine = rec.get("config") or {}
-    return sum(1 for k in mine if k in parent and parent[k] != mine[k])
-
-
-def proposers(runs: int, base_source: str, root: Path) -> dict:
-    out = {}
-    for search in ("local", "tpe"):
-        repo = make_repo(root / search, base_source)
-        out[search] = night(repo, search, runs, budget=60.0)
-        r = out[search]
-        print(f"{search}: {r['experiments']} experiments in {r['runs']} runs, {r['keeps']} kept, "
-              f"best {r['best']:.6f} from {r['baseline']:.6f}", flush=True)
-    return out
-
-
 # ---- the table ---------------------------------------------------------------------------------
 def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: dict, wall: float) -> dict:
     by_n = {r["n"]: r for r in records}
@@ -466,9 +425,6 @@ def main(argv=None) -> int:
     p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
-    p.add_argument("--proposers", type=int, default=None, metavar="RUNS",
-                   help="instead: a night of RUNS training runs from the baseline for each offline search "
-                        "(local steps, TPE draws over every knob); keeps and the best at equal runs")
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.nulls is not None:
@@ -486,19 +442,6 @@ def main(argv=None) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-judge-"))
     t0 = time.time()
     try:
-        if args.proposers:
-            res = proposers(args.proposers, base_source, root)
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], steps=args.steps)
-            (out / "bench_proposers.json").write_text(json.dumps(res, indent=1) + "\n")
-            print(f"{'search':8s}{'experiments':>13s}{'runs':>6s}{'keeps':>7s}{'knobs moved':>13s}{'best val_bpb':>14s}")
-            for k in ("local", "tpe"):
-                r = res[k]
-                print(f"{k:8s}{r['experiments']:13d}{r['runs']:6d}{r['keeps']:7d}{r['moved_per_proposal']:13.1f}"
-                      f"{r['best']:14.6f}")
-            print(f"baseline {res['local']['baseline']:.6f}; wall {res['wall_seconds'] / 60:.1f} min; load {res['load']:.2f}")
-            return 0
         repo = make_repo(root, base_source)
         curve = Curve(calibrate(repo, env, base_source, args.calibrate or args.calibrate_only))
         if args.calibrate_only:

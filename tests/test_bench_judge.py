@@ -85,3 +85,19 @@ def test_the_bench_stops_at_the_first_experiment_not_scripted():
     bench_judge.scripted_or_stop([_record(1, "baseline")])
     with pytest.raises(SystemExit, match="experiment 3 was proposed by 'offline'"):
         bench_judge.scripted_or_stop([_record(1, "baseline"), _record(2, "scripted"), _record(3, "offline")])
+
+
+def test_a_proposers_night_stops_at_its_runs_and_says_what_moved(tmp_path, monkeypatch):
+    # scripts/bench_proposers.py's night: the real loop with an offline search until RUNS runs
+    spec_p = importlib.util.spec_from_file_location("bench_proposers", REPO / "scripts" / "bench_proposers.py")
+    bench_proposers = importlib.util.module_from_spec(spec_p)
+    spec_p.loader.exec_module(bench_proposers)
+    monkeypatch.setenv("FAKE_DATA_DIR", str(tmp_path / "fakedata"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    repo = fake_repo(tmp_path / "repo")
+    r = bench_proposers.night(repo, "local", runs=6, budget=1.0, reviewer="simple")   # fake runs: no artifact
+    assert r["search"] == "local" and r["runs"] >= 6 and r["experiments"] >= 1
+    assert r["moved_per_proposal"] == 1.0, "local steps move one knob each"
+    assert r["keeps"] == len(r["kept"]) and r["best"] is not None and r["baseline"] is not None
+    assert bench_proposers.moved({"parent": "a", "config": {"X": 1, "Y": 2}},
+                                 [{"commit": "a", "config": {"X": 1, "Y": 3}}]) == 1

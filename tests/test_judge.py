@@ -191,6 +191,16 @@ def test_efficiency_keeps_a_cheaper_model_inside_the_band():
         assert op.details["serving_savings"] == SAVES
     worse = rule_opinion(trusted_bpb=BEST + 2 * th, best_bpb=BEST, band=BAND, lines=LINES, serving=SAVES)
     assert worse.status == "discard"   # beyond the band, cheaper does not buy quality back
+    # inside the band but worse by more than half of it: a regression the noise may hide, not a tie
+    # (the figures of scripts/bench_proposers.py's TPE night, exp 16: kept as "equal" before)
+    night = rule_opinion(trusted_bpb=2.519509, best_bpb=2.430060, band=Margin.of(0.035576, 0.092587, 0.0),
+                         lines=LINES, serving=SAVES)
+    assert night.status == "discard" and "not an equal result" in night.reason, night.reason
+    edge = rule_opinion(trusted_bpb=BEST + 0.5 * th, best_bpb=BEST, band=BAND, lines=LINES, serving=SAVES)
+    assert edge.status == "keep", "half the band is still a tie"
+    shorter = rule_opinion(trusted_bpb=BEST + 0.8 * th, best_bpb=BEST, band=BAND,
+                           lines={"added": 0, "removed": 12, "net": -12})
+    assert shorter.status == "discard" and "shorter, but a loss" in shorter.reason
     small = {"kv_bytes_per_token": 0.05, "decode_flops_per_token": 0.05}   # under the margin
     assert rule_opinion(trusted_bpb=BEST + 0.5 * th, best_bpb=BEST, band=BAND, lines=LINES,
                         serving=small).status == "discard"

@@ -153,3 +153,17 @@ def test_momentum_takes_one_step_where_two_leave_the_range(tmp_path):
     (name, (old, new)), = moved(up, prop.source).items()
     assert (name, old) == ("A_LR", 0.025) and new == pytest.approx(0.025 * STEP_FACTOR, rel=1e-3)
     assert "momentum" in prop.hypothesis and "1 step further" in prop.hypothesis
+
+
+def test_a_flat_step_s_mirror_waits_and_a_worse_one_s_is_next(tmp_path):
+    # the judge's P(better) of a discarded step: worse than the noise (0.05) -> its mirror next;
+    # flat (0.45) -> an untried knob next, the mirror later with the untried steps
+    hist = [rec(1, SMALL, "keep")]
+    first = ask(tmp_path, SMALL, hist, 2)
+    (name, _), = moved(SMALL, first.source).items()
+    worse = ask(tmp_path, SMALL, hist + [rec(2, first.source, "discard", parent="c1", p_better=0.05)], 3)
+    assert list(moved(SMALL, worse.source)) == [name] and "as worse (P(better) 0.05): the other way" in worse.hypothesis
+    flat_hist = hist + [rec(2, first.source, "discard", parent="c1", p_better=0.45)]
+    flat = ask(tmp_path, SMALL, flat_hist, 3)
+    (name2, _), = moved(SMALL, flat.source).items()
+    assert name2 != name and "untried from this incumbent" in flat.hypothesis

@@ -14,8 +14,9 @@ def test_screen_three_candidates_runs_only_the_winner(tiny_cache, tmp_path):
     repo = make_repo(tmp_path / "repo", files)
     env = dict(tiny_cache, AUTORESEARCH_STEPS="2")
     env.pop("ANTHROPIC_API_KEY", None)
+    # one baseline run: this test is about the screen, not the noise (the judge's own tests are)
     p = run_loop(repo, env, "--tag", "s", "--budget", "2", "--max-experiments", "2", "--screen", "3",
-                 timeout=600)
+                 "--baseline-repeats", "1", timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     wt = repo / ".autoresearch" / "s"
     experiments, _ = read_journal(wt / "journal.jsonl")

@@ -11,7 +11,8 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    at once (the evidence for a jump: the last step paid; one step where two leave the range);
    then a curated knob (harness/search/space.py; offline.PRIOR_KNOBS) whose value lies outside its range
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
-2. the other direction of a step that was discarded from this incumbent;
+2. the other direction of a step that was discarded from this incumbent for being worse than the
+   noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
 3. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
    decay, betas, softcap, depth), knobs not yet moved from this incumbent before those that were,
    in a deterministic order for the seed;
@@ -45,6 +46,10 @@ LIN_STEPS = 6
 JUMP_STEPS = 2
 # Two unproven single steps are combined when each had at least this P(better).
 PAIR_P = 0.8
+# The other way of a discarded step is tried only when the step came out worse than the noise
+# (P(better) at most this, t below ~-0.85): a step that measured flat says the knob is flat there,
+# and its mirror is no better a bet than an untried knob (the bench spent half its runs on mirrors).
+OTHER_WAY_P = 0.2
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
 MAX_JUMP_KNOBS = 3
 
@@ -129,6 +134,10 @@ def _outside_curated(base: dict, space: dict) -> list[tuple[str, object]]:
     return [(k, e) for _, k, e in sorted(out, key=lambda t: (-t[0], t[1]))]
 
 
+def _worse(p) -> str:
+    return f" as worse (P(better) {p:.2f})" if p is not None else ""
+
+
 def _direction(old, new) -> int:
     try:
         return 1 if new > old else -1
@@ -195,13 +204,15 @@ class LocalProposer:
                            f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/search/space.py): "
                            f"to its nearer edge")
         for m in here:                                    # 2. the other way of a discarded step
-            if m["status"] == "discard" and len(m["moved"]) == 1:
+            worse = m["p"] is None or m["p"] <= OTHER_WAY_P      # no evidence: as worse
+            if m["status"] == "discard" and len(m["moved"]) == 1 and worse:
                 (k, (old, new)), = m["moved"].items()
                 if k in space:
                     for v in step(k, base[k], space[k], current[k].comment):
                         if _direction(base[k], v) == -_direction(old, new) != 0:
                             yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
-                                           f"{knobs.format_literal(new)} and was discarded: the other way")
+                                           f"{knobs.format_literal(new)} and was discarded"
+                                           f"{_worse(m['p'])}: the other way")
         # the curated knobs (harness/search/space.py: learning rates, decay, betas, softcap, depth)
         # first, each group in an order of the seed's; knobs moved from this incumbent last
         names = sorted(space, key=lambda k: (k not in DEFAULT_SPECS,
