@@ -198,7 +198,9 @@ class LocalProposer:
                                        f"{kk} step{'s' if kk > 1 else ''} further the same way")
                     if ahead:
                         break
-        for k, v in _outside_curated(base, space):        # 1b. back into the range known to train
+        for k, v in _outside_curated(base, space):        # 1b. back into the range known to train,
+            if kept_into and k in kept_into["moved"]:     # unless a keep just took it out
+                continue
             lo, hi = DEFAULT_SPECS[k][1], DEFAULT_SPECS[k][2]
             yield {k: v}, (f"{k} {knobs.format_literal(base[k])} is outside the range known to train "
                            f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/search/space.py): "
