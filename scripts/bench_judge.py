@@ -415,6 +415,19 @@ def render(s: dict) -> str:
     return "\n".join(out)
 
 
+def bench_base(steps: int) -> tuple[dict, str]:
+    """The benches' set-up, shared with bench_proposers.py: this process and its runs on PROFILE at
+    `steps` fixed steps with no API key (a bench measures a rule or a search, not an LLM), the data
+    prepared, and the handicapped base: the tag's base as the loop commits it on this profile
+    (runtime.PROFILE_KNOBS), then HANDICAP. Returns (the runs' environment, the base's train.py)."""
+    os.environ.update(AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(steps))
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+    env = dict(os.environ)
+    subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+    profiled, _ = knobs.for_profile((REPO / "train.py").read_text(), PROFILE)
+    return env, knobs.set_knobs(profiled, {HANDICAP[0]: HANDICAP[1]})
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="20 nulls and 10 gains of 3 and 5 sigma (the goal's set)")
@@ -431,14 +444,7 @@ def main(argv=None) -> int:
         cfg["nulls"] = min(args.nulls, len(NULL_EDITS))
     if args.gains:
         cfg["gains"] = {float(k): int(c) for k, c in (part.split(":") for part in args.gains.split(","))}
-    env = dict(os.environ, AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(args.steps))
-    env.pop("ANTHROPIC_API_KEY", None)
-    os.environ.update(AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(args.steps))
-    os.environ.pop("ANTHROPIC_API_KEY", None)   # the bench judges the rule, not an LLM
-    subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-    # the tag's base as the loop commits it on this profile (runtime.PROFILE_KNOBS), then the handicap
-    profiled, _ = knobs.for_profile((REPO / "train.py").read_text(), PROFILE)
-    base_source = knobs.set_knobs(profiled, {HANDICAP[0]: HANDICAP[1]})
+    env, base_source = bench_base(args.steps)
     root = Path(tempfile.mkdtemp(prefix="bench-judge-"))
     t0 = time.time()
     try:

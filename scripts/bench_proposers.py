@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_judge as bj  # noqa: E402
-from harness import knobs  # noqa: E402
 
 SEARCHES = ("local", "tpe")
 
@@ -82,13 +80,7 @@ def main(argv=None) -> int:
     searches = [s for s in args.searches.split(",") if s]
     if not searches or any(s not in SEARCHES for s in searches):
         p.error(f"--searches takes some of {','.join(SEARCHES)}")
-    env = dict(os.environ, AUTORESEARCH_PROFILE=bj.PROFILE, AUTORESEARCH_STEPS=str(args.steps))
-    env.pop("ANTHROPIC_API_KEY", None)
-    os.environ.update(AUTORESEARCH_PROFILE=bj.PROFILE, AUTORESEARCH_STEPS=str(args.steps))
-    os.environ.pop("ANTHROPIC_API_KEY", None)   # offline searches only
-    subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-    profiled, _ = knobs.for_profile((REPO / "train.py").read_text(), bj.PROFILE)
-    base_source = knobs.set_knobs(profiled, {bj.HANDICAP[0]: bj.HANDICAP[1]})
+    _, base_source = bj.bench_base(args.steps)
     root = Path(tempfile.mkdtemp(prefix="bench-proposers-"))
     t0 = time.time()
     res: dict = {}

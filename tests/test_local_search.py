@@ -140,11 +140,14 @@ def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_pat
     assert moved(third.source, fourth.source) == {"LOGIT_SOFTCAP": (10.0, 20.0)}, fourth.description
     # a keep that took a curated knob out of its range is evidence against taking it back
     # (the study first saw 15.0, so its range is the curated 5-50 and momentum cannot go on)
+    # (the study first saw 15.0, so its range is the curated 5-50 and momentum cannot go on), for
+    # any seed's order of the knobs
     out_src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 60.0})
-    ask(tmp_path / "out", REAL, [rec(1, REAL, "keep")], 2)
     kept_out = [rec(1, REAL, "keep"), rec(2, out_src, "keep", parent="c1")]
-    nxt = ask(tmp_path / "out", out_src, kept_out, 3, best="c2")
-    assert "LOGIT_SOFTCAP" not in moved(out_src, nxt.source), nxt.description
+    for seed in range(4):
+        ask(tmp_path / f"out{seed}", REAL, [rec(1, REAL, "keep")], 2, seed=seed)
+        nxt = ask(tmp_path / f"out{seed}", out_src, kept_out, 3, best="c2", seed=seed)
+        assert "LOGIT_SOFTCAP" not in moved(out_src, nxt.source), (seed, nxt.description)
     # DEPTH's curated range (2-6) is the small models': the reference's 8 (a GPU's size) stays
     assert "DEPTH" not in moved(REAL, ask(tmp_path / "ref", REAL, [rec(1, REAL, "keep")], 2).source)
 

@@ -216,10 +216,11 @@ class LocalProposer:
                                            f"{knobs.format_literal(new)} and was discarded"
                                            f"{_worse(m['p'])}: the other way")
         # the curated knobs (harness/search/space.py: learning rates, decay, betas, softcap, depth)
-        # first, each group in an order of the seed's; knobs moved from this incumbent last
+        # first, each group in an order of the seed's; knobs moved from this incumbent last, and so
+        # the knobs of the keep that made it (a step of those is a step back along a measured gain)
         names = sorted(space, key=lambda k: (k not in DEFAULT_SPECS,
                                              hashlib.sha256(f"{req.seed}:{k}".encode()).hexdigest()))
-        touched = {k for m in here for k in m["moved"]}
+        touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]
         rng = random.Random(f"{req.seed}:{req.n}")
         for k in order:                                   # 3. untried single steps
