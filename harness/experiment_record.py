@@ -341,8 +341,9 @@ class EvidenceFigures:
     p_better: float | None = None
     p_keep: float | None = None
     sigma: float | None = None
-    df: int | None = None
+    df: float | None = None               # the pooled sigma's (an int), or Welch's where a side is erratic
     se: float | None = None
+    erratic: list = field(default_factory=list)          # sides whose runs disagree beyond the noise
 
     @classmethod
     def of(cls, ev) -> "EvidenceFigures | None":
@@ -366,7 +367,9 @@ class EvidenceFigures:
                    incumbent_mean=fnum(cmp.get("incumbent_mean")), remembered=inc.get("remembered") is True,
                    gain=fnum(cmp.get("gain")), margin=fnum(cmp.get("margin")), p_better=fnum(cmp.get("p_better")),
                    p_keep=fnum(ev.get("p_keep")), sigma=fnum(cmp.get("sigma", noise.get("sigma"))),
-                   df=_int(cmp.get("df", noise.get("df"))), se=fnum(cmp.get("se")))
+                   df=fnum(cmp.get("df", noise.get("df"))), se=fnum(cmp.get("se")),
+                   erratic=[x for x in cmp.get("erratic") or [] if x in ("candidate", "incumbent")]
+                   if isinstance(cmp.get("erratic"), list) else [])
 
     def summary(self) -> str:
         """One line: the runs, the bar, the noise and the test the decision used."""
@@ -380,7 +383,9 @@ class EvidenceFigures:
             parts.append(f"against the incumbent {str(self.incumbent_commit or '?')[:7]}'s "
                          + ("remembered figure" if self.remembered else f"{m} run(s)") + f" (mean {bar})")
         if self.sigma is not None:
-            parts.append(f"sigma {self.sigma:.6f} ({self.df} df)")
+            parts.append(f"sigma {self.sigma:.6f} ({self.df:.3g} df)" if self.df is not None else f"sigma {self.sigma:.6f}")
+        if self.erratic:
+            parts.append(f"the {' and '.join(self.erratic)}'s runs disagree beyond it: its own spread (Welch)")
         if self.gain is not None:
             parts.append(f"gain {self.gain:+.6f}" + (f" vs margin {self.margin:.6f}" if self.margin is not None else ""))
         if self.p_better is not None:

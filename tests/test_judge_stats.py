@@ -186,6 +186,60 @@ def test_a_change_between_keep_and_futility_is_contested_after_max_runs(tmp_path
     assert d.verdicts["judge"]["escalations"][0]["kind"] == "contested"
 
 
+def test_two_runs_far_apart_are_not_a_keep_on_the_pooled_sigma(tmp_path):
+    """The TPE night's exp 7 (scripts/bench_proposers.py): two runs 17 sigma apart, their mean
+    better, kept at P(better) 0.9994 on the tag's small sigma. Runs the noise does not explain
+    (a change that makes training erratic) are judged on their own spread, and run again."""
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    bar = sum(BASELINE) / 5
+    runs = [bar - 0.09, bar + 0.01]          # mean 0.04 better; 0.1 apart, ~20 sigma
+    first = decide(h, ctx(tmp_path, 2, CAND, best), runs[0])
+    assert first.rerun
+    d = decide(h, ctx(tmp_path, 2, CAND, best), runs[1])
+    cmp = d.verdicts["evidence"]["comparison"]
+    noise = d.verdicts["evidence"]["noise"]
+    # on the pooled sigma alone the gain is far beyond the margin: the old rule kept it
+    assert cmp["gain"] > 2 * stats.margin_for(noise["sigma"], noise["df"], 2, 5)
+    assert d.status == "discard" and d.rerun and "disagree beyond the tag's noise" in d.reason, d.reason
+    assert cmp["erratic"] == ["candidate"] and cmp["df"] < 2 and cmp["p_better"] < 0.99
+    assert "disagree beyond it" in ExperimentRecord.from_dict({"n": 2, "evidence": d.verdicts["evidence"]}
+                                                             ).evidence_view().summary()
+    # a third run like the second: the low one is the outlier, and a low outlier of a candidate
+    # never counts in its favour (evidence.bar_values): what is left is not better
+    d = decide(h, ctx(tmp_path, 2, CAND, best), bar + 0.011)
+    assert d.status == "discard" and not d.rerun, d.reason
+    assert bar - 0.09 not in d.verdicts["evidence"]["comparison"]["candidate_runs"]
+
+
+def test_an_erratic_change_is_run_again_and_never_kept_on_its_lucky_runs(tmp_path):
+    # runs of a recipe that swings by ~0.04-0.08 bpb with the seed: its first two average 0.02
+    # better, beyond the pooled margin (~0.014: the old rule kept it); judged on its own spread it
+    # is run again, and its later runs do not make a keep
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = best_of(baseline(h, tmp_path))
+    bar = sum(BASELINE) / 5
+    calls = []
+    for v in [bar - 0.06, bar + 0.02, bar - 0.02, bar + 0.01, bar - 0.03]:
+        d = decide(h, ctx(tmp_path, 2, CAND, best), v)
+        calls.append((d.verdicts["evidence"]["call"], d.verdicts["evidence"]["comparison"]["erratic"]))
+        if not d.rerun:
+            break
+    assert calls[1] == ("more", ["candidate"]) and d.status == "discard", (calls, d.reason)
+    assert all(c != "keep" for c, _ in calls)
+
+
+def test_consistent_runs_keep_the_pooled_sigma_and_an_erratic_incumbent_raises_the_bar():
+    noise = stats.pooled_noise({BASE: BASELINE})
+    honest = stats.compare(BASELINE, [1.380, 1.386], noise)
+    assert honest.erratic == () and honest.df == noise.df
+    assert honest.se == pytest.approx(noise.sigma * math.sqrt(1 / 2 + 1 / 5))
+    wild_bar = stats.compare([1.400, 1.404, 1.470], [1.380, 1.386], noise)
+    assert wild_bar.erratic == ("incumbent",) and wild_bar.df < noise.df and wild_bar.margin > honest.margin
+    assert not stats.erratic([1.0, 1.0 + 5 * noise.sigma], noise.sigma)   # 5 sigma apart: noise, rarely
+    assert stats.erratic([1.0, 1.0 + 9 * noise.sigma], noise.sigma)
+
+
 # ---- disturbed runs --------------------------------------------------------------------------------
 
 def _log(tmp_path, name, dts, header=True):

@@ -13,6 +13,12 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 - Comparison: gain = mean(incumbent runs) - mean(candidate runs), se = sigma * sqrt(1/n + 1/m),
   t = gain / se with df degrees of freedom. The bar is the incumbent's mean over all its runs,
   never the luckiest one (the winner's curse), and its own uncertainty (1/m) is in se.
+- A side whose own runs disagree beyond the tag's noise (one of them more than OUTLIER_T pooled
+  sigmas from the others: a change that makes training erratic, or a run the pace check missed)
+  is not described by the pooled sigma: its variance is its own runs' (Welch's se and df), so two
+  runs 17 sigma apart cannot make a keep (they did, in a TPE night of scripts/bench_proposers.py:
+  exp 7, runs 2.868 and 2.970 against an incumbent at 2.959, kept at P(better) 0.9994). Such a
+  candidate is run again up to MAX_RUNS, never discarded as faded on that se alone.
 - p_better = T_df(t): the probability that the candidate is better, under a flat prior. A keep
   needs p_better >= P_KEEP on at least MIN_KEEP_RUNS runs of the candidate's own.
 - Sequential: after one run, a candidate that is not below the incumbent's mean is discarded (most
@@ -199,11 +205,12 @@ class Comparison:
     candidate: list[float]
     gain: float                  # mean(incumbent) - mean(candidate): > 0 is better
     sigma: float | None
-    df: int
+    df: float                    # the pool's (an int), or Welch's where a side is erratic
     se: float | None = None
     t: float | None = None
     p_better: float | None = None
     margin: float | None = None  # the gain that would give p_better = P_KEEP at these n, m, df
+    erratic: tuple = ()          # the sides ("candidate", "incumbent") whose runs disagree beyond the noise
 
     @property
     def n(self) -> int:
@@ -217,7 +224,19 @@ class Comparison:
         return {"incumbent_runs": self.incumbent, "candidate_runs": self.candidate,
                 "incumbent_mean": statistics.fmean(self.incumbent), "candidate_mean": statistics.fmean(self.candidate),
                 "gain": self.gain, "sigma": self.sigma, "df": self.df, "se": self.se, "t": self.t,
-                "p_better": self.p_better, "p_keep": P_KEEP, "margin": self.margin}
+                "p_better": self.p_better, "p_keep": P_KEEP, "margin": self.margin, "erratic": list(self.erratic)}
+
+
+def erratic(values: list[float], sigma: float | None) -> bool:
+    """Whether one of a commit's runs lies more than OUTLIER_T sigmas (leave-one-out, as
+    pooled_noise screens) from the mean of its others: runs the tag's noise does not explain."""
+    if not sigma or len(values) < 2:
+        return False
+    for i, y in enumerate(values):
+        rest = values[:i] + values[i + 1:]
+        if abs(y - statistics.fmean(rest)) > OUTLIER_T * sigma * math.sqrt(1.0 + 1.0 / len(rest)):
+            return True
+    return False
 
 
 def compare(incumbent: list[float], candidate: list[float], noise: Noise) -> Comparison:
@@ -226,10 +245,22 @@ def compare(incumbent: list[float], candidate: list[float], noise: Noise) -> Com
     c = Comparison(inc, cand, gain, noise.sigma, noise.df)
     if noise.sigma is None or noise.df < 1:
         return c
-    c.se = noise.sigma * math.sqrt(1.0 / len(cand) + 1.0 / len(inc))
+    c.erratic = tuple(side for side, vals in (("candidate", cand), ("incumbent", inc)) if erratic(vals, noise.sigma))
+    if not c.erratic:
+        c.se = noise.sigma * math.sqrt(1.0 / len(cand) + 1.0 / len(inc))
+        df = noise.df
+    else:   # Welch: an erratic side's variance is its own runs' (len - 1 df), the other side's the pool's
+        parts = []
+        for side, vals in (("candidate", cand), ("incumbent", inc)):
+            own = side in c.erratic
+            var, dfs = (statistics.variance(vals), len(vals) - 1) if own else (noise.sigma ** 2, noise.df)
+            parts.append((var / len(vals), dfs))
+        c.se = math.sqrt(sum(v for v, _ in parts))
+        df = c.se ** 4 / sum(v * v / d for v, d in parts)
+        c.df = df
     c.t = gain / c.se
-    c.p_better = t_cdf(c.t, noise.df)
-    c.margin = t_ppf(P_KEEP, noise.df) * c.se
+    c.p_better = t_cdf(c.t, df)
+    c.margin = t_ppf(P_KEEP, df) * c.se
     return c
 
 
@@ -254,8 +285,13 @@ def call(c: Comparison, runs: int | None = None) -> tuple[str, str]:
         return "discard", f"its run is not below the incumbent's mean (t {c.t:.2f})"
     if n >= MIN_KEEP_RUNS and c.gain >= c.margin * (1 - 1e-9):   # a gain exactly at the margin is kept
         return "keep", f"P(better) {c.p_better:.4f} >= {P_KEEP:g} over {n} runs"
+    if "candidate" in c.erratic and runs < MAX_RUNS and c.gain > 0:
+        return "more", (f"its runs disagree beyond the tag's noise (sd {statistics.stdev(c.candidate):.4g} vs "
+                        f"sigma {c.sigma:.4g}): P(better) {c.p_better:.3f} on its own spread; running it again "
+                        f"({runs}/{MAX_RUNS})")
     if n >= MIN_KEEP_RUNS and c.t < FUTILITY_T:
         return "discard", f"the gain faded over {n} runs (t {c.t:.2f} < {FUTILITY_T:g}, P(better) {c.p_better:.3f})"
     if runs >= MAX_RUNS:
-        return "undecided", f"P(better) {c.p_better:.3f} after {runs} runs, short of {P_KEEP:g}"
+        return "undecided", (f"P(better) {c.p_better:.3f} after {runs} runs, short of {P_KEEP:g}"
+                             + (f" (the {' and '.join(c.erratic)}'s runs disagree beyond the noise)" if c.erratic else ""))
     return "more", f"P(better) {c.p_better:.3f} after {runs} run(s): confirming it with run {runs + 1}"
