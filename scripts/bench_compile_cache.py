@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness import compile_warm, knobs  # noqa: E402
+from harness.executors.base import FIXED_SOURCES  # noqa: E402
 from harness.executors.node import materialise  # noqa: E402
 from harness.runner import run_train  # noqa: E402
 from harness.sandbox import DataView, detect  # noqa: E402
@@ -46,8 +47,7 @@ def main(argv=None):
         raise SystemExit(f"needs bubblewrap: {box.reason}")
     source, _ = knobs.for_profile((REPO / "train.py").read_text(), prepare.PROFILE)
     source = knobs.set_knobs(source, {"COMPILE": True})
-    files = {"train.py": source, "prepare.py": (REPO / "prepare.py").read_text(),
-             "runtime.py": (REPO / "runtime.py").read_text()}
+    files = {"train.py": source, **{name: (REPO / name).read_text() for name in FIXED_SOURCES}}
     view = DataView.from_describe({"paths": prepare.data_paths()})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-compile-cache-"))
     env = {"AUTORESEARCH_STEPS": str(args.steps)}

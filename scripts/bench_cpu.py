@@ -41,7 +41,7 @@ def bench_cell(compile_on, backend, bf16, threads, seconds):
     V, T = prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN
     cfg = train.model_config(V, T)
     model = train.build_model(cfg)
-    runtime.set_backend(backend, T, model.windows, torch.device("cpu"))
+    runtime.attn.set_backend(backend, T, model.windows, torch.device("cpu"))
     optimizer = train.MuonAdamW(model)
     rows = train.DEVICE_BATCH_SIZE
     autocast = torch.amp.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()

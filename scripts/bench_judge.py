@@ -55,6 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
+from harness.executors.base import FIXED_SOURCES  # noqa: E402
 from harness import knobs  # noqa: E402
 
 CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
@@ -235,11 +236,11 @@ def git(cwd, *args) -> str:
 def make_repo(root: Path, base_source: str) -> Path:
     repo = root / "repo"
     repo.mkdir(parents=True)
-    for name in ("prepare.py", "program.md", "runtime.py"):
+    for name in ("program.md", *FIXED_SOURCES):
         shutil.copy(REPO / name, repo / name)
     (repo / "train.py").write_text(base_source)
     git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "prepare.py", "program.md", "runtime.py", "train.py")
+    git(repo, "add", "program.md", *FIXED_SOURCES, "train.py")
     git(repo, "commit", "-q", "-m", f"bench base: {HANDICAP[0]} = {HANDICAP[1]}")
     return repo
 

@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness.executors.base import FIXED_SOURCES  # noqa: E402
 from harness.runner import run_train  # noqa: E402
 from harness.verify import eval_rows, tolerance, verify  # noqa: E402
 
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         src = run_dir / "src"
         src.mkdir()
-        for name in ("prepare.py", "runtime.py"):
+        for name in FIXED_SOURCES:
             (src / name).write_text((REPO / name).read_text())
         (src / "train.py").write_text(train_src)
         run = run_train(src, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),

@@ -133,7 +133,7 @@ def gemm_tflops(spec):
 def step_env(rec, spec, _):
     torch, train, prepare, runtime, device, _ = setup()
     import platform
-    names, skipped = runtime.attention_candidates(device)
+    names, skipped = runtime.attn.attention_candidates(device)
     rec.update(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                platform=platform.platform(), device=str(device), cpu_count=os.cpu_count(),
                profile=prepare.PROFILE, cascade=names, skipped=skipped, compile=train.COMPILE,
@@ -186,11 +186,11 @@ def step_data(rec, spec, _):
 def run_files(prepare, overrides=None):
     """train.py as a tag on this profile commits it (its knob values written in), plus `overrides`."""
     from harness import knobs
+    from harness.executors.base import FIXED_SOURCES
     source, _ = knobs.for_profile((REPO / "train.py").read_text(), prepare.PROFILE)
     if overrides:
         source = knobs.set_knobs(source, {k: v for k, v in overrides.items() if k in knobs.values(source)})
-    return {"train.py": source, "prepare.py": (REPO / "prepare.py").read_text(),
-            "runtime.py": (REPO / "runtime.py").read_text()}
+    return {"train.py": source, **{name: (REPO / name).read_text() for name in FIXED_SOURCES}}
 
 
 def log_figures(text):
@@ -383,7 +383,7 @@ def step_attn(rec, spec, backend):
     torch, train, prepare, runtime, device, autocast = setup()
     cfg, rows, windows = shapes(train, prepare)
     model = train.build_model(cfg).to(device)
-    dtypes = runtime.model_attention_dtypes(model, autocast, device)
+    dtypes = runtime.attn.model_attention_dtypes(model, autocast, device)
     del model
     H, Hkv, D, T = cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"], cfg["sequence_len"]
     rec.update(backend=backend, dtypes=[[str(d).replace("torch.", "") for d in t] for t in dtypes],
@@ -393,10 +393,10 @@ def step_attn(rec, spec, backend):
             rec.update({mode: {"ok": False, "reason": "train.py does not compile on this profile (COMPILE = False)"}})
             continue
         try:
-            runtime.set_backend(backend, T, windows, device)
+            runtime.attn.set_backend(backend, T, windows, device)
             fn = torch.compile(runtime.attention, dynamic=False) if mode == "compiled" else runtime.attention
             t0 = time.perf_counter()
-            err = max(runtime.check_attention(fn, device, autocast, H, Hkv, D, T, windows, dts) for dts in dtypes)
+            err = max(runtime.attn.check_attention(fn, device, autocast, H, Hkv, D, T, windows, dts) for dts in dtypes)
             check_s = time.perf_counter() - t0
             g = torch.Generator(device="cpu").manual_seed(1)
             q, k, v = (torch.randn(rows, T, h, D, generator=g).to(device, dt).requires_grad_()
@@ -410,7 +410,7 @@ def step_attn(rec, spec, backend):
         except Exception as e:
             r = {"ok": False, "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
         finally:
-            runtime.set_backend("sdpa")
+            runtime.attn.set_backend("sdpa")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -431,7 +431,7 @@ def step_model(rec, spec, backend):
     tokenizer = prepare.Tokenizer.from_directory()
     V, T = tokenizer.get_vocab_size(), prepare.MAX_SEQ_LEN
     model = train.build_model(train.model_config(V, T)).to(device)
-    runtime.set_backend(backend, T, model.windows, device)
+    runtime.attn.set_backend(backend, T, model.windows, device)
     optimizer = train.MuonAdamW(model, train.COMPILE)
     rows = train.DEVICE_BATCH_SIZE
     accum = max(1, round(train.TOTAL_BATCH_SIZE / (rows * T)))

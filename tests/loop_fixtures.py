@@ -117,7 +117,7 @@ def run_loop(repo: Path, env: dict, *args, timeout: float = 120) -> subprocess.C
                           timeout=timeout)
 
 
-def copy_real(repo_files=("prepare.py", "runtime.py", "train.py", "program.md")) -> dict[str, str]:
+def copy_real(repo_files=("prepare.py", "runtime.py", "attention.py", "train.py", "program.md")) -> dict[str, str]:
     return {name: (REPO / name).read_text() for name in repo_files}
 
 

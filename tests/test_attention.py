@@ -1,4 +1,4 @@
-"""Every attention backend that runs on CPU (runtime.py) agrees with a float64 reference written
+"""Every attention backend that runs on CPU (attention.py) agrees with a float64 reference written
 out here; the probe and cascade; the dtypes train.py's model hands to attention."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-import runtime
+import attention as attn
 import train
 from harness import knobs
 
@@ -51,11 +51,11 @@ def test_backend_matches_reference(backend, name, h, hkv, window):
     q, k, v = inputs(h, hkv)
     if backend not in TRAINABLE_ON_CPU:
         q, k, v = (t.detach() for t in (q, k, v))
-    runtime.set_backend(backend, T, [window], CPU)
+    attn.set_backend(backend, T, [window], CPU)
     try:
-        out = runtime.attention(q, k, v, window)
+        out = attn.attention(q, k, v, window)
     finally:
-        runtime.set_backend("sdpa")
+        attn.set_backend("sdpa")
     ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
     ref = reference(*ref_inputs, window)
     assert out.shape == (B, T, h, D)
@@ -92,15 +92,15 @@ def test_probe_picks_sdpa_on_cpu_and_honours_forcing(monkeypatch, capsys):
     import contextlib
     args = (CPU, contextlib.nullcontext(), 4, 2, 8, T, [5, -1], False)
     monkeypatch.delenv("AUTORESEARCH_ATTN", raising=False)
-    assert runtime.probe_attention(*args) == "sdpa"
+    assert attn.probe_attention(*args) == "sdpa"
     monkeypatch.setenv("AUTORESEARCH_ATTN", "naive")
-    assert runtime.probe_attention(*args) == "naive"
-    assert runtime._backend is runtime.attn_naive
+    assert attn.probe_attention(*args) == "naive"
+    assert attn._backend is attn.attn_naive
     monkeypatch.setenv("AUTORESEARCH_ATTN", "fa3")  # no CUDA here: rejected with the reason printed
     with pytest.raises(RuntimeError, match="no attention backend"):
-        runtime.probe_attention(*args)
+        attn.probe_attention(*args)
     assert "fa3 rejected" in capsys.readouterr().out
-    runtime.set_backend("sdpa")
+    attn.set_backend("sdpa")
 
 
 # --- issue 12: device keys, dtypes the model really feeds, the probe fed those dtypes ---------
@@ -110,19 +110,19 @@ BF16_AUTOCAST_CPU = dict(device_type="cpu", dtype=torch.bfloat16)
 
 def test_device_key_fills_in_the_index():
     """Masks were stored under str(device) ("cuda") and looked up under str(q.device) ("cuda:0")."""
-    assert runtime.device_key("cuda") == runtime.device_key("cuda:0") == runtime.device_key(torch.device("cuda", 0))
-    assert runtime.device_key("cpu") == runtime.device_key(torch.device("cpu", 0)) == ("cpu", 0)
-    assert runtime.device_key("cuda:1") != runtime.device_key("cuda:0")
+    assert attn.device_key("cuda") == attn.device_key("cuda:0") == attn.device_key(torch.device("cuda", 0))
+    assert attn.device_key("cpu") == attn.device_key(torch.device("cpu", 0)) == ("cpu", 0)
+    assert attn.device_key("cuda:1") != attn.device_key("cuda:0")
 
 
 def test_flex_masks_built_for_an_indexed_device_are_found():
     """Masks prepared for torch.device("cpu", 0) serve tensors whose device prints as "cpu"."""
     q, k, v = (t.detach() for t in inputs(4, 2))
-    runtime.set_backend("flex", T, [5], torch.device("cpu", 0))
+    attn.set_backend("flex", T, [5], torch.device("cpu", 0))
     try:
-        out = runtime.attention(q, k, v, 5)
+        out = attn.attention(q, k, v, 5)
     finally:
-        runtime.set_backend("sdpa")
+        attn.set_backend("sdpa")
     assert (out.double() - reference(q, k, v, 5)).abs().max().item() < 1e-5
 
 
@@ -145,11 +145,11 @@ def test_the_model_feeds_attention_one_dtype_under_autocast(profile):
     """Value-embedding layers mixed an fp32 ve into a bf16 v: attention got (bf16, bf16, fp32)."""
     model = tiny_model(profile)
     assert any(train.has_value_embedding(i, model.cfg["n_layer"]) for i in range(model.cfg["n_layer"]))
-    dtypes = runtime.model_attention_dtypes(model, torch.amp.autocast(**BF16_AUTOCAST_CPU), CPU)
+    dtypes = attn.model_attention_dtypes(model, torch.amp.autocast(**BF16_AUTOCAST_CPU), CPU)
     assert dtypes == [(torch.bfloat16,) * 3]
     import contextlib
-    assert runtime.model_attention_dtypes(tiny_model(), contextlib.nullcontext(), CPU) == [(torch.float32,) * 3]
-    assert runtime._backend is runtime.attn_sdpa  # the recording backend is put back
+    assert attn.model_attention_dtypes(tiny_model(), contextlib.nullcontext(), CPU) == [(torch.float32,) * 3]
+    assert attn._backend is attn.attn_sdpa  # the recording backend is put back
 
 
 def test_gpu_recipe_keeps_embeddings_and_residual_in_bf16():
@@ -173,37 +173,37 @@ def strict_backend(seen):
         seen.append((q.dtype, k.dtype, v.dtype))
         if not q.dtype == k.dtype == v.dtype:
             raise RuntimeError(f"mixed dtypes {q.dtype} {k.dtype} {v.dtype}")
-        return runtime.attn_sdpa(q, k, v, window)
+        return attn.attn_sdpa(q, k, v, window)
     return attend
 
 
 def test_probe_feeds_the_dtypes_the_model_produces(monkeypatch, capsys):
     seen = []
-    monkeypatch.setitem(runtime.BACKENDS, "strict", strict_backend(seen))
+    monkeypatch.setitem(attn.BACKENDS, "strict", strict_backend(seen))
     monkeypatch.setenv("AUTORESEARCH_ATTN", "strict")
     autocast = torch.amp.autocast(**BF16_AUTOCAST_CPU)
     model = tiny_model()
     cfg = model.cfg
     args = (CPU, autocast, cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"], T, [5, -1], False)
     try:
-        dtypes = runtime.model_attention_dtypes(model, autocast, CPU)
-        assert runtime.probe_attention(*args, dtypes) == "strict"
+        dtypes = attn.model_attention_dtypes(model, autocast, CPU)
+        assert attn.probe_attention(*args, dtypes) == "strict"
         assert set(seen) == {(torch.bfloat16,) * 3}
         # the mix the model used to produce is fed as given, and a strict backend is rejected for it
         with pytest.raises(RuntimeError, match="no attention backend"):
-            runtime.probe_attention(*args, [(torch.bfloat16, torch.bfloat16, torch.float32)])
+            attn.probe_attention(*args, [(torch.bfloat16, torch.bfloat16, torch.float32)])
         assert "strict rejected: RuntimeError: mixed dtypes" in capsys.readouterr().out
     finally:
-        runtime.set_backend("sdpa")
+        attn.set_backend("sdpa")
 
 
 def test_the_cascade_skips_fa3_on_sm12x_with_the_reason(monkeypatch, capsys):
-    assert runtime.cascade(None) == (["sdpa", "naive"], {})
-    assert runtime.cascade((9, 0))[0] == ["fa3", "flex", "sdpa"]
-    names, skipped = runtime.cascade((12, 1))  # GB10
+    assert attn.cascade(None) == (["sdpa", "naive"], {})
+    assert attn.cascade((9, 0))[0] == ["fa3", "flex", "sdpa"]
+    names, skipped = attn.cascade((12, 1))  # GB10
     assert names == ["flex", "sdpa"] and "sm_121" in skipped["fa3"] and "no FA3 build" in skipped["fa3"]
     monkeypatch.setenv("AUTORESEARCH_ATTN", "fa3")
-    assert runtime.attention_candidates(CPU) == (["fa3"], {})
+    assert attn.attention_candidates(CPU) == (["fa3"], {})
 
 
 def test_a_backend_that_fails_only_under_compile_runs_eagerly(monkeypatch, capsys):
@@ -216,13 +216,13 @@ def test_a_backend_that_fails_only_under_compile_runs_eagerly(monkeypatch, capsy
     monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "/bin/false"))
     monkeypatch.setattr(inductor_config, "fx_graph_cache", False)  # a cached kernel would need no compiler
     monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
-    monkeypatch.setattr(runtime, "COMPILE_NOTES", [])
+    monkeypatch.setattr(attn, "COMPILE_NOTES", [])
     torch._dynamo.reset()
     try:
-        assert runtime.probe_attention(CPU, contextlib.nullcontext(), 2, 2, 8, T, [5, -1], True) == "sdpa"
+        assert attn.probe_attention(CPU, contextlib.nullcontext(), 2, 2, 8, T, [5, -1], True) == "sdpa"
     finally:
         torch._dynamo.reset()
-        runtime.set_backend("sdpa")
+        attn.set_backend("sdpa")
     out = capsys.readouterr().out
     assert "sdpa rejected under compile: InductorError" in out and "sdpa runs eagerly" in out
-    assert runtime.COMPILE_NOTES == ["attention: no backend compiles, sdpa eager"]
+    assert attn.COMPILE_NOTES == ["attention: no backend compiles, sdpa eager"]

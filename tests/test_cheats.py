@@ -38,7 +38,8 @@ def repo(tmp_path, monkeypatch):
     wt.mkdir()
     (wt / "train.py").write_text(SRC)
     (wt / "prepare.py").write_text((REPO / "prepare.py").read_text())
-    (wt / "runtime.py").write_text((REPO / "runtime.py").read_text())
+    for name in ("runtime.py", "attention.py"):
+        (wt / name).write_text((REPO / name).read_text())
     (wt / ".gitignore").write_text("results.tsv\njournal.jsonl\nqueue.sqlite*\nlogs/\nartifacts/\nrun.json\n"
                                    "__pycache__/\nchild.pid\n")
     git(wt, "init", "-q")

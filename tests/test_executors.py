@@ -250,7 +250,7 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/sealing.make_seal does for a tag
     seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
-    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, "runtime.py": (REPO / "runtime.py").read_text()},
+    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in ("runtime.py", "attention.py")}},
                   budget=2, run_dir=str(run_dir),
                   env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", **seal_fields(seal),
                   evaluation=eval_spec(seal, prepare_source=prep, train_source=train, profile="tiny"))

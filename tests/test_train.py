@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import attention as attn
 import runtime
 import train
 from harness import knobs
@@ -384,10 +385,10 @@ def run_python(code, env=None, timeout=60):
 
 
 LOAD_FA3 = """
-import os, time, runtime
+import os, time, attention
 t = time.monotonic()
 try:
-    runtime.load_fa3()
+    attention.load_fa3()
     print("loaded")
 except Exception as e:
     print("failed", type(e).__name__)
@@ -412,11 +413,11 @@ def test_load_fa3_fails_fast_when_the_hub_is_unreachable(endpoint, tmp_path):
 
 def test_hub_check_has_a_deadline_and_is_skipped_when_offline_is_set(monkeypatch):
     t = time.monotonic()
-    reason = runtime.hub_unreachable_reason("http://127.0.0.1:9", deadline=1.0)
+    reason = attn.hub_unreachable_reason("http://127.0.0.1:9", deadline=1.0)
     assert "cannot connect to 127.0.0.1:9" in reason and time.monotonic() - t < 3
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(runtime, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
-    assert runtime.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
+    monkeypatch.setattr(attn, "hub_unreachable_reason", lambda *a, **k: pytest.fail("network tried"))
+    assert attn.go_offline_if_hub_unreachable() == "HF_HUB_OFFLINE is set"
 
 
 def test_reference_muon_state_round_trips():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import attention as attn
 import runtime
 from harness import graph as G
 from harness import knobs
@@ -119,11 +120,8 @@ def _graph_of(tmp_path):
     cfg = mod.model_config(prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN)
     model = mod.build_model(cfg).eval()
     tokens = torch.zeros(8, prepare.MAX_SEQ_LEN, dtype=torch.long)
-    backend, runtime._backend = runtime._backend, runtime.attn_sdpa   # as runtime.save_model records
-    try:
+    with attn.plain_aten():   # as runtime.save_model records
         spec, consts = runtime.record_graph(model, tokens)
-    finally:
-        runtime._backend = backend
     return spec, model.state_dict(), consts
 
 

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.executors.base import TrainJob
+from harness.executors.base import FIXED_SOURCES, TrainJob
 from harness.search.hyperband import Task, TaskResult
 from harness.search.pool import TASK_TIMEOUT, task_env
 
@@ -39,9 +39,12 @@ class ExecutorPool:
         self.ex = executor
         self.n = executor.slots
         self.prepare_source = prepare_source
-        if runtime_source is None and (Path(__file__).resolve().parents[2] / "runtime.py").is_file():
-            runtime_source = (Path(__file__).resolve().parents[2] / "runtime.py").read_text()
-        self.runtime_source = runtime_source
+        # runtime.py and attention.py, this checkout's unless given: train.py imports them
+        here = Path(__file__).resolve().parents[2]
+        self.fixed = {name: (here / name).read_text() for name in FIXED_SOURCES
+                      if name != "prepare.py" and (here / name).is_file()}
+        if runtime_source is not None:
+            self.fixed["runtime.py"] = runtime_source
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cores = os.cpu_count() or 1
@@ -64,9 +67,7 @@ class ExecutorPool:
         self._running[jid] = (task, time.time())
 
     def job_for(self, task: Task, n: int) -> TrainJob:
-        files = {"train.py": Path(task.source).read_text(), "prepare.py": self.prepare_source}
-        if self.runtime_source is not None:
-            files["runtime.py"] = self.runtime_source
+        files = {"train.py": Path(task.source).read_text(), "prepare.py": self.prepare_source, **self.fixed}
         env = dict(self.env)
         env.update(task_env(task))
         env["AUTORESEARCH_ARTIFACT"] = ""           # no model to save: the task prints its val_bpb

@@ -26,6 +26,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from harness.executors.base import FIXED_SOURCES
 from harness.search.hyperband import Task, TaskResult
 from harness.summary import parse_summary
 
@@ -120,7 +121,7 @@ def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
     data, proxy = DataView.from_dict(seal["data"]), Proxy.from_dict(seal["proxy"])
     source = Path(task.source).read_text()
     files = {"train.py": source, **{name: (Path(prepare_dir) / name).read_text()
-                                    for name in ("prepare.py", "runtime.py") if (Path(prepare_dir) / name).is_file()}}
+                                    for name in FIXED_SOURCES if (Path(prepare_dir) / name).is_file()}}
     work = materialise(files, log.parent / f".{task.id}.src")
     out = log.parent / f".{task.id}.out"
     try:
