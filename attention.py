@@ -27,7 +27,7 @@ import torch.nn.functional as F
 COMPILE_NOTES = []
 
 
-def why(e):
+def one_line(e):
     """One line for an exception: its type and the first line of its message."""
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 
@@ -267,7 +267,7 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
             for dts in dtypes:
                 check_attention(attention, device, autocast, n_head, n_kv_head, head_dim, T, windows, dts)
         except Exception as e:  # any failure means: try the next backend
-            print(f"attention: {name} rejected: {why(e)}")
+            print(f"attention: {name} rejected: {one_line(e)}")
             continue
         eager_ok.append(name)
         try:
@@ -276,7 +276,7 @@ def probe_attention(device, autocast, n_head, n_kv_head, head_dim, T, windows, c
                 for dts in dtypes:
                     check_attention(fn, device, autocast, n_head, n_kv_head, head_dim, T, windows, dts)
         except Exception as e:
-            print(f"attention: {name} rejected under compile: {why(e)}")
+            print(f"attention: {name} rejected under compile: {one_line(e)}")
             continue
         set_backend(name)
         return name

@@ -272,7 +272,7 @@ def peak_memory_mb(device):
 # ---------------------------------------------------------------------------------------------
 attention = attn.attention            # what train.py calls, through this module as before
 pick_attention = attn.pick_attention
-_why = attn.why
+_why = attn.one_line
 
 
 # ---------------------------------------------------------------------------------------------
