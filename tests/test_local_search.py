@@ -88,6 +88,21 @@ def test_two_unproven_steps_are_tried_together(tmp_path):
     assert "each looked better" in prop.hypothesis and "both at once" in prop.hypothesis
 
 
+def test_two_unproven_steps_go_together_before_the_untried_ones(tmp_path):
+    # the real train.py, so dozens of single steps are still untried: two contested steps (the
+    # judge's P(better) 0.9 and 0.85, each unproven) are the evidence for the next proposal
+    hist = [rec(1, REAL, "keep")]
+    a = knobs.set_knobs(REAL, {"MATRIX_LR": 0.04 * STEP_FACTOR})
+    b = knobs.set_knobs(REAL, {"SCALAR_LR": knobs.normalize(knobs.values(REAL)["SCALAR_LR"] / STEP_FACTOR)})
+    hist += [rec(2, a, "discard", parent="c1", p_better=0.9), rec(3, b, "discard", parent="c1", p_better=0.85)]
+    prop = ask(tmp_path, REAL, hist, 4)
+    assert set(moved(REAL, prop.source)) == {"MATRIX_LR", "SCALAR_LR"}, prop.description
+    assert "exp 2 and exp 3 each looked better" in prop.hypothesis
+    # one contested step alone is no pair: an untried single step comes next
+    alone = ask(tmp_path / "alone", REAL, hist[:2], 3)
+    assert len(moved(REAL, alone.source)) == 1 and "untried from this incumbent" in alone.hypothesis
+
+
 def test_an_exhausted_neighbourhood_jumps_with_a_few_knobs(tmp_path):
     src = "USE_A = False  # a switch\nUSE_B = False  # another\nUSE_C = False  # a third\nUSE_D = False  # a fourth\n"
     hist = [rec(1, src, "keep")]

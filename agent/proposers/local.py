@@ -13,11 +13,13 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent for being worse than the
    noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
-3. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
+3. a pair: two single steps from this incumbent that each looked better but were not proven
+   (P(better) >= PAIR_P in the judge's evidence): the evidence for a jump, tried as soon as it is
+   there (a night of scripts/bench_proposers.py spent half its runs on three such steps, each
+   ~1-2 sigma, and never reached the pair while untried single steps were left);
+4. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
    decay, betas, softcap, depth), knobs not yet moved from this incumbent before those that were,
    in a deterministic order for the seed;
-4. a pair: two single steps from this incumbent that each looked better but were not proven
-   (P(better) >= PAIR_P in the judge's evidence);
 5. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
    proposers/offline.py) draws, limited to MAX_JUMP_KNOBS knobs.
 
@@ -215,6 +217,17 @@ class LocalProposer:
                             yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
                                            f"{knobs.format_literal(new)} and was discarded"
                                            f"{_worse(m['p'])}: the other way")
+        # 3. two single steps that each looked better but were unproven (P(better) >= PAIR_P): the
+        # evidence for a jump. Each gain is about the noise's size; together they are about twice
+        # it, which the judge can resolve, and a pair is one run where their mirrors are two.
+        near = [m for m in here if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P]
+        for i, a in enumerate(near):
+            for b in near[i + 1:]:
+                (ka, (_, va)), = a["moved"].items()
+                (kb, (_, vb)), = b["moved"].items()
+                if ka != kb:
+                    yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
+                                             f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
         # the curated knobs (harness/search/space.py: learning rates, decay, betas, softcap, depth)
         # first, each group in an order of the seed's; knobs moved from this incumbent last, and so
         # the knobs of the keep that made it (a step of those is a step back along a measured gain)
@@ -223,19 +236,11 @@ class LocalProposer:
         touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]
         rng = random.Random(f"{req.seed}:{req.n}")
-        for k in order:                                   # 3. untried single steps
+        for k in order:                                   # 4. untried single steps
             vals = step(k, base[k], space[k], current[k].comment)
             rng.shuffle(vals)
             for v in vals:
                 yield {k: v}, f"one step of {k}, untried from this incumbent"
-        near = [m for m in here if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P]
-        for i, a in enumerate(near):                      # 4. pairs of unproven single steps
-            for b in near[i + 1:]:
-                (ka, (_, va)), = a["moved"].items()
-                (kb, (_, vb)), = b["moved"].items()
-                if ka != kb:
-                    yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
-                                             f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
 
     @staticmethod
     def _distance(name, old, new, space) -> float:
