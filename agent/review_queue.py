@@ -56,8 +56,8 @@ def cmd_list(q: QueueStore, status: str) -> int:
         return 0
     print(f"{'id':>4}  {'status':<9} {'kind':<13} {'exp':>4}  {'commit':<8} {'created':<16}  reason")
     for it in items:
-        print(f"{it['id']:>4}  {it['status']:<9} {it['kind']:<13} {str(it['experiment'] or '-'):>4}  "
-              f"{(it['commit'] or '-')[:7]:<8} {_when(it['created_at']):<16}  {it['reason'][:100]}")
+        print(f"{it.id:>4}  {it.status:<9} {it.kind:<13} {str(it.experiment or '-'):>4}  "
+              f"{(it.commit or '-')[:7]:<8} {_when(it.created_at):<16}  {it.reason[:100]}")
     return 0
 
 
@@ -66,30 +66,28 @@ def cmd_show(q: QueueStore, item_id: int) -> int:
     if it is None:
         print(f"error: no queue item {item_id}", file=sys.stderr)
         return 1
-    p = it["payload"] or {}
-    print(f"item {it['id']}: {it['kind']} — {it['status']}"
-          + (f" by {it['decided_by']} at {_when(it['decided_at'])}" if it["decided_by"] else ""))
-    print(f"experiment {it['experiment']}  commit {it['commit']}  tag {it['tag']}")
-    print(f"reason: {it['reason']}")
-    if it["note"]:
-        print(f"note: {it['note']}")
-    if it["result"]:
-        print(f"applied: {it['result']}")
-    print(f"\n{p.get('description', '')}\nhypothesis: {p.get('hypothesis', '')}")
-    print(f"status at escalation: {p.get('status')}   discarded ref: {p.get('discarded_ref') or '-'}")
-    print("figures: " + json.dumps(p.get("figures") or {}, default=str))
-    for who in ("rule", "llm"):
-        op = p.get(who)
+    e = it.escalation
+    print(f"item {it.id}: {it.kind} — {it.status}"
+          + (f" by {it.decided_by} at {_when(it.decided_at)}" if it.decided_by else ""))
+    print(f"experiment {it.experiment}  commit {it.commit}  tag {it.tag}")
+    print(f"reason: {it.reason}")
+    if it.note:
+        print(f"note: {it.note}")
+    if it.result:
+        print(f"applied: {it.result}")
+    print(f"\n{e.description}\nhypothesis: {e.hypothesis}")
+    print(f"status at escalation: {e.status}   discarded ref: {e.discarded_ref or '-'}")
+    print("figures: " + json.dumps(e.figures, default=str))
+    for who, op in (("rule", e.rule), ("llm", e.llm)):
         if op:
-            print(f"{who} judge: {op.get('status')} (confidence {op.get('confidence')}): {op.get('reason')}"
-                  + (f" [error: {op['error']}]" if op.get("error") else ""))
-    if p.get("metajudge"):
-        print(f"metajudge: {p['metajudge']}")
-    if (p.get("verify") or {}).get("reason"):
-        print(f"verify: {p['verify']['reason']}")
-    diff = p.get("diff") or ""
-    if diff:
-        print("\n" + diff[:SHOW_DIFF_CHARS] + ("\n... (diff truncated)" if len(diff) > SHOW_DIFF_CHARS else ""))
+            print(f"{who} judge: {op.status} (confidence {op.confidence}): {op.reason}"
+                  + (f" [error: {op.error}]" if op.error else ""))
+    if e.metajudge:
+        print(f"metajudge: {e.metajudge}")
+    if e.verify_reason:
+        print(f"verify: {e.verify_reason}")
+    if e.diff:
+        print("\n" + e.diff[:SHOW_DIFF_CHARS] + ("\n... (diff truncated)" if len(e.diff) > SHOW_DIFF_CHARS else ""))
     return 0
 
 
@@ -99,11 +97,10 @@ def cmd_decide(q: QueueStore, item_id: int, decision: str, who: str, note: str) 
     except QueueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    p = it["payload"] or {}
     effect = {("approved", "discard"): "the loop will restore it onto the branch and re-measure it",
               ("rejected", "keep"): "the loop will revert it on the branch"}.get(
-        (it["status"], p.get("status")), "nothing changes on the branch")
-    print(f"item {it['id']} {it['status']} by {who}: {effect} (at its next experiment boundary)")
+        (it.status, it.escalated_status), "nothing changes on the branch")
+    print(f"item {it.id} {it.status} by {who}: {effect} (at its next experiment boundary)")
     return 0
 
 

@@ -221,7 +221,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
     def api_queue():
         run = run_or_404(request.args.get("tag"))
         pending, decided, problem = human_queue.items(run)
-        return jsonify(tag=run.tag, pending=pending, decided=decided, problem=problem)
+        return jsonify(tag=run.tag, pending=[i.as_dict() for i in pending], decided=[i.as_dict() for i in decided],
+                       problem=problem)
 
     @app.get("/api/experiment")
     def api_experiment():
@@ -269,7 +270,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             item = human_queue.decide(run, item_id, decision, note=note)
         except human_queue.QueueError as e:
             abort(409, description=str(e))
-        return jsonify(item=item, html=queue_html(run))
+        return jsonify(item=item.as_dict(), html=queue_html(run))
 
     return app
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from harness.queue_store import QueueError, QueueStore
+from harness.queue_store import QueueError, QueueItem, QueueStore
 
 from dashboard.runs import Run
 
@@ -18,29 +18,29 @@ RECENT_DECIDED = 8
 WHO = "dashboard"
 
 
-def items(run: Run) -> tuple[list[dict], list[dict], str | None]:
+def items(run: Run) -> tuple[list[QueueItem], list[QueueItem], str | None]:
     """(pending, recently decided, problem) for this run's tag."""
     path = run.file(QUEUE_FILE)
     if not path.exists():
         return [], [], None
     try:
-        rows = [r for r in QueueStore(path).list() if r.get("tag") in (run.tag, None, "")]
+        rows = [r for r in QueueStore(path).list() if r.tag in (run.tag, "")]
     except sqlite3.Error as e:
         return [], [], f"cannot read {QUEUE_FILE}: {e}"
-    pending = [r for r in rows if r["status"] == "pending"]
-    decided = sorted((r for r in rows if r["status"] != "pending"),
-                     key=lambda r: r.get("decided_at") or r.get("created_at") or 0, reverse=True)
+    pending = [r for r in rows if r.status == "pending"]
+    decided = sorted((r for r in rows if r.status != "pending"),
+                     key=lambda r: r.decided_at or r.created_at or 0, reverse=True)
     return pending, decided[:RECENT_DECIDED], None
 
 
-def decide(run: Run, item_id: int, decision: str, note: str = "") -> dict:
+def decide(run: Run, item_id: int, decision: str, note: str = "") -> QueueItem:
     """Record a decision; raises QueueError (unknown item, other tag, not pending, bad decision)."""
     path = run.file(QUEUE_FILE)
     if not path.exists():
         raise QueueError(f"run {run.tag} has no queue")
     store = QueueStore(path)
     item = store.get(item_id)
-    if item is None or item.get("tag") not in (run.tag, None, ""):
+    if item is None or item.tag not in (run.tag, ""):
         raise QueueError(f"no queue item {item_id} for tag {run.tag}")
     return store.decide(item_id, decision, who=WHO, note=note)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Seconds a writer waits for another process's lock before giving up (dashboard + loop + CLI).
@@ -51,6 +52,90 @@ class QueueError(ValueError):
     """A request the queue refuses (unknown item, item not pending, unknown decision)."""
 
 
+def _text(v) -> str:
+    return v if isinstance(v, str) else ""
+
+
+@dataclass(frozen=True)
+class Opinion:
+    """A judge's opinion as the payload holds it (agent/judges/judge.py Opinion.as_dict)."""
+    status: str | None = None
+    confidence: float | None = None
+    reason: str = ""
+    error: str | None = None
+
+    @classmethod
+    def of(cls, d) -> "Opinion | None":
+        if not isinstance(d, dict) or not d:
+            return None
+        conf = d.get("confidence")
+        return cls(status=d.get("status") if isinstance(d.get("status"), str) else None,
+                   confidence=float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None,
+                   reason=_text(d.get("reason")), error=d.get("error") if isinstance(d.get("error"), str) else None)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An item's payload, read safely (a hand-edited one may lack anything, or hold other types)."""
+    status: str | None           # the judge's status for the experiment when it escalated it
+    description: str
+    hypothesis: str
+    diff: str
+    discarded_ref: str | None
+    figures: dict
+    rule: Opinion | None
+    llm: Opinion | None
+    metajudge: str
+    verify_reason: str
+
+    @classmethod
+    def of(cls, payload: dict) -> "Escalation":
+        p = payload if isinstance(payload, dict) else {}
+        verify = p.get("verify") if isinstance(p.get("verify"), dict) else {}
+        return cls(status=p.get("status") if isinstance(p.get("status"), str) else None,
+                   description=_text(p.get("description")), hypothesis=_text(p.get("hypothesis")),
+                   diff=_text(p.get("diff")),
+                   discarded_ref=p.get("discarded_ref") if isinstance(p.get("discarded_ref"), str) else None,
+                   figures=p.get("figures") if isinstance(p.get("figures"), dict) else {},
+                   rule=Opinion.of(p.get("rule")), llm=Opinion.of(p.get("llm")),
+                   metajudge=_text(p.get("metajudge")) if not isinstance(p.get("metajudge"), (dict, list))
+                   else json.dumps(p.get("metajudge"), default=str),
+                   verify_reason=_text(verify.get("reason")))
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """One row of the queue, as every reader sees it (the loop's application, the review CLI, the
+    dashboard). `payload` is the escalation's evidence (agent/judges/hierarchy.py `_escalate`:
+    description, hypothesis, status, figures, diff, the opinions), read through the properties."""
+    id: int
+    tag: str
+    experiment: int | None
+    commit: str | None
+    kind: str
+    reason: str
+    payload: dict = field(default_factory=dict)
+    status: str = "pending"
+    decided_by: str | None = None
+    note: str = ""
+    created_at: float = 0.0
+    decided_at: float | None = None
+    applied_at: float | None = None
+    result: str | None = None
+
+    @property
+    def escalation(self) -> Escalation:
+        return Escalation.of(self.payload)
+
+    @property
+    def escalated_status(self) -> str | None:
+        """The judge's status for the experiment when it escalated it (keep | discard | crash)."""
+        return self.escalation.status
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 class QueueStore:
     def __init__(self, path):
         self.path = Path(path)
@@ -75,7 +160,7 @@ class QueueStore:
                 (tag, experiment, commit, kind, reason, body, time.time()))
             return int(cur.lastrowid)
 
-    def list(self, status=None) -> list[dict]:
+    def list(self, status=None) -> list[QueueItem]:
         """All items (oldest first), or those with the given status."""
         if status is not None and status not in STATUSES:
             raise QueueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
@@ -86,12 +171,12 @@ class QueueStore:
                 rows = con.execute("SELECT * FROM queue WHERE status = ? ORDER BY id", (status,)).fetchall()
         return [_row(r) for r in rows]
 
-    def get(self, item_id) -> dict | None:
+    def get(self, item_id) -> QueueItem | None:
         with self._connect() as con:
             r = con.execute("SELECT * FROM queue WHERE id = ?", (int(item_id),)).fetchone()
         return _row(r) if r is not None else None
 
-    def decide(self, item_id, decision: str, who: str, note: str = "") -> dict:
+    def decide(self, item_id, decision: str, who: str, note: str = "") -> QueueItem:
         """Record a human decision on a pending item; returns the updated row.
 
         The UPDATE is guarded by status='pending' so two deciders racing (CLI and dashboard)
@@ -109,7 +194,7 @@ class QueueStore:
         if item is None:
             raise QueueError(f"no queue item {item_id}")
         if changed == 0:
-            raise QueueError(f"queue item {item_id} is {item['status']}, not pending")
+            raise QueueError(f"queue item {item_id} is {item.status}, not pending")
         return item
 
     def mark_applied(self, item_id, result: str) -> None:
@@ -142,11 +227,15 @@ class _Closing:
         return self.con.execute(*a)
 
 
-def _row(r: sqlite3.Row) -> dict:
+def _row(r: sqlite3.Row) -> QueueItem:
     d = {k: r[k] for k in COLUMNS}
     try:
-        d["payload"] = json.loads(d["payload"] or "{}")
+        payload = json.loads(d["payload"] or "{}")
     except json.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
         # A hand-edited or truncated payload must not hide the item from the human.
-        d["payload"] = {"unparsed": d["payload"]}
-    return d
+        payload = {"unparsed": d["payload"]}
+    d.update(payload=payload, note=d["note"] or "", kind=d["kind"] or "", reason=d["reason"] or "",
+             tag=d["tag"] or "", created_at=d["created_at"] or 0.0)
+    return QueueItem(**d)

@@ -98,7 +98,7 @@ def test_non_causal_attention_passes_guard_but_not_the_causality_check(repo, tin
     assert d.status == "discard" and d.reason.startswith("integrity: causality check failed"), d.reason
     assert d.trusted_bpb is None
     items = QueueStore(wt / "queue.sqlite").list("pending")
-    assert [(i["kind"], i["commit"]) for i in items] == [("integrity", sha)]
+    assert [(i.kind, i.commit) for i in items] == [("integrity", sha)]
     assert "causality" in git(wt, "notes", "--ref", "refs/notes/autoresearch-judge", "show", sha)
 
 
@@ -117,4 +117,4 @@ def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
     v = d.verdicts["verify"]
     assert v["printed_bpb"] == pytest.approx(0.8 * v["trusted_bpb"], rel=1e-4)
     assert v["seconds"] > 0
-    assert QueueStore(wt / "queue.sqlite").list("pending")[0]["kind"] == "integrity"
+    assert QueueStore(wt / "queue.sqlite").list("pending")[0].kind == "integrity"

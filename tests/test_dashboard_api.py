@@ -42,14 +42,14 @@ def test_decide_refused_without_token_recorded_with_it(fresh):
     _, c = client(fresh)
     store = QueueStore(fresh / "queue.sqlite")
     item = store.list("pending")[0]
-    body = {"tag": "demo", "id": item["id"], "decision": "approve", "note": "looks real"}
+    body = {"tag": "demo", "id": item.id, "decision": "approve", "note": "looks real"}
     assert c.post("/api/queue/decide", json=body).status_code == 403
     assert c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: "wrong"}).status_code == 403
-    assert store.get(item["id"])["status"] == "pending"
+    assert store.get(item.id).status == "pending"
     r = c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN})
     assert r.status_code == 200 and r.get_json()["item"]["status"] == "approved"
-    got = store.get(item["id"])
-    assert (got["status"], got["decided_by"], got["note"]) == ("approved", "dashboard", "looks real")
+    got = store.get(item.id)
+    assert (got.status, got.decided_by, got.note) == ("approved", "dashboard", "looks real")
     # Once only; unknown items, other tags and bad ids are refused with a reason.
     assert c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN}).status_code == 409
     for bad, code in (({**body, "id": 999}, 409), ({**body, "tag": "nope"}, 404),
@@ -57,8 +57,8 @@ def test_decide_refused_without_token_recorded_with_it(fresh):
         assert c.post("/api/queue/decide", json=bad, headers={TOKEN_HEADER: TOKEN}).status_code == code
     # A form post carrying the token works too (no JS needed).
     other = store.list("pending")[0]
-    r = c.post("/api/queue/decide", data={"tag": "demo", "id": other["id"], "decision": "reject", "token": TOKEN})
-    assert r.status_code == 200 and store.get(other["id"])["status"] == "rejected"
+    r = c.post("/api/queue/decide", data={"tag": "demo", "id": other.id, "decision": "reject", "token": TOKEN})
+    assert r.status_code == 200 and store.get(other.id).status == "rejected"
     # The page shows the decisions.
     assert "approved" in c.get("/t/demo/").get_data(as_text=True)
 
@@ -91,7 +91,7 @@ def test_stream_pushes_appended_rows_and_queue_changes(fresh):
     # A decision made elsewhere (the review CLI) reaches the page.
     store = QueueStore(fresh / "queue.sqlite")
     item = store.list("pending")[0]
-    t = threading.Timer(0.5, lambda: store.decide(item["id"], "reject", who="cli"))
+    t = threading.Timer(0.5, lambda: store.decide(item.id, "reject", who="cli"))
     t.start()
     got = b""
     for _ in range(3):        # the first queue event is the initial one; wait for the rejection

@@ -74,10 +74,10 @@ def test_live_page_in_chromium(server, tmp_path):
         browser.open(url + "t/may29/")
         browser.wait_for("document.getElementById('live').className === 'live on'")
         assert browser.evaluate("document.querySelectorAll('#rows tr').length") == 16
-        browser.click(f'button.decide.reject[data-id="{pending[0]["id"]}"]')
+        browser.click(f'button.decide.reject[data-id="{pending[0].id}"]')
         msg = browser.wait_for("document.getElementById('queue-msg').textContent")
         assert "token" in msg and "refused" in msg
-        assert store.get(pending[0]["id"])["status"] == "pending"
+        assert store.get(pending[0].id).status == "pending"
 
         # With the start-up link (#token=...): live rows, then approve by clicking.
         browser.open(url + "t/may29/#token=" + token)
@@ -95,11 +95,11 @@ def test_live_page_in_chromium(server, tmp_path):
         assert browser.evaluate("document.querySelector('#chart svg').textContent"
                                 ".includes('appended while the page was open')")
 
-        browser.type_text(f'.qitem[data-id="{pending[0]["id"]}"] .note', "clicked in chromium")
-        browser.click(f'button.decide.approve[data-id="{pending[0]["id"]}"]')
-        browser.wait_for(f"!!document.querySelector('.decided .qitem[data-id=\"{pending[0]['id']}\"]')")
-        item = store.get(pending[0]["id"])
-        assert (item["status"], item["decided_by"], item["note"]) == ("approved", "dashboard", "clicked in chromium")
+        browser.type_text(f'.qitem[data-id="{pending[0].id}"] .note', "clicked in chromium")
+        browser.click(f'button.decide.approve[data-id="{pending[0].id}"]')
+        browser.wait_for(f"!!document.querySelector('.decided .qitem[data-id=\"{pending[0].id}\"]')")
+        item = store.get(pending[0].id)
+        assert (item.status, item.decided_by, item.note) == ("approved", "dashboard", "clicked in chromium")
         assert browser.evaluate("document.querySelectorAll('.qitem.pending').length") == 1
 
         browser.screenshot(screenshot)

@@ -321,22 +321,22 @@ def test_decide_with_hostile_bodies_is_400_not_500(queue_run):
         assert r.status_code in (400, 404), (raw[:40], r.status_code)
     for key in ("tag", "decision", "note"):
         for value in HOSTILE:
-            body = {"tag": "demo", "id": item["id"], "decision": "nope", key: value}
+            body = {"tag": "demo", "id": item.id, "decision": "nope", key: value}
             r = c.post("/api/queue/decide", json=body, headers=auth)
             assert 400 <= r.status_code < 500, (key, value, r.status_code)
-    r = c.post("/api/queue/decide", json={"tag": "demo", "id": item["id"], "decision": "approve", "note": "n" * 5000},
+    r = c.post("/api/queue/decide", json={"tag": "demo", "id": item.id, "decision": "approve", "note": "n" * 5000},
                headers=auth)
     assert r.status_code == 400
-    assert store.get(item["id"])["status"] == "pending"        # nothing above changed the queue
-    ok = c.post("/api/queue/decide", json={"tag": "demo", "id": str(item["id"]), "decision": "approve"}, headers=auth)
-    assert ok.status_code == 200 and store.get(item["id"])["status"] == "approved"
+    assert store.get(item.id).status == "pending"        # nothing above changed the queue
+    ok = c.post("/api/queue/decide", json={"tag": "demo", "id": str(item.id), "decision": "approve"}, headers=auth)
+    assert ok.status_code == 200 and store.get(item.id).status == "approved"
 
 
 def test_cross_origin_writes_are_refused_even_with_the_token(queue_run):
     c = create_app(repo=queue_run.parent.parent, token=TOKEN).test_client()
     store = QueueStore(queue_run / "queue.sqlite")
     item = store.list("pending")[0]
-    body = {"tag": "demo", "id": item["id"], "decision": "reject"}
+    body = {"tag": "demo", "id": item.id, "decision": "reject"}
     host = {"Host": "127.0.0.1:8000"}
     for headers in ({"Origin": "http://evil.example"}, {"Origin": "http://127.0.0.1:9999"},
                     {"Origin": "null"}, {"Origin": "http://localhost:8000"}, {"Origin": "http://127.0.0.1:8000.evil.example"},
@@ -347,8 +347,8 @@ def test_cross_origin_writes_are_refused_even_with_the_token(queue_run):
         # A form post from another site (no JS needed to forge one) is refused the same way.
         r = c.post("/api/queue/decide", data={**body, "token": TOKEN}, headers={**host, **headers})
         assert r.status_code == 403, headers
-    assert store.get(item["id"])["status"] == "pending"
+    assert store.get(item.id).status == "pending"
     # The page's own request (same origin, as a browser sends it) goes through.
     r = c.post("/api/queue/decide", json=body, headers={**host, "Origin": "http://127.0.0.1:8000",
                                                         "Sec-Fetch-Site": "same-origin", TOKEN_HEADER: TOKEN})
-    assert r.status_code == 200 and store.get(item["id"])["status"] == "rejected"
+    assert r.status_code == 200 and store.get(item.id).status == "rejected"

@@ -133,9 +133,9 @@ def test_baseline_repeats_then_confirmed_keep_then_contested_escalation(tmp_path
         assert last.rerun == (i < 4), last.reason
     assert last.status == "discard" and last.reason.startswith("contested:") and not last.rerun
     items = QueueStore(tmp_path / "queue.sqlite").list("pending")
-    assert [(i["kind"], i["experiment"]) for i in items] == [("contested", 4)]
-    assert items[0]["payload"]["figures"]["runs"] == pytest.approx([1.002 - f * th for f in (0.05, 0.45, 0.2, 0.4, 0.15)])
-    assert items[0]["payload"]["status"] == "discard"
+    assert [(i.kind, i.experiment) for i in items] == [("contested", 4)]
+    assert items[0].escalation.figures["runs"] == pytest.approx([1.002 - f * th for f in (0.05, 0.45, 0.2, 0.4, 0.15)])
+    assert items[0].escalated_status == "discard"
     # every decided experiment leaves an audit record for the journal, handed out at the boundary
     audits = h.boundary(BoundaryContext(files=RunFiles(tmp_path, "t", tmp_path, tmp_path / "nowhere"), history=[],
                                         on_moved=lambda head, best: None, train=lambda commit: None))

@@ -89,8 +89,8 @@ def test_llm_veto_turns_a_rule_keep_into_an_escalated_contested_discard(fake_ant
     assert jd["escalations"][0]["kind"] == "disagreement"
     from harness.queue_store import QueueStore
     item = QueueStore(tmp_path / "queue.sqlite").get(jd["escalations"][0]["id"])
-    assert item["payload"]["rule"]["status"] == "keep" and item["payload"]["llm"]["status"] == "discard"
-    assert item["payload"]["diff"] == DIFF and item["payload"]["discarded_ref"] == "refs/autoresearch/t/discarded/2"
+    assert item.escalation.rule.status == "keep" and item.escalation.llm.status == "discard"
+    assert item.escalation.diff == DIFF and item.escalation.discarded_ref == "refs/autoresearch/t/discarded/2"
     note = _git(tmp_path, "notes", "--ref", "refs/notes/autoresearch-judge", "show", commit)
     assert "implausible" in note and '"status": "discard"' in note
     # a key that leaked into the model's reply or the hypothesis is scrubbed from note and queue

@@ -21,12 +21,12 @@ def test_escalate_list_get_roundtrip(tmp_path):
     j = _escalate(q, kind="bias", experiment=4, payload={"keep_rate": 1.0})
     assert i != j
     items = q.list()
-    assert [x["id"] for x in items] == [i, j]
+    assert [x.id for x in items] == [i, j]
     first = q.get(i)
-    assert first["status"] == "pending"
-    assert first["payload"] == {"diff": "-x\n+y", "val_bpb": 1.23}
-    assert first["commit"] == "a" * 40 and first["kind"] == "contested" and first["experiment"] == 3
-    assert first["created_at"] > 0 and first["decided_at"] is None and first["applied_at"] is None
+    assert first.status == "pending"
+    assert first.payload == {"diff": "-x\n+y", "val_bpb": 1.23}
+    assert first.commit == "a" * 40 and first.kind == "contested" and first.experiment == 3
+    assert first.created_at > 0 and first.decided_at is None and first.applied_at is None
     assert q.get(9999) is None
     # WAL mode, so the dashboard can read while the loop writes.
     mode = sqlite3.connect(tmp_path / "queue.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
@@ -37,15 +37,15 @@ def test_decide_only_pending_and_apply(tmp_path):
     q = QueueStore(tmp_path / "queue.sqlite")
     i = _escalate(q)
     row = q.decide(i, "approve", who="alice", note="looks real")
-    assert row["status"] == "approved" and row["decided_by"] == "alice" and row["note"] == "looks real"
-    assert row["decided_at"] is not None
+    assert row.status == "approved" and row.decided_by == "alice" and row.note == "looks real"
+    assert row.decided_at is not None
     with pytest.raises(QueueError, match="not pending"):
         q.decide(i, "reject", who="bob")
     assert q.list("pending") == []
-    assert [x["id"] for x in q.list("approved")] == [i]
+    assert [x.id for x in q.list("approved")] == [i]
     q.mark_applied(i, "restored as abc1234")
     row = q.get(i)
-    assert row["status"] == "applied" and row["result"] == "restored as abc1234"
+    assert row.status == "applied" and row.result == "restored as abc1234"
     with pytest.raises(QueueError):
         q.mark_applied(i, "twice")
 
@@ -72,8 +72,8 @@ def test_persists_across_reopen_and_tolerates_corrupt_payload(tmp_path):
     con.close()
     again = QueueStore(path)
     item = again.get(i)
-    assert item["payload"] == {"unparsed": "{broken"}
-    assert again.decide(i, "reject", who="cli")["status"] == "rejected"
+    assert item.payload == {"unparsed": "{broken"}
+    assert again.decide(i, "reject", who="cli").status == "rejected"
 
 
 def test_two_deciders_racing_only_one_wins(tmp_path):
@@ -94,3 +94,23 @@ def test_two_deciders_racing_only_one_wins(tmp_path):
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["lost", "lost", "won"]
+
+
+def test_a_hand_edited_payload_of_other_types_reads_safely(tmp_path):
+    path = tmp_path / "queue.sqlite"
+    q = QueueStore(path)
+    i = _escalate(q, payload={"status": "keep", "rule": {"status": "keep", "confidence": 0.9, "reason": "r"}})
+    j = _escalate(q)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE queue SET payload = '[1, 2]' WHERE id = ?", (j,))   # JSON, but not an object
+    con.commit()
+    con.close()
+    good, odd = q.get(i), q.get(j)
+    assert good.escalated_status == "keep" and good.escalation.rule.confidence == 0.9 and good.escalation.llm is None
+    assert odd.payload == {"unparsed": "[1, 2]"} and odd.escalated_status is None
+    assert odd.escalation.figures == {} and odd.escalation.diff == "" and odd.as_dict()["id"] == j
+    weird = _escalate(q, payload={"status": 3, "rule": "not an opinion", "figures": [1], "verify": "x",
+                                  "metajudge": {"flags": []}})
+    e = q.get(weird).escalation
+    assert (e.status, e.rule, e.figures, e.verify_reason) == (None, None, {}, "")
+    assert e.metajudge == '{"flags": []}'

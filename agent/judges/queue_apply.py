@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import gitops
-from harness.queue_store import QueueStore
+from harness.queue_store import QueueItem, QueueStore
 from harness.records import ExperimentRecord
 
 TRAIN = "train.py"
@@ -45,33 +45,32 @@ def _commit(worktree: Path, message: str) -> str:
     return gitops.commit_file(worktree, TRAIN, message)
 
 
-def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Callable[[str], dict],
+def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure: Callable[[str], dict],
                history: list[ExperimentRecord]) -> Outcome:
     """Apply one decided queue item; never raises on a git conflict (the outcome says so)."""
-    payload = item.get("payload") or {}
-    status, source = payload.get("status"), item.get("commit")
-    decision = item["status"]
+    status, source = item.escalated_status, item.commit
+    decision = item.status
     head0 = gitops.head(worktree)
-    rec = {"kind": "queue_applied", "tag": tag, "item": item["id"], "item_kind": item.get("kind"),
-           "experiment": item.get("experiment"), "decision": decision, "decided_by": item.get("decided_by"),
-           "note": item.get("note") or "", "source_commit": source, "parent": head0, "commit": None,
+    rec = {"kind": "queue_applied", "tag": tag, "item": item.id, "item_kind": item.kind,
+           "experiment": item.experiment, "decision": decision, "decided_by": item.decided_by,
+           "note": item.note, "source_commit": source, "parent": head0, "commit": None,
            "action": "acknowledged", "trusted_bpb": None, "measure": None, "started_at": time.time()}
     if decision == "approved" and status != "keep" and source:
         action, verb = "restore", "restored"
     elif decision == "rejected" and status == "keep" and source:
         action, verb = "revert", "reverted"
     else:
-        rec["result"] = f"{decision} {item.get('kind')} item: nothing to change on the branch"
+        rec["result"] = f"{decision} {item.kind} item: nothing to change on the branch"
         return _finish(rec, head0, None)
-    done = _item_commit_on_branch(worktree, item["id"])
+    done = _item_commit_on_branch(worktree, item.id)
     if done:
         rec.update(action=action, commit=done, result=f"already {verb} as {done[:7]} (applied before a stop)")
         return _finish(rec, done, None)
 
-    who = item.get("decided_by") or "human"
-    message = (f"{'Restore' if action == 'restore' else 'Revert'} experiment {item.get('experiment')} "
-               f"({source[:7]}), {decision} by {who}\n\n{item.get('reason', '')}\n"
-               f"{('Note: ' + item['note']) if item.get('note') else ''}\n\n{TRAILER}: {item['id']}\n")
+    who = item.decided_by or "human"
+    message = (f"{'Restore' if action == 'restore' else 'Revert'} experiment {item.experiment} "
+               f"({source[:7]}), {decision} by {who}\n\n{item.reason}\n"
+               f"{('Note: ' + item.note) if item.note else ''}\n\n{TRAILER}: {item.id}\n")
     git_args = (["cherry-pick", "--no-commit", source] if action == "restore"
                 else ["revert", "--no-commit", source])
     try:
@@ -95,7 +94,7 @@ def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Cal
         rec["result"] = f"{verb} {source[:7]} as {new[:7]}; re-measured trusted val_bpb {m.get('trusted_bpb'):.6f}"
     elif action == "restore":
         gitops.git(worktree, "reset", "-q", "--hard", head0)
-        gitops.update_ref(repo, f"{gitops.REF_PREFIX}{tag}/queue/{item['id']}", new)
+        gitops.update_ref(repo, f"{gitops.REF_PREFIX}{tag}/queue/{item.id}", new)
         rec.update(action="restore_failed", result=f"restored {source[:7]} as {new[:7]} but its re-measurement "
                                                    f"failed ({m.get('reason')}); branch left at {head0[:7]}")
         new = head0
@@ -106,8 +105,8 @@ def apply_item(item: dict, *, repo: Path, worktree: Path, tag: str, measure: Cal
                          f"best taken from the reverted-to commit: {prior}")
     if rec["commit"] and rec["action"] in ("restore", "revert"):
         gitops.add_note(repo, rec["commit"], json.dumps(
-            {"queue_item": item["id"], "action": action, "source": source, "decided_by": who,
-             "note": item.get("note") or "", "trusted_bpb": rec["trusted_bpb"], "result": rec["result"]}))
+            {"queue_item": item.id, "action": action, "source": source, "decided_by": who,
+             "note": item.note, "trusted_bpb": rec["trusted_bpb"], "result": rec["result"]}))
     return _finish(rec, new, best)
 
 
@@ -131,12 +130,12 @@ def apply_decided(queue: QueueStore, *, repo: Path, worktree: Path, tag: str, me
     after each item, before the next one is applied on top.
     """
     records = []
-    for item in sorted([*queue.list("approved"), *queue.list("rejected")], key=lambda i: i["id"]):
-        if item.get("tag") != tag:
+    for item in sorted([*queue.list("approved"), *queue.list("rejected")], key=lambda i: i.id):
+        if item.tag != tag:
             continue
         outcome = apply_item(item, repo=repo, worktree=worktree, tag=tag, measure=measure, history=history)
         if on_outcome is not None:
             on_outcome(outcome)
-        queue.mark_applied(item["id"], outcome.record["result"])
+        queue.mark_applied(item.id, outcome.record["result"])
         records.append(outcome.record)
     return records
