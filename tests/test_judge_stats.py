@@ -323,6 +323,25 @@ def test_one_wild_run_cannot_blow_up_sigma():
     assert math.sqrt(ss / df) > 3 * clean.sigma
 
 
+def test_an_erratic_commit_does_not_widen_the_tag_s_sigma():
+    # the TPE night's exp 7, run five times (sd 0.045), next to a baseline of sd 0.006: left out of
+    # the pool whole (its one outlier leaving could not make it look like noise), sigma stays
+    base = [3.0093, 3.0144, 3.0099, 3.0074, 3.0217]
+    tpe7 = [2.868283, 2.970102, 2.882582, 2.860992, 2.928301]
+    alone = stats.pooled_noise({BASE: base, OTHER: [2.9640, 2.9545]})
+    noise = stats.pooled_noise({BASE: base, OTHER: [2.9640, 2.9545], CAND: tpe7})
+    assert noise.erratic == [CAND] and noise.sigma == pytest.approx(alone.sigma) and noise.df == alone.df
+    assert noise.as_dict()["erratic_commits"] == [CAND]
+    # without the F test it would have been ~5x wider
+    kept = [v for v in tpe7 if (CAND, v) not in noise.outliers]
+    ss, df = stats._ss([base, [2.9640, 2.9545], kept])
+    assert math.sqrt(ss / df) > 4 * alone.sigma
+    # an honest commit's runs are not called erratic, and the F tail matches the tables
+    assert stats.pooled_noise({BASE: BASELINE, CAND: [1.380, 1.386, 1.383]}).erratic == []
+    assert stats.f_sf(4.96, 1, 10) == pytest.approx(0.05, abs=2e-3)
+    assert stats.f_sf(3.33, 5, 10) == pytest.approx(0.05, abs=2e-3)
+
+
 # ---- seeds, evidence, resume -----------------------------------------------------------------------
 
 def test_every_run_has_a_seed_of_its_own():

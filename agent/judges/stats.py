@@ -18,7 +18,10 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
   is not described by the pooled sigma: its variance is its own runs' (Welch's se and df), so two
   runs 17 sigma apart cannot make a keep (they did, in a TPE night of scripts/bench_proposers.py:
   exp 7, runs 2.868 and 2.970 against an incumbent at 2.959, kept at P(better) 0.9994). Such a
-  candidate is run again up to MAX_RUNS, never discarded as faded on that se alone.
+  candidate is run again up to MAX_RUNS, never discarded as faded on that se alone. Nor is an
+  erratic commit a noise sample: one whose runs vary improbably much next to the others' (F test
+  at ERRATIC_P) is left out of the pooled sigma whole (that commit's five runs in the night's
+  rerun, sd 0.045, had widened the tag's sigma from 0.006 to 0.031).
 - p_better = T_df(t): the probability that the candidate is better, under a flat prior. A keep
   needs p_better >= P_KEEP on at least MIN_KEEP_RUNS runs of the candidate's own.
 - Sequential: after one run, a candidate that is not below the incumbent's mean is discarded (most
@@ -28,8 +31,8 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 
 Why these numbers: scripts/judge_sim.py simulates the bench of scripts/bench_judge.py (20 null
 edits, gains of 1, 2, 3 and 5 sigma) with this module's rule; P_KEEP 0.99 with 5 baseline runs and
-up to 5 runs per candidate kept 0.97% of nulls and 98.5% of 3-sigma gains, so the bench's goal (at
-most 1 null in 20, at least 9 of 10 gains >= 3 sigma) held in 98.7% of 300 benches (docs/judge.md).
+up to 5 runs per candidate kept 1.05% of nulls and 98.5% of 3-sigma gains, so the bench's goal (at
+most 1 null in 20, at least 9 of 10 gains >= 3 sigma) held in 98.3% of 300 benches (docs/judge.md).
 """
 from __future__ import annotations
 
@@ -56,6 +59,11 @@ FUTILITY_T = 1.0
 # A run this many (leave-one-out) pooled sigmas from its commit's other runs is not a noise
 # sample: an honest run is flagged about 1 time in 100 at df 3, 1 in 30,000 at df 20.
 OUTLIER_T = 6.0
+# A commit whose runs vary this improbably much next to the others' pooled variance (one-sided F
+# test, after its one outlier is left out) is not a noise sample: a change that makes training
+# erratic must not widen every later decision's band. An honest commit is left out 1 time in 1,000,
+# which costs only its degrees of freedom.
+ERRATIC_P = 1e-3
 # Values of one commit closer than this are the same draw (a replay), counted once.
 SAME_DRAW = 1e-9
 # Sigma is never taken below this (bpb), nor below this fraction of the metric: identical runs
@@ -113,6 +121,13 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+def f_sf(x: float, d1: float, d2: float) -> float:
+    """P(F > x) for Fisher's F with (d1, d2) degrees of freedom."""
+    if x <= 0:
+        return 1.0
+    return 1.0 - _betainc(d1 / 2.0, d2 / 2.0, d1 * x / (d1 * x + d2))
+
+
 def t_ppf(p: float, df: float) -> float:
     """The t with t_cdf(t, df) = p (bisection: exact to ~1e-12)."""
     lo, hi = -1e6, 1e6
@@ -153,10 +168,12 @@ class Noise:
     runs: int = 0                # noise samples used
     outliers: list[tuple[str, float]] = field(default_factory=list)   # (commit, value) left out
     floored: bool = False
+    erratic: list[str] = field(default_factory=list)   # commits left out whole (ERRATIC_P)
 
     def as_dict(self) -> dict:
         return {"sigma": self.sigma, "df": self.df, "raw_sigma": self.raw, "runs": self.runs,
-                "outliers": [{"commit": c, "bpb": v} for c, v in self.outliers], "floored": self.floored}
+                "outliers": [{"commit": c, "bpb": v} for c, v in self.outliers], "floored": self.floored,
+                "erratic_commits": list(self.erratic)}
 
 
 def pooled_noise(groups: dict[str, list[float]]) -> Noise:
@@ -182,15 +199,23 @@ def pooled_noise(groups: dict[str, list[float]]) -> Noise:
     dropped = {}
     for c, v in outliers:
         dropped.setdefault(c, []).append(v)
-    used = [[v for v in vals if v not in dropped.get(c, [])] for c, vals in clean.items()]
+    kept = {c: [v for v in vals if v not in dropped.get(c, [])] for c, vals in clean.items()}
+    erratic_commits = []
+    for c, g in kept.items():
+        ss_c, df_c = _ss([g])
+        ss_o, df_o = _ss([h for k, h in kept.items() if k != c and k not in erratic_commits])
+        if df_c >= 1 and df_o >= 2 and ss_o > 0 and f_sf((ss_c / df_c) / (ss_o / df_o), df_c, df_o) < ERRATIC_P:
+            erratic_commits.append(c)
+    used = [g for c, g in kept.items() if c not in erratic_commits]
     ss, df = _ss(used)
     every = [v for g in used for v in g]
     ref = abs(statistics.fmean(every)) if every else 0.0
     if df == 0:
-        return Noise(None, 0, None, sum(len(g) for g in used if len(g) > 1), outliers)
+        return Noise(None, 0, None, sum(len(g) for g in used if len(g) > 1), outliers, erratic=erratic_commits)
     raw = math.sqrt(ss / df)
     floor = max(SIGMA_FLOOR_ABS, SIGMA_FLOOR_REL * ref)
-    return Noise(max(raw, floor), df, raw, sum(len(g) for g in used if len(g) > 1), outliers, raw < floor)
+    return Noise(max(raw, floor), df, raw, sum(len(g) for g in used if len(g) > 1), outliers, raw < floor,
+                 erratic_commits)
 
 
 def floor_for(values: list[float]) -> float:
