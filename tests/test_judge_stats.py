@@ -373,3 +373,17 @@ def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(t
                {"n": 3, "commit": OTHER, "status": "keep", "evidence": {"candidate": {"runs": [1, {"bpb": "x"},
                                                                                              {"bpb": 1.3, "seed": "s"}]}}}]
     assert [s.bpb for s in evidence.restore([ExperimentRecord.from_dict(r) for r in hostile]).get(OTHER, [])] == [1.3]
+
+
+def test_a_commit_the_pool_leaves_out_is_judged_on_its_own_spread():
+    # five runs spread evenly at ~3x the noise (none 6 sigma from the rest), next to four honest
+    # commits: the F test leaves the commit out of the pool, and the comparison does not use the
+    # pool's sigma for it either
+    groups = {f"{i}" * 40: [v + 0.01 * i for v in BASELINE] for i in range(4)}
+    sigma = stats.pooled_noise(groups).sigma
+    wide = [1.39 + 2 * sigma * j for j in (-2, -1, 0, 1, 2)]
+    noise = stats.pooled_noise({**groups, CAND: wide})
+    assert noise.erratic == [CAND] and noise.outliers == [] and noise.sigma == pytest.approx(sigma)
+    assert not stats.erratic(wide, noise.sigma) and stats.erratic(wide, noise.sigma, noise.df)
+    c = stats.compare(groups["0" * 40], wide, noise)
+    assert c.erratic == ("candidate",) and c.se > 2 * noise.sigma * math.sqrt(1 / 5 + 1 / 5)

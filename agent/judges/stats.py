@@ -252,16 +252,17 @@ class Comparison:
                 "p_better": self.p_better, "p_keep": P_KEEP, "margin": self.margin, "erratic": list(self.erratic)}
 
 
-def erratic(values: list[float], sigma: float | None) -> bool:
-    """Whether one of a commit's runs lies more than OUTLIER_T sigmas (leave-one-out, as
-    pooled_noise screens) from the mean of its others: runs the tag's noise does not explain."""
+def erratic(values: list[float], sigma: float | None, df: float | None = None) -> bool:
+    """Whether a commit's runs are ones the tag's noise does not explain: one lies more than
+    OUTLIER_T sigmas (leave-one-out, as pooled_noise screens) from the mean of its others, or
+    (given the pool's df) their variance fails pooled_noise's F test at ERRATIC_P."""
     if not sigma or len(values) < 2:
         return False
     for i, y in enumerate(values):
         rest = values[:i] + values[i + 1:]
         if abs(y - statistics.fmean(rest)) > OUTLIER_T * sigma * math.sqrt(1.0 + 1.0 / len(rest)):
             return True
-    return False
+    return bool(df) and f_sf(statistics.variance(values) / sigma ** 2, len(values) - 1, df) < ERRATIC_P
 
 
 def compare(incumbent: list[float], candidate: list[float], noise: Noise) -> Comparison:
@@ -270,7 +271,7 @@ def compare(incumbent: list[float], candidate: list[float], noise: Noise) -> Com
     c = Comparison(inc, cand, gain, noise.sigma, noise.df)
     if noise.sigma is None or noise.df < 1:
         return c
-    c.erratic = tuple(side for side, vals in (("candidate", cand), ("incumbent", inc)) if erratic(vals, noise.sigma))
+    c.erratic = tuple(side for side, vals in (("candidate", cand), ("incumbent", inc)) if erratic(vals, noise.sigma, noise.df))
     if not c.erratic:
         c.se = noise.sigma * math.sqrt(1.0 / len(cand) + 1.0 / len(inc))
         df = noise.df
