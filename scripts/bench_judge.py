@@ -64,8 +64,8 @@ STEPS = 16                     # optimizer steps per run: ~10 s of training on 2
 HANDICAP = ("LOGIT_SOFTCAP", 3.0)   # the baseline's bad knob (train.py has 15.0)
 # Calibration: the knob's values (handicap + these) and seeds per value. The range must reach a
 # 5 sigma gain in the judge's sigma (~0.04 bpb at 16 steps: LOGIT_SOFTCAP ~3.45-3.5).
-CAL_OFFSETS = (0.0, 0.2, 0.4, 0.7)
-CAL_SEEDS = {0.0: 4, 0.2: 3, 0.4: 3, 0.7: 3}
+CAL_OFFSETS = (0.0, 0.2, 0.4, 0.7, 1.0)
+CAL_SEEDS = {0.0: 4, 0.2: 3, 0.4: 3, 0.7: 3, 1.0: 3}
 CAL_SEED_BASE = 5000           # never a loop seed (those are 1000 + 16 (n - 1) + r)
 QUICK = {"nulls": 20, "gains": {3: 5, 5: 5}}
 FULL = {"nulls": 24, "gains": {1: 3, 2: 3, 3: 5, 5: 5}}

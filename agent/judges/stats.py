@@ -13,9 +13,9 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 - Comparison: gain = mean(incumbent runs) - mean(candidate runs), se = sigma * sqrt(1/n + 1/m),
   t = gain / se with df degrees of freedom. The bar is the incumbent's mean over all its runs,
   never the luckiest one (the winner's curse), and its own uncertainty (1/m) is in se.
-- A side whose own runs disagree beyond the tag's noise (one of them more than OUTLIER_T pooled
-  sigmas from the others: a change that makes training erratic, or a run the pace check missed)
-  is not described by the pooled sigma: its variance is its own runs' (Welch's se and df), so two
+- A side whose own runs disagree beyond the tag's noise (two runs more than OUTLIER_T pooled
+  sigmas apart, or runs that still do with their one outlier left out: a change that makes
+  training erratic) is not described by the pooled sigma: its variance is its own runs' (Welch's se and df), so two
   runs 17 sigma apart cannot make a keep (they did, in a TPE night of scripts/bench_proposers.py:
   exp 7, runs 2.868 and 2.970 against an incumbent at 2.959, kept at P(better) 0.9994). Such a
   candidate is run again up to MAX_RUNS, never discarded as faded on that se alone. Nor is an
@@ -252,17 +252,31 @@ class Comparison:
                 "p_better": self.p_better, "p_keep": P_KEEP, "margin": self.margin, "erratic": list(self.erratic)}
 
 
+def _worst(values: list[float], sigma: float) -> tuple[int, float]:
+    """(index, z) of the run farthest from the mean of the others, in pooled sigmas (leave-one-out)."""
+    zs = [abs(y - statistics.fmean(values[:i] + values[i + 1:])) / (sigma * math.sqrt(1.0 + 1.0 / (len(values) - 1)))
+          for i, y in enumerate(values)]
+    i = max(range(len(zs)), key=zs.__getitem__)
+    return i, zs[i]
+
+
 def erratic(values: list[float], sigma: float | None, df: float | None = None) -> bool:
-    """Whether a commit's runs are ones the tag's noise does not explain: one lies more than
-    OUTLIER_T sigmas (leave-one-out, as pooled_noise screens) from the mean of its others, or
-    (given the pool's df) their variance fails pooled_noise's F test at ERRATIC_P."""
+    """Whether a commit's runs are ones the tag's noise does not explain, as pooled_noise judges a
+    commit: its one outlier (a run more than OUTLIER_T sigmas from the mean of the others) left
+    out, the rest still holds one, or (given the pool's df) fails the F test at ERRATIC_P. Two runs
+    that far apart are erratic: which one is the tail run is not known yet. One tail run among
+    runs that agree is the noise's long tail (docs/judge.md), not an erratic change."""
     if not sigma or len(values) < 2:
         return False
-    for i, y in enumerate(values):
-        rest = values[:i] + values[i + 1:]
-        if abs(y - statistics.fmean(rest)) > OUTLIER_T * sigma * math.sqrt(1.0 + 1.0 / len(rest)):
+    i, z = _worst(values, sigma)
+    if z > OUTLIER_T:
+        if len(values) == 2:
             return True
-    return bool(df) and f_sf(statistics.variance(values) / sigma ** 2, len(values) - 1, df) < ERRATIC_P
+        values = values[:i] + values[i + 1:]
+        if len(values) >= 2 and _worst(values, sigma)[1] > OUTLIER_T:
+            return True
+    return bool(df) and len(values) >= 2 and \
+        f_sf(statistics.variance(values) / sigma ** 2, len(values) - 1, df) < ERRATIC_P
 
 
 def compare(incumbent: list[float], candidate: list[float], noise: Noise) -> Comparison:
