@@ -31,8 +31,8 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 
 Why these numbers: scripts/judge_sim.py simulates the bench of scripts/bench_judge.py (20 null
 edits, gains of 1, 2, 3 and 5 sigma) with this module's rule; P_KEEP 0.99 with 5 baseline runs and
-up to 5 runs per candidate kept 1.05% of nulls and 98.5% of 3-sigma gains, so the bench's goal (at
-most 1 null in 20, at least 9 of 10 gains >= 3 sigma) held in 98.3% of 300 benches (docs/judge.md).
+up to 5 runs per candidate kept 1.08% of nulls and 98.6% of 3-sigma gains, so the bench's goal (at
+most 1 null in 20, at least 9 of 10 gains >= 3 sigma) held in 98.7% of 300 benches (docs/judge.md).
 """
 from __future__ import annotations
 
