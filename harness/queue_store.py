@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.figures import as_dict, as_str, fnum
+
 # Seconds a writer waits for another process's lock before giving up (dashboard + loop + CLI).
 BUSY_TIMEOUT_S = 10.0
 # Item statuses, in lifecycle order: pending -> approved|rejected -> applied.
@@ -52,26 +54,20 @@ class QueueError(ValueError):
     """A request the queue refuses (unknown item, item not pending, unknown decision)."""
 
 
-def _text(v) -> str:
-    return v if isinstance(v, str) else ""
-
-
 @dataclass(frozen=True)
-class Opinion:
-    """A judge's opinion as the payload holds it (agent/judges/judge.py Opinion.as_dict)."""
+class EscalatedOpinion:
+    """A judge's opinion as the payload holds it (agent/judges/judge.py Opinion.as_dict), read safely."""
     status: str | None = None
     confidence: float | None = None
     reason: str = ""
     error: str | None = None
 
     @classmethod
-    def of(cls, d) -> "Opinion | None":
+    def of(cls, d) -> "EscalatedOpinion | None":
         if not isinstance(d, dict) or not d:
             return None
-        conf = d.get("confidence")
-        return cls(status=d.get("status") if isinstance(d.get("status"), str) else None,
-                   confidence=float(conf) if isinstance(conf, (int, float)) and not isinstance(conf, bool) else None,
-                   reason=_text(d.get("reason")), error=d.get("error") if isinstance(d.get("error"), str) else None)
+        return cls(status=as_str(d.get("status")), confidence=fnum(d.get("confidence")),
+                   reason=as_str(d.get("reason")) or "", error=as_str(d.get("error")))
 
 
 @dataclass(frozen=True)
@@ -83,24 +79,21 @@ class Escalation:
     diff: str
     discarded_ref: str | None
     figures: dict
-    rule: Opinion | None
-    llm: Opinion | None
+    rule: EscalatedOpinion | None
+    llm: EscalatedOpinion | None
     metajudge: str
     verify_reason: str
 
     @classmethod
     def of(cls, payload: dict) -> "Escalation":
-        p = payload if isinstance(payload, dict) else {}
-        verify = p.get("verify") if isinstance(p.get("verify"), dict) else {}
-        return cls(status=p.get("status") if isinstance(p.get("status"), str) else None,
-                   description=_text(p.get("description")), hypothesis=_text(p.get("hypothesis")),
-                   diff=_text(p.get("diff")),
-                   discarded_ref=p.get("discarded_ref") if isinstance(p.get("discarded_ref"), str) else None,
-                   figures=p.get("figures") if isinstance(p.get("figures"), dict) else {},
-                   rule=Opinion.of(p.get("rule")), llm=Opinion.of(p.get("llm")),
-                   metajudge=_text(p.get("metajudge")) if not isinstance(p.get("metajudge"), (dict, list))
-                   else json.dumps(p.get("metajudge"), default=str),
-                   verify_reason=_text(verify.get("reason")))
+        p = as_dict(payload)
+        meta = p.get("metajudge")
+        return cls(status=as_str(p.get("status")), description=as_str(p.get("description")) or "",
+                   hypothesis=as_str(p.get("hypothesis")) or "", diff=as_str(p.get("diff")) or "",
+                   discarded_ref=as_str(p.get("discarded_ref")), figures=as_dict(p.get("figures")),
+                   rule=EscalatedOpinion.of(p.get("rule")), llm=EscalatedOpinion.of(p.get("llm")),
+                   metajudge=json.dumps(meta, default=str) if isinstance(meta, (dict, list)) else as_str(meta) or "",
+                   verify_reason=as_str(as_dict(p.get("verify")).get("reason")) or "")
 
 
 @dataclass(frozen=True)
