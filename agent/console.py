@@ -19,7 +19,7 @@ from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
 
-from harness.records import ExperimentRecord, RunState
+from harness.records import DataInfo, ExperimentRecord, RunState
 
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.
 REFRESH_PER_SECOND = 2
@@ -93,9 +93,10 @@ def run_progress(run_dir: Path, phase: str | None, since: float | None,
 
 
 # ---- formatting ----------------------------------------------------------------------------------
-def data_warning(info: dict) -> str | None:
-    """The loud line for a tag trained on the offline fallback data (prepare.log says it too)."""
-    if info.get("source") != "offline-fallback":
+def data_warning(info: DataInfo | dict) -> str | None:
+    """The loud line for a tag trained on the offline fallback data (prepare.log says it too);
+    `info` is prepare.describe()'s."""
+    if not (info if isinstance(info, DataInfo) else DataInfo.of(info)).offline:
         return None
     return ("WARNING: the data is the OFFLINE FALLBACK (Python's standard library sources), not ClimbMix: "
             "this tag's val_bpb is not comparable with ClimbMix runs or published figures. When the hub "

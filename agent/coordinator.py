@@ -15,13 +15,13 @@ import threading
 import time
 
 from agent.pending import InFlight
-from harness.records import ExperimentRecord
+from harness.records import Best, ExperimentRecord
 
 
 class Coordinator:
     def __init__(self, last_kept: str | None = None):
         self.history: list[ExperimentRecord] = []   # decided experiment records, in decision order
-        self.best: dict | None = None      # {"commit", "val_bpb"} of the branch tip
+        self.best: Best | None = None      # the branch tip's commit and val_bpb
         self.last_kept: str | None = last_kept
         self.in_flight: dict[int, InFlight] = {}   # n -> what the proposers are told about it
         # One record + git step at a time. Re-entrant: a record may refresh state under it.

@@ -167,7 +167,7 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     rounds = a.info.setdefault("rebases", [])
     rounds.append({"commit": a.commit, "parent": a.parent, "reason": decision.reason,
                    "val_bpb": decision.trusted_bpb if decision.trusted_bpb is not None
-                   else (run.summary or {}).get("val_bpb") if run else None})
+                   else run.printed("val_bpb") if run else None})
     if len(rounds) > MAX_REBASES:
         return Decision("discard", f"would have been kept, but the branch moved under each of its "
                         f"{MAX_REBASES} confirming runs; discarded (last: {decision.reason})",
@@ -232,13 +232,13 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
         run = execute(loop, a, log_name, env)   # the run and its trusted evaluation, as a job
         run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
-                       "val_bpb": (run.summary or {}).get("val_bpb"), "seed": seed})
+                       "val_bpb": run.printed("val_bpb"), "seed": seed})
     loop.set_phase("judging", a.n)
     with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
         decision = loop.reviewer.judge(ctx, run)
         sp.log(output={"status": decision.status, "reason": decision.reason})
     if decision.rerun and len(reruns) < MAX_RERUNS:
-        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.extra.get("clock")})
+        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.clock_figures})
         raise Rerun(run, decision)
     if reruns:
         decision.verdicts.setdefault("reruns", reruns)
@@ -266,8 +266,8 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
     files = sources_at(host.files.repo, commit)
     evaluation = None
     if host.sealed:
-        profile = host.run_info.get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
-        base = host.run_info.get("base_commit") or parent or commit
+        profile = host.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
+        base = host.run_info.base_commit or parent or commit
         evaluation = eval_spec(host.seal, prepare_source=gitops.show_file(host.files.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile)
     job = TrainJob(n=n, files=files, budget=host.budget, run_dir=str(host.files.run_dir), log_name=log_name,
@@ -368,16 +368,16 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     new_source = a.proposal.source
     status = decision.status
     commit = a.commit or a.parent
-    sealed = bool(run and run.extra.get("sealed"))
-    printed = summary.get("val_bpb")
+    sealed = bool(run and run.sealed)
+    printed = run.printed("val_bpb") if run else None
     # The recorded figure is the trusted evaluator's; a printed one counts only for a reviewer that
     # trusts train.py (the simple reviewer of stand-in files). A sealed run printed none.
     bpb = decision.trusted_bpb if decision.trusted_bpb is not None else \
-        (printed if not sealed and status != "crash" and isinstance(printed, (int, float)) else None)
+        (printed if not sealed and status != "crash" else None)
     if sealed:
         summary["val_bpb"] = bpb
-    training = _num(summary.get("training_seconds"))
-    eval_s = _num(summary.get("eval_seconds"))
+    training = _num(run.printed("training_seconds") if run else None)
+    eval_s = _num(run.printed("eval_seconds") if run else None)
     wall = run.wall_seconds if run else 0.0
     discarded = None
     if status != "keep" and a.commit and a.parent:
@@ -385,7 +385,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
                 **decision.verdicts}
     evidence = verdicts.pop("evidence", None)   # the runs the decision rests on: a record field
-    judge = dict(verdicts.get("judge") or {})
+    judge = decision.judge
     if "basis" not in judge or decision.basis in (Basis.GUARD, Basis.CONFLICT):
         # the basis the decision rests on, where the readers look for it (ExperimentRecord.basis)
         verdicts["judge"] = dict(judge, basis=decision.basis.value)
@@ -394,17 +394,17 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         hypothesis=a.proposal.hypothesis, proposer=a.proposal.proposer,
         model=a.proposal.model, diff=gitops.diff(loop.files.repo, a.parent, a.commit) if a.parent and a.commit else "",
         summary=summary or None, trusted_bpb=decision.trusted_bpb,
-        clock=run.extra.get("clock") if run else None, sealed=sealed,
-        verify_seconds=(decision.verdicts.get("verify") or {}).get("seconds"),   # trusted re-evaluation cost
+        clock=run.clock_figures if run else None, sealed=sealed,
+        verify_seconds=decision.verify_figure("seconds"),   # trusted re-evaluation cost
         crash_class=run.crash_class if run else None, decision_reason=decision.reason,
         verdicts=verdicts,
         timings={"proposal": a.info.get("seconds", 0.0),
                  "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),
                  "run": wall, "training": training, "eval": eval_s,
                  "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
-        tokens=dict(a.proposal.tokens), cost_usd=a.proposal.cost_usd + _verdict_cost(verdicts),
+        tokens=dict(a.proposal.tokens), cost_usd=a.proposal.cost_usd + decision.verdict_cost(),
         log=_rel(loop, run.log_path) if run else None, discarded_ref=discarded,
-        started_at=a.started_at, memory_gb=_num(summary.get("peak_vram_mb")) / 1024,
+        started_at=a.started_at, memory_gb=_num(run.printed("peak_vram_mb") if run else None) / 1024,
         config=knobs.values(new_source), code=knobs.code_fingerprint(new_source),
         attempts=a.attempts, notes=a.proposal.notes, evidence=evidence)
     for key in OPTIONAL_KEYS:
@@ -443,8 +443,6 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     return rec
 
 
-def _verdict_cost(verdicts: dict) -> float:
-    return sum(float(v.get("cost_usd") or 0.0) for v in verdicts.values() if isinstance(v, dict))
 
 
 def _num(x) -> float:

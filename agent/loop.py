@@ -71,7 +71,7 @@ from harness.pinned import PinnedError
 from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
-from harness.records import ExperimentRecord, RunState
+from harness.records import DataInfo, ExperimentRecord, RunState, best_of
 from harness.results import write_state
 from harness.runner import timeout_for
 
@@ -156,11 +156,12 @@ class Loop(Phased):
         (self.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
+        data = DataInfo.of(info)
         if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
             fixed = (self.run_dir / "run.json").exists()
             base = "" if fixed else gitops.head(self.worktree)
         if base:   # run.json not written yet: on cpu/tiny the tag's base writes in that profile's knobs
-            base = workspace.commit_profile_knobs(self.worktree, info.get("profile"), base)
+            base = workspace.commit_profile_knobs(self.worktree, data.profile, base)
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.config.resume)
@@ -171,14 +172,14 @@ class Loop(Phased):
             self.reviewer.seal = self.seal
         workspace.start_results(self.files.results_path)
         self.console.event(f"tag {self.tag}: worktree {self.worktree}, budget {self.budget:g}s, "
-                           f"data {info.get('fingerprint')} ({info.get('source', '?')}), "
+                           f"data {data.fingerprint} ({data.source or '?'}), "
                            f"proposer {proposer.name}")
-        if data_warning(info):
-            self.console.event(data_warning(info))
-        self.last_kept = self.run_info["base_commit"]
+        if data_warning(data):
+            self.console.event(data_warning(data))
+        self.last_kept = self.run_info.base_commit
         rerun = None
         if self.config.resume:
-            found = reconcile(self.files, self.run_info["base_commit"])   # the tag's state, as recorded
+            found = reconcile(self.files, self.run_info.base_commit)   # the tag's state, as recorded
             self.history, self.last_kept, self.best = found.history, found.last_kept, found.best
             notes = found.notes + [f"removed the leftover folder {name} of a run or an evaluation"
                                    for name in clear_leftovers(self.run_dir)]
@@ -281,7 +282,7 @@ class Loop(Phased):
         if self.config.screen > 1:
             screen = screening.Screen(
                 k=int(self.config.screen), seed=self.config.seed, files=self.files, seal=self.seal,
-                profile=self.run_info.get("profile"), parent=self.last_kept, history=list(self.history),
+                profile=self.run_info.profile, parent=self.last_kept, history=list(self.history),
                 best=self.best, proposers=self.proposers, request=self.request, guard=self.reviewer.guard,
                 say=self.console.event, set_phase=self.set_phase, tracer=self.tracer)
             got = screening.pick(screen, n, source, got)
@@ -326,7 +327,7 @@ class Loop(Phased):
         """A recorded decision into the tag's state (under the coordinator's lock)."""
         self.history.append(rec)
         if rec.status == "keep":
-            self.best = {"commit": rec.commit, "val_bpb": bpb}
+            self.best = best_of(rec.commit, bpb)
         counts = rec.token_counts()
         for k in self.tokens:
             self.tokens[k] += counts.get(k, 0)

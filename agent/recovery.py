@@ -24,7 +24,8 @@ from agent.pending import PendingFile
 from harness import gitops
 from harness.matching import match_rows
 from harness.appendlog import is_json_object, repair_torn
-from harness.records import ExperimentRecord, ResultRow
+from harness.journal_records import QueueAppliedRecord
+from harness.records import ExperimentRecord, ResultRow, best_of
 from harness.results import append_journal, read_journal, read_results, rewrite_results
 from harness.runner import kill_leftover
 
@@ -72,7 +73,7 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
             notes.append(f"git: restored {ref}")
 
     last_kept, best_bpb = _branch_head(files.journal_path, base)
-    best = {"commit": last_kept, "val_bpb": best_bpb} if last_kept != base or best_bpb else None
+    best = best_of(last_kept, best_bpb) if last_kept != base or best_bpb else None
     rerun = _pending(files, records, base, last_kept, notes)
     gitops.reset_hard(files.worktree, rerun.commit if rerun else last_kept)
     return Recovered(records, last_kept, best, rerun, notes)
@@ -92,11 +93,12 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
         if typed.is_experiment:
             if typed.status == "keep" and typed.commit:
                 head, bpb = typed.commit, typed.decision_bpb
-        # a queue_applied journal object (agent/judges/queue_apply.py), not an experiment record
-        elif typed.kind == "queue_applied" and rec.get("action") in ("restore", "revert") and rec.get("commit"):
-            head = rec["commit"]
-            if rec.get("trusted_bpb") is not None:
-                bpb = rec["trusted_bpb"]
+            continue
+        applied = QueueAppliedRecord.from_dict(rec)   # a human decision applied at a boundary
+        if applied is not None and applied.moved_branch:
+            head = applied.commit
+            if applied.trusted_bpb is not None:
+                bpb = applied.trusted_bpb
     return head, bpb
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from agent import budget
 from harness import gitops
-from harness.records import ExperimentRecord
+from harness.journal_records import Measurement
+from harness.records import ExperimentRecord, RunInfo
 from harness.results import read_journal, write_json_atomic
 
 REPORT_DIR = "report"
@@ -69,13 +70,16 @@ def load(run: Path) -> dict:
     run = Path(run)
     journal, problems = read_journal(run / "journal.jsonl")
     records = [ExperimentRecord.from_dict(r) for r in journal]
-    try:
-        info = json.loads((run / "run.json").read_text())
-    except (OSError, ValueError):
-        info = {}
-    base = info.get("base_commit") or (records[0].commit if records else None)
+    info = RunInfo.read(run / "run.json") or RunInfo()
+    base = info.base_commit or (records[0].commit if records else None)
     return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
-            "tag": info.get("tag") or run.name}
+            "tag": info.tag or run.name}
+
+
+def _run_info(data: dict) -> RunInfo:
+    """data["info"]: load()'s RunInfo (or a run.json object a caller hands in)."""
+    info = data["info"]
+    return info if isinstance(info, RunInfo) else RunInfo.from_dict(info)
 
 
 def kept_changes(data: dict) -> list[ExperimentRecord]:
@@ -197,12 +201,12 @@ class Scratch:
 def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     """Simple-reviewer semantics: train unsealed, the printed val_bpb is the figure."""
     from harness.runner import run_train
-    budget = float(data["info"].get("budget") or 300)
+    budget = _run_info(data).budget or 300.0
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
     run = run_train(scratch.path, data["run"], n, budget, log_name=f"ablate-{commit[:7]}.log")
     if run.crash_class is not None:
         return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": str(run.log_path)}
-    bpb = _num((run.summary or {}).get("val_bpb"))
+    bpb = _num(run.printed("val_bpb"))
     return {"ok": bpb is not None, "bpb": bpb, "reason": "printed val_bpb", "log": str(run.log_path)}
 
 
@@ -215,20 +219,21 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     from agent.judges.hierarchy import JudgeHierarchy
     from agent.sealing import make_seal
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
-    budget = float(data["info"].get("budget") or 300)
+    run_info = _run_info(data)
+    budget = run_info.budget or 300.0
     env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{budget:g}")
     info = workspace.describe_data(scratch.path, env, data["run"] / REPORT_DIR / "prepare.log")
     judge = JudgeHierarchy(budget=budget)
-    mode = "none" if (data["info"].get("sandbox") or {}).get("kind") == "none" else "auto"
-    judge.seal = make_seal(data["run"], info, dict(data["info"]), mode, print)
+    mode = "none" if run_info.sandbox_kind == "none" else "auto"
+    judge.seal = make_seal(data["run"], info, RunInfo.from_dict(run_info.to_dict()), mode, print)
     shim = _Loop(scratch.path, data["run"], budget, judge.seal, data)
     try:
         out = judge.measure(commit, worktree=scratch.path, run_dir=data["run"],
                             train=lambda c: run_commit(shim, n, c, f"queue-{c[:7]}.log"))
     finally:
         shim.executor.close()
-    return {"ok": bool(out.get("ok")), "bpb": _num(out.get("trusted_bpb")), "reason": out.get("reason"),
-            "log": out.get("log")}
+    m = Measurement.of(out)
+    return {"ok": m.ok, "bpb": m.bpb, "reason": m.reason, "log": m.log}
 
 
 class _Loop:
@@ -238,11 +243,11 @@ class _Loop:
         from agent.experiment import one_slot
         from agent.workspace import RunFiles
         from harness.runner import timeout_for
-        self.run_info = dict((data or {}).get("info") or {})
-        self.files = RunFiles(worktree, str(self.run_info.get("tag") or ""), worktree, run_dir)
+        self.run_info = _run_info(data) if data else RunInfo()
+        self.files = RunFiles(worktree, self.run_info.tag or "", worktree, run_dir)
         self.budget, self.timeout = budget, timeout_for(budget)
         self.seal, self.sealed = seal, True
-        self._records = list((data or {}).get("records") or [])
+        self._records = list(data["records"]) if data else []
         self.executor = one_slot(run_dir)
 
     def check_stop(self) -> None:
@@ -322,12 +327,13 @@ def _f(v, digits=6) -> str:
 def _ablation_line(c: dict, abl: dict | None) -> str:
     if not abl:
         return "not measured (run with --ablate)"
-    m, final = abl.get(c["commit"]), abl.get("final")
-    if not m or not m.get("ok") or not final or not final.get("ok"):
-        return f"no figure: {(m or {}).get('reason') or (final or {}).get('reason') or 'not measured'}"
-    worth = m["bpb"] - final["bpb"]
+    m = Measurement.of(abl[c["commit"]] if c["commit"] in abl else None, figure="bpb")
+    final = Measurement.of(abl["final"] if "final" in abl else None, figure="bpb")
+    if not (m.ok and final.ok) or m.bpb is None or final.bpb is None:
+        return f"no figure: {m.reason or final.reason or 'not measured'}"
+    worth = m.bpb - final.bpb
     verdict = "it still helps" if worth > (c["threshold"] or 0) else "within noise of the final: may be redundant now"
-    return f"final without it {_f(m['bpb'])} vs final {_f(final['bpb'])}: worth {worth:+.6f} ({verdict})"
+    return f"final without it {_f(m.bpb)} vs final {_f(final.bpb)}: worth {worth:+.6f} ({verdict})"
 
 
 def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str | None) -> str:
@@ -446,10 +452,13 @@ def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure
 
 
 def _cached(out: Path, final: str) -> dict | None:
+    """The ablations cached for this final best (ablations.json: final commit -> its results)."""
     try:
-        return json.loads((out / ABLATIONS).read_text()).get(final)
+        cache = json.loads((out / ABLATIONS).read_text())
     except (OSError, ValueError):
         return None
+    mine = cache[final] if isinstance(cache, dict) and final in cache else None
+    return mine if isinstance(mine, dict) else None
 
 
 def main(argv=None) -> int:

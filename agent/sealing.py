@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness import pinned
 from harness.pinned import PinnedError, Seal
+from harness.records import RunInfo
 from harness.results import write_json_atomic
 from harness.sandbox import DataView, detect, refusal, warning
 
@@ -22,8 +23,11 @@ class SealError(RuntimeError):
     """The tag's evaluation inputs cannot be trusted any more; the message says what to do."""
 
 
-def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal:
-    """Detect the sandbox, pin (or check) the inputs, update run.json; `say` prints a line."""
+def make_seal(run_dir: Path, info: dict, run_info: RunInfo | dict, mode: str, say) -> Seal:
+    """Detect the sandbox, pin (or check) the inputs, update run.json (and `run_info`, when it is
+    the loop's RunInfo); `info` is prepare.describe()'s; `say` prints a line."""
+    if not isinstance(run_info, RunInfo):
+        run_info = RunInfo.from_dict(run_info)
     try:
         box = detect(mode)
     except RuntimeError as exc:
@@ -37,13 +41,13 @@ def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal
     seal = Seal(sandbox=box, data=view)
     run_json = Path(run_dir) / "run.json"
     changed = {}
-    if run_info.get("sandbox") != box.describe():
+    if run_info.sandbox != box.describe():
         changed["sandbox"] = box.describe()
-        if run_info.get("sandbox"):
-            say(f"note: this tag's runs were sandboxed as {run_info['sandbox'].get('kind')}; now {box.kind}")
+        if run_info.sandbox:
+            say(f"note: this tag's runs were sandboxed as {run_info.sandbox_kind}; now {box.kind}")
     if view is not None:
         target = Path(run_dir) / pinned.PINNED_DIR / "cache"
-        recorded = run_info.get("inputs")
+        recorded = run_info.inputs
         try:
             if not recorded:
                 seal.eval_cache, seal.inputs = pinned.pin(run_dir, view)
@@ -57,8 +61,9 @@ def make_seal(run_dir: Path, info: dict, run_info: dict, mode: str, say) -> Seal
         except PinnedError as exc:
             raise SealError(str(exc)) from None
     if changed:
-        write_json_atomic(run_json, {**run_info, **changed})
-        run_info.update(changed)
+        for key, value in changed.items():
+            setattr(run_info, key, value)
+        write_json_atomic(run_json, run_info.to_dict())
     return seal
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from agent import budget
 from agent.console import clock
-from harness.records import experiment_records
-from harness.results import read_journal, read_json
+from harness.records import RunInfo, experiment_records
+from harness.results import read_journal
 
 # Wall time of a baseline run per second of budget: startup, evaluation and the trusted
 # re-evaluation come on top (two 300 s baselines took ~11 minutes on the idle CPU box: 1.1x).
@@ -48,9 +48,7 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float, cap: flo
     out = EndSummary(tag=tag, reason=reason, session_seconds=session_seconds,
                      results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag),
                      night=budget.night_lines(records, cap))
-    box = (read_json(Path(run_dir) / "run.json") or {}).get("sandbox")
-    if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
-        out.unsealed = str(box.get("reason") or box.get("kind"))
+    out.unsealed = (RunInfo.read(Path(run_dir) / "run.json") or RunInfo()).unsealed
     for rec in records:
         if rec.status in out.counts:
             out.counts[rec.status] += 1

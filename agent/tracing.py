@@ -34,6 +34,7 @@ from typing import Any
 
 from agent import sdk_logs
 from harness.appendlog import append_line, is_json_object, is_out_of_space
+from harness.journal_records import SpanRecord
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ from harness.secrets import REDACTED, scrub  # noqa: F401  (the one scrubber; re
 MAX_STRING_CHARS = 4000
 # Braintrust project used when BRAINTRUST_API_KEY is set and no project was named.
 DEFAULT_BT_PROJECT = "autoresearch"
+# Braintrust's token metrics and the span's token keys they come from.
+BT_TOKEN_METRICS = (("prompt_tokens", "input"), ("completion_tokens", "output"),
+                    ("prompt_cached_tokens", "cache_read"), ("prompt_cache_creation_tokens", "cache_write"))
 
 _current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trace_span", default=None)
 
@@ -204,18 +208,16 @@ class Tracer:
         if sp._bt is None or self._bt_broken:
             return
         try:
-            tokens = rec.get("tokens") or {}
-            metrics = {"prompt_tokens": tokens.get("input", 0), "completion_tokens": tokens.get("output", 0),
-                       "prompt_cached_tokens": tokens.get("cache_read", 0),
-                       "prompt_cache_creation_tokens": tokens.get("cache_write", 0)}
+            done = SpanRecord.from_dict(rec)   # what the file got (scrubbed), typed
+            metrics = {name: done.token(key) for name, key in BT_TOKEN_METRICS}
             metrics = {k: v for k, v in metrics.items() if v}
-            event = {"input": rec.get("input"), "output": rec.get("output"),
+            event = {"input": done.input, "output": done.output,
                      "metadata": {"trace_id": sp.trace, "span_id": sp.id, "parent_id": sp.parent,
-                                  "cost_usd": rec.get("cost")}}
+                                  "cost_usd": done.cost}}
             if metrics:
                 event["metrics"] = metrics
-            if rec.get("error"):
-                event["error"] = rec["error"]
+            if done.error:
+                event["error"] = done.error
             sp._bt.log(**event)
             sp._bt.end(end_time=sp.end)
         except Exception as e:

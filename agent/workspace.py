@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import gitops, knobs
-from harness.results import init_results, read_json, write_json_atomic
+from harness.records import DataInfo, RunInfo
+from harness.results import init_results, write_json_atomic
 
 # Default home of the worktrees, under the repository (and ignored by a .gitignore of "*").
 DEFAULT_ROOT = ".autoresearch"
@@ -168,7 +169,7 @@ def _looks_ready(stdout: str) -> bool:
         info = json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         return False
-    return bool(info.get("fingerprint")) and info.get("ready", True) is not False
+    return DataInfo.of(info).ready
 
 
 def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
@@ -188,36 +189,37 @@ def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
                               "train.py's own values are the reference recipe's, for a GPU.\n")
 
 
-def warm_compile_cache(repo: Path, run_dir: Path, run_info: dict, seal, budget: float, say=print) -> dict:
+def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budget: float, say=print) -> dict:
     """The tag's trusted compile cache (harness/compile_cache.py): its base train.py compiled once,
     sealed, before the first run; every later run copies it into its own private cache. A no-op
     when published already, unsealed, or when the base train.py does not compile (cpu, tiny)."""
     from harness import compile_warm
     from harness.executors import sources_at
     from harness.verify import eval_rows
-    files = sources_at(repo, run_info["base_commit"])
+    files = sources_at(repo, run_info.base_commit)
     return compile_warm.warm(files, run_dir, budget, sandbox=getattr(seal, "sandbox", None),
-                              data=getattr(seal, "data", None), eval_rows=eval_rows(run_info.get("profile")), say=say)
+                              data=getattr(seal, "data", None), eval_rows=eval_rows(run_info.profile), say=say)
 
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
-                            resume: bool) -> dict:
-    """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint."""
+                            resume: bool) -> RunInfo:
+    """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint.
+    `info` is prepare.describe()'s (DataInfo)."""
+    data = DataInfo.of(info)
     if resume and path.exists():
-        fixed = read_json(path)
-        if fixed is None:
+        fixed = RunInfo.read(path)
+        if fixed is None or fixed.budget is None:
             raise SetupError(f"{path} is unreadable; cannot check that the resumed run is comparable")
-        if float(fixed["budget"]) != float(budget):
-            raise SetupError(f"tag {tag} was run with --budget {fixed['budget']:g}; refusing "
+        if fixed.budget != float(budget):
+            raise SetupError(f"tag {tag} was run with --budget {fixed.budget:g}; refusing "
                              f"--budget {budget:g} (one tag never mixes budgets)")
-        if fixed.get("fingerprint") != info.get("fingerprint"):
-            raise SetupError(f"tag {tag} was run on data {fixed.get('fingerprint')}; the prepared data "
-                             f"is now {info.get('fingerprint')} (one tag never mixes data)")
+        if fixed.fingerprint != data.fingerprint:
+            raise SetupError(f"tag {tag} was run on data {fixed.fingerprint}; the prepared data "
+                             f"is now {data.fingerprint} (one tag never mixes data)")
         return fixed
-    fixed = {"tag": tag, "budget": budget, "fingerprint": info.get("fingerprint"),
-             "profile": info.get("profile"), "base_commit": base_commit, "created_at": time.time(),
-             "source": info.get("source")}
-    write_json_atomic(path, fixed)
+    fixed = RunInfo(tag=tag, budget=budget, fingerprint=data.fingerprint, profile=data.profile,
+                    base_commit=base_commit, created_at=time.time(), source=data.source)
+    write_json_atomic(path, fixed.to_dict())
     return fixed
 
 

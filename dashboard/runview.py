@@ -13,12 +13,11 @@ import time
 
 from harness.matching import match_rows
 from dashboard import data, gitdiff
-from harness.records import (ExperimentRecord, ResultLine, RunState, experiment_records, finite as _finite,
-                             fnum as _fnum)
+from harness.records import (OFFLINE_SOURCE, ExperimentRecord, ResultLine, RunInfo, RunState,
+                             experiment_records, finite as _finite, fnum as _fnum)
 from dashboard.runs import Run
+from harness.journal_records import AuditRecord, SpanRecord
 
-# prepare.describe()'s source when the hub was out of reach (run.json records it).
-OFFLINE_SOURCE = "offline-fallback"
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31
 # state.json older than this (seconds) while the loop claims to be busy is flagged stale.
@@ -37,21 +36,26 @@ def typed(records: list) -> list[ExperimentRecord]:
             if isinstance(r, (ExperimentRecord, dict))]
 
 
-def data_warning(run_json: dict | None) -> str | None:
+def data_warning(run_json: dict | RunInfo | None) -> str | None:
     """What to say when the run's data is the offline stand-in (prepare.py's `offline-fallback`)."""
-    if isinstance(run_json, dict) and run_json.get("source") == OFFLINE_SOURCE:
+    if _info(run_json).source == OFFLINE_SOURCE:
         return ("offline data: prepare.py used its offline fallback corpus (no ClimbMix), so these "
                 "val_bpb figures are not comparable with runs on the real data")
     return None
 
 
-def seal_warning(run_json: dict | None) -> str | None:
+def seal_warning(run_json: dict | RunInfo | None) -> str | None:
     """What to say when the run's experiments ran without a sandbox (--sandbox none)."""
-    box = run_json.get("sandbox") if isinstance(run_json, dict) else None
-    if isinstance(box, dict) and box.get("kind") not in (None, "bwrap"):
-        return ("unsealed: these runs had no sandbox (" + str(box.get("reason") or box.get("kind")) + "), so a "
+    why = _info(run_json).unsealed
+    if why:
+        return ("unsealed: these runs had no sandbox (" + why + "), so a "
                 "train.py could read the validation data and the network: the results are not trusted")
     return None
+
+
+def _info(run_json) -> RunInfo:
+    """run.json as read by the dashboard (a hostile one reads as empty)."""
+    return run_json if isinstance(run_json, RunInfo) else RunInfo.from_dict(run_json)
 
 
 def is_baseline(record: ExperimentRecord | None) -> bool:
@@ -201,7 +205,7 @@ def _training_seconds(rec: ExperimentRecord) -> float:
 
 
 def spans_for(spans: list[dict], record: ExperimentRecord | None) -> list[dict]:
-    """The trace spans of one experiment, laid out as a timeline.
+    """The trace spans of one experiment (traces.jsonl objects), laid out as a timeline.
 
     A span belongs to the experiment when its trace is one whose spans name the experiment
     (input n/experiment); when no span names it, when it starts inside the experiment's
@@ -211,41 +215,38 @@ def spans_for(spans: list[dict], record: ExperimentRecord | None) -> list[dict]:
         return []
     n = record.n
     t0, t1 = record.started_at, record.ended_at
-    traces = {sp.get("trace") for sp in spans
-              if isinstance(sp.get("input"), dict) and n is not None and isinstance(sp.get("trace"), (str, int))
-              and n in (sp["input"].get("n"), sp["input"].get("experiment"))}
+    typed = [sp for sp in (SpanRecord.from_dict(d) for d in spans) if sp is not None]
+    traces = {sp.trace for sp in typed if sp.trace is not None and sp.names_experiment(n)}
     timed = _finite(t0) and _finite(t1)
 
-    def mine(sp):
+    def mine(sp: SpanRecord) -> bool:
         # Trace membership when the tracer named the experiment; the time window otherwise
         # (it would also catch the next proposal, prepared while this run trained).
         if traces:
-            return isinstance(sp.get("trace"), (str, int)) and sp.get("trace") in traces
-        s = sp.get("start")
-        return timed and _finite(s) and t0 <= s <= t1
+            return sp.trace in traces
+        return timed and sp.start is not None and t0 <= sp.start <= t1
 
-    picked = [sp for sp in spans if mine(sp) and _fnum(sp.get("start")) is not None]
+    picked = [sp for sp in typed if sp.start is not None and mine(sp)]
     if not picked:
         return []
-    lo = min(sp["start"] for sp in picked)
-    hi = max(max(_num(sp.get("end")), sp["start"]) for sp in picked)
+    lo = min(sp.start for sp in picked)
+    hi = max(max(sp.end or 0.0, sp.start) for sp in picked)
     width = max(hi - lo, 1e-6)
-    by_id = {sp.get("id"): sp for sp in picked if isinstance(sp.get("id"), (str, int))}
+    by_id = {sp.id: sp for sp in picked if sp.id is not None}
 
     def depth(sp, seen=0):
-        parent = sp.get("parent")
-        p = by_id.get(parent) if isinstance(parent, (str, int)) else None
+        p = by_id.get(sp.parent) if sp.parent is not None else None
         return 0 if p is None or seen > 20 else 1 + depth(p, seen + 1)
 
     out = []
-    for sp in sorted(picked, key=lambda s: s["start"]):
-        end = _fnum(sp.get("end"))
-        out.append({"name": str(sp.get("name", "?")), "depth": depth(sp),
-                    "left": 100 * (sp["start"] - lo) / width,
-                    "width": max(0.3, 100 * ((end if end is not None else hi) - sp["start"]) / width),
-                    "duration": (end - sp["start"]) if end is not None else None,
-                    "open": end is None, "tokens": sp.get("tokens"), "cost": sp.get("cost"),
-                    "error": sp.get("error"), "input": sp.get("input"), "output": sp.get("output")})
+    for sp in sorted(picked, key=lambda s: s.start):
+        end = sp.end
+        out.append({"name": sp.name, "depth": depth(sp),
+                    "left": 100 * (sp.start - lo) / width,
+                    "width": max(0.3, 100 * ((end if end is not None else hi) - sp.start) / width),
+                    "duration": (end - sp.start) if end is not None else None,
+                    "open": end is None, "tokens": sp.tokens or None, "cost": sp.cost,
+                    "error": sp.error, "input": sp.input, "output": sp.output})
     return out
 
 
@@ -265,9 +266,9 @@ def experiment(run: Run, n: int) -> dict | None:
     if journal.bad:
         problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
     rn = rec.n if rec else None
-    # The MetaJudge's audits are journal records of their own kind (no typed record): by their keys.
-    audits = [r for r in journal.records if r.get("kind") == "audit" and rn is not None
-              and rn in (r.get("n"), r.get("experiment"))]
+    # The MetaJudge's audits: journal records of their own kind (harness/journal_records.py).
+    audits = [a.raw for a in (AuditRecord.from_dict(r) for r in journal.records) if a is not None
+              and rn is not None and a.n == rn]
     log_rel = rec.log if rec else None
     if not isinstance(log_rel, str) or not log_rel:
         log_rel = f"logs/exp-{rn:04d}.log" if isinstance(rn, int) and 0 <= rn < 10 ** 6 else None

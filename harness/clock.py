@@ -110,6 +110,29 @@ class ClockFigures:
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
+    @classmethod
+    def from_dict(cls, d) -> "ClockFigures | None":
+        """The figures as_dict() wrote (a journal's or a remote job's), None when `d` is no dict. A
+        figure that is missing or not a number reads as its "nothing seen" value (startup None:
+        no step line, so a sealed run cannot be timed)."""
+        if not isinstance(d, dict):
+            return None
+
+        def num(k, default=None):
+            v = d.get(k, default)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+        def count(k):
+            v = d.get(k)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        return cls(startup_s=num("startup_s"), train_s=num("train_s", 0.0), charged_s=num("charged_s", 0.0),
+                   steps_seen=count("steps_seen") or 0, first_step=count("first_step"), last_step=count("last_step"),
+                   allowance_s=num("allowance_s", 0.0),
+                   last_line=d.get("last_line") if isinstance(d.get("last_line"), str) else "",
+                   post_s=num("post_s"), silent_steps=count("silent_steps") or 0, pace_s=num("pace_s", 0.0),
+                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), tok_s=num("tok_s"))
+
 
 class LogClock:
     """Stamps step lines with the harness's monotonic clock as they arrive (feed() from the

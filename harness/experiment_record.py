@@ -22,6 +22,63 @@ from harness.figures import as_dict, as_int as _int, as_str, as_str as _str, fin
 
 # ---------------------------------------------------------------- decisions
 
+# The judge's figures a reviewer is shown (the LLM judge's prompt, a queue item's payload).
+FIGURE_KEYS = ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")
+
+
+class VerdictReads:
+    """Typed reads of `self.verdicts` (what each judge said, as the journal stores it): shared by
+    a Decision in memory and the ExperimentRecord read back. Every read is safe on hostile data."""
+    verdicts: dict
+
+    def verdict(self, part: str) -> dict:
+        """verdicts[part] ("judge", "verify", "metajudge", "guard"...), or {}."""
+        return as_dict(as_dict(self.verdicts).get(part))
+
+    @property
+    def judge(self) -> dict:
+        """verdicts["judge"] (the judge's figures), or {}."""
+        return self.verdict("judge")
+
+    @property
+    def verify(self) -> dict:
+        """verdicts["verify"] (harness/verify.py VerifyResult.as_dict()), or {}."""
+        return self.verdict("verify")
+
+    @property
+    def metajudge(self) -> dict:
+        """verdicts["metajudge"] (the MetaJudge's audit), or {}."""
+        return self.verdict("metajudge")
+
+    def verify_figure(self, key: str) -> float | None:
+        """One figure of the trusted evaluation (trusted_bpb, printed_bpb, seconds), else None."""
+        return fnum(self.verify.get(key))
+
+    @property
+    def verify_reason(self) -> str | None:
+        return as_str(self.verify.get("reason"))
+
+    def opinion_of(self, part: str) -> dict | None:
+        """One opinion the judge weighed, as stored: verdicts.judge[part] (part "rule", "llm")."""
+        v = self.judge.get(part)
+        return v if isinstance(v, dict) else None
+
+    @property
+    def metajudge_flags(self) -> list | None:
+        """The MetaJudge's flags (each {"kind", "reason", ...}), None without an audit."""
+        v = self.metajudge.get("flags")
+        return v if isinstance(v, list) else None
+
+    def judge_figures(self) -> dict:
+        """The judge's FIGURE_KEYS, None where it has none (the figures a reviewer is shown)."""
+        jd = self.judge
+        return {k: jd.get(k) for k in FIGURE_KEYS}
+
+    def verdict_cost(self) -> float:
+        """What the judges' own LLM calls cost (each verdict's cost_usd)."""
+        return sum(fnum(v.get("cost_usd")) or 0.0 for v in as_dict(self.verdicts).values() if isinstance(v, dict))
+
+
 class Basis(str, Enum):
     """What a decision rests on; the journal stores the value (verdicts.judge.basis)."""
     BASELINE = "baseline"        # the unmodified train.py, measured (with repeats) for the noise band
@@ -44,7 +101,7 @@ class Basis(str, Enum):
 
 
 @dataclass
-class Decision:
+class Decision(VerdictReads):
     """A judge's decision on one run (the Reviewer protocol, agent/judges/reviewer.py)."""
     status: str                      # keep | discard | crash
     reason: str
@@ -69,7 +126,7 @@ class NoiseBandFigures:
 
 
 @dataclass
-class ExperimentRecord:
+class ExperimentRecord(VerdictReads):
     """journal.jsonl, kind "experiment": the keys agent/experiment.py record() writes, in order."""
     kind: str = "experiment"
     n: int | None = None
@@ -151,18 +208,6 @@ class ExperimentRecord:
         return self.n if isinstance(self.n, int) and not isinstance(self.n, bool) else None
 
     @property
-    def judge(self) -> dict:
-        """verdicts["judge"] (the judge's figures), or {}."""
-        v = self.verdicts.get("judge") if isinstance(self.verdicts, dict) else None
-        return v if isinstance(v, dict) else {}
-
-    @property
-    def verify(self) -> dict:
-        """verdicts["verify"] (harness/verify.py VerifyResult.as_dict()), or {}."""
-        v = self.verdicts.get("verify") if isinstance(self.verdicts, dict) else None
-        return v if isinstance(v, dict) else {}
-
-    @property
     def basis(self) -> Basis | None:
         return Basis.parse(self.judge.get("basis"))
 
@@ -234,11 +279,6 @@ class ExperimentRecord:
     def printed_bpb(self) -> float | None:
         """The val_bpb in the summary block (a sealed run's is the trusted one, written in by record())."""
         return self.summary_figure("val_bpb")
-
-    @property
-    def metajudge(self) -> dict:
-        """verdicts["metajudge"] (the MetaJudge's audit), or {}."""
-        return as_dict(as_dict(self.verdicts).get("metajudge"))
 
     def serving(self) -> dict | None:
         """The serving figures the trusted evaluator measured (verdicts.verify.details.serving), or None."""

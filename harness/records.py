@@ -6,13 +6,19 @@
   history in memory, with to_dict/from_dict and typed accessors) and EvidenceFigures:
   harness/experiment_record.py, re-exported here.
 - RunState and WorkerState: state.json (agent/loop.py Loop.refresh).
+- Best: the incumbent (the commit to beat and its trusted val_bpb), in memory and in state.json.
+- RunInfo: run.json, what a tag is fixed to (agent/workspace.py writes it, agent/sealing.py adds
+  the sandbox and the pinned inputs).
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
 the accessors check types (a hostile journal gives None, never an exception).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TypedDict
 
 # results.tsv: the table lives in harness/results_table.py; its names are re-exported here,
 # where readers of the typed records have always found them.
@@ -25,6 +31,109 @@ from harness.results_table import (MAX_DESCRIPTION, QUOTE_CHARS, RESULT_COLUMNS,
 from harness.experiment_record import (  # noqa: E402, F401  (re-exported: readers import them from here)
     OPTIONAL_KEYS, RECORD_KEYS, Basis, Decision, EvidenceFigures, EvidenceRun, ExperimentRecord, NoiseBandFigures,
     experiment_records)
+
+
+# ---------------------------------------------------------------- the incumbent
+
+class Best(TypedDict):
+    """The incumbent every candidate must beat: its commit and trusted val_bpb (None when only the
+    commit is known, e.g. a branch recovered without its figure). Both keys are always present."""
+    commit: str | None
+    val_bpb: float | None
+
+
+def best_of(commit: str | None, val_bpb) -> Best:
+    return {"commit": commit, "val_bpb": fnum(val_bpb)}
+
+
+# ---------------------------------------------------------------- prepare.describe()
+
+# prepare.describe()'s source when the hub was out of reach: data built from this machine's stdlib.
+OFFLINE_SOURCE = "offline-fallback"
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """prepare.py's describe() (its last stdout line, JSON): which data is prepared. The rest of
+    it (the paths) is harness/sandbox.DataView's."""
+    fingerprint: str | None = None
+    profile: str | None = None
+    source: str | None = None
+    ready: bool = False          # prepared: a fingerprint, and not marked "ready": false
+
+    @classmethod
+    def of(cls, d) -> "DataInfo":
+        d = d if isinstance(d, dict) else {}
+        fp = _str(d.get("fingerprint"))
+        return cls(fingerprint=fp, profile=_str(d.get("profile")), source=_str(d.get("source")),
+                   ready=bool(fp) and d.get("ready", True) is not False)
+
+    @property
+    def offline(self) -> bool:
+        return self.source == OFFLINE_SOURCE
+
+
+# ---------------------------------------------------------------- run.json
+
+# The sandbox kind under which runs are sealed (harness/sandbox.py); any other kind is "unsealed".
+SEALED_KIND = "bwrap"
+
+
+@dataclass
+class RunInfo:
+    """run.json: the tag's fixed terms (budget, data, profile, base commit), written once for a new
+    tag, then the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from disk it is
+    data: every field is type-checked, unknown keys are kept as read."""
+    tag: str | None = None
+    budget: float | None = None
+    fingerprint: str | None = None       # the prepared data's (prepare.describe())
+    profile: str | None = None           # gpu | cpu | tiny
+    base_commit: str | None = None
+    created_at: float | None = None
+    source: str | None = None            # where the data came from ("offline-fallback" off the hub)
+    sandbox: dict | None = None          # harness/sandbox.Sandbox.describe(): kind, reason, ...
+    inputs: dict | None = None           # the pinned evaluation inputs' hashes (harness/pinned.py)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in RUN_INFO_KEYS if k != "extra"}
+        return {k: v for k, v in out.items() if v is not None or k in _RUN_INFO_WRITTEN} | self.extra
+
+    @classmethod
+    def from_dict(cls, d) -> "RunInfo":
+        d = d if isinstance(d, dict) else {}
+        return cls(tag=_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=_str(d.get("fingerprint")),
+                   profile=_str(d.get("profile")), base_commit=_str(d.get("base_commit")),
+                   created_at=fnum(d.get("created_at")), source=_str(d.get("source")),
+                   sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
+                   inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None,
+                   extra={k: v for k, v in d.items() if k not in RUN_INFO_KEYS})
+
+    @classmethod
+    def read(cls, path) -> "RunInfo | None":
+        """run.json at `path`, or None when it is missing or not JSON."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def sandbox_kind(self) -> str | None:
+        return _str((self.sandbox or {}).get("kind"))
+
+    @property
+    def unsealed(self) -> str | None:
+        """Why this tag's runs had no sandbox (its reason, else its kind), or None when they were
+        sealed or no sandbox was recorded yet."""
+        kind = self.sandbox_kind
+        if kind in (None, SEALED_KIND):
+            return None
+        return _str((self.sandbox or {}).get("reason")) or kind
+
+
+RUN_INFO_KEYS = tuple(f.name for f in fields(RunInfo))
+# Written for a new tag even when None (agent/workspace.py): the file always names them.
+_RUN_INFO_WRITTEN = ("tag", "budget", "fingerprint", "profile", "base_commit", "created_at", "source")
 
 
 # ---------------------------------------------------------------- state.json
@@ -87,7 +196,7 @@ class RunState:
     started_at: float | None = None
     run_started_at: float | None = None
     budget: float | None = None
-    best: dict | None = None             # {"commit", "val_bpb"}
+    best: Best | None = None
     last_decision: str | None = None
     keep_rate: float | None = None
     tokens: dict | None = None           # {"input", "output"}
@@ -112,7 +221,7 @@ class RunState:
         d = d if isinstance(d, dict) else {}
         best = d.get("best") if isinstance(d.get("best"), dict) else None
         if best is not None:
-            best = {"commit": _str(best.get("commit")), "val_bpb": fnum(best.get("val_bpb"))}
+            best = best_of(_str(best.get("commit")), best.get("val_bpb"))
         tokens = d.get("tokens") if isinstance(d.get("tokens"), dict) else None
         if tokens is not None:
             tokens = {k: int(fnum(tokens.get(k)) or 0) for k in ("input", "output")}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import bytecode
-from harness.clock import KILL_MARGIN_S, ClockReference, LogClock, limit_for, slack
+from harness.clock import KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for, slack
 from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
@@ -83,6 +83,45 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.crash_class is None
+
+    # Typed reads of the run: `summary` is what train.py printed (harness/summary.py), `extra` the
+    # harness's notes on the run (runner, executors, the loop). Readers use these, not the dicts.
+    def printed(self, key: str) -> float | None:
+        """A figure train.py printed in its summary (val_bpb, peak_vram_mb, ...), None when absent
+        or not a number. Not trusted: the trusted val_bpb is harness/verify.py's."""
+        v = (self.summary or {}).get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    @property
+    def clock(self) -> ClockFigures | None:
+        """The harness's clock of the run (harness/clock.py), None when it had none."""
+        return ClockFigures.from_dict(self.extra.get("clock"))
+
+    @property
+    def clock_figures(self) -> dict | None:
+        """The same as the harness wrote it (ClockFigures.as_dict()): what the journal stores."""
+        v = self.extra.get("clock")
+        return v if isinstance(v, dict) else None
+
+    @property
+    def sealed(self) -> bool:
+        return self.extra.get("sealed") is True
+
+    @property
+    def steps_mode(self) -> bool:
+        """Run for a fixed number of steps (AUTORESEARCH_STEPS), not the time budget."""
+        return self.extra.get("steps_mode") is True
+
+    @property
+    def seed(self) -> int | None:
+        v = self.extra.get("seed")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def verified(self):
+        """The trusted evaluation an executor already made where the model was
+        (harness/executors/node.py), a harness.verify.VerifyResult, or None."""
+        return self.extra.get("verify_result")
 
 
 def timeout_for(budget: float) -> float:

@@ -72,6 +72,24 @@ class VerifyResult:
                 "printed_bpb": self.printed_bpb, "causal": self.causal,
                 "seconds": round(self.seconds, 3), "details": self.details}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "VerifyResult":
+        """What as_dict() wrote (a remote job's evaluation, harness/executors/base.py)."""
+        return cls(ok=d["ok"], reason=d["reason"], trusted_bpb=d.get("trusted_bpb"), printed_bpb=d.get("printed_bpb"),
+                   causal=d.get("causal"), seconds=d.get("seconds") or 0.0, details=d.get("details") or {})
+
+    @property
+    def serving(self) -> dict | None:
+        """The graph's serving figures (KV bytes and decode FLOPs per token), None without them."""
+        v = self.details.get("serving") if isinstance(self.details, dict) else None
+        return v if isinstance(v, dict) else None
+
+    @property
+    def pinned_error(self) -> str | None:
+        """Why the pinned evaluation inputs could not be restored where the job ran (node.py)."""
+        v = self.details.get("pinned_error") if isinstance(self.details, dict) else None
+        return v if isinstance(v, str) and v else None
+
 
 def eval_rows(profile: str | None) -> int:
     return EVAL_ROWS.get(profile or "", EVAL_ROWS["cpu"])

@@ -148,3 +148,11 @@ def loop_run_folder(tmp: Path, tag: str = "rec", experiments: int = 4) -> Path:
     p = run_loop(repo, fake_env(tmp), "--tag", tag, "--budget", "1", "--max-experiments", str(experiments))
     assert p.returncode == 0, p.stdout + p.stderr
     return repo / ".autoresearch" / tag
+
+
+def fake_run(*, wall_seconds: float = 1.0, crash_class=None, summary=None, extra=None, log_path=None):
+    """A harness.runner.RunResult of a run that never happened (the judges' tests hand one in)."""
+    from harness.runner import RunResult
+    return RunResult(returncode=None if crash_class else 0, summary=summary, crash_class=crash_class,
+                     log_path=Path(log_path) if log_path else None, wall_seconds=wall_seconds,
+                     timed_out=False, artifact=None, extra=dict(extra or {}))

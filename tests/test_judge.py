@@ -83,6 +83,7 @@ def test_near_duplicates_found_in_history():
 # ---- the hierarchy's noise protocol, with synthetic trusted values -----------------------------
 
 from types import SimpleNamespace  # noqa: E402
+from tests.loop_fixtures import fake_run  # noqa: E402
 
 from agent.judges.hierarchy import JudgeHierarchy  # noqa: E402
 from agent.judges.reviewer import BoundaryContext  # noqa: E402
@@ -106,7 +107,7 @@ def _ctx(tmp_path, n, commit, best, history=()):
 def _judge(h, ctx, bpb):
     """What JudgeHierarchy.judge does after a verified run (verify itself is tested elsewhere)."""
     v = VerifyResult(True, "verified", bpb, bpb, True, 0.5)
-    run = SimpleNamespace(extra={}, log_path=None, wall_seconds=1.0, crash_class=None, summary={})
+    run = fake_run(summary={})
     return h._decide_on(ctx, run, v)
 
 
@@ -147,7 +148,7 @@ def test_a_crashed_baseline_repeat_keeps_the_baseline_from_the_runs_that_finishe
     ctx = _ctx(tmp_path, 1, "b" * 40, None)
     assert _judge(h, ctx, 1.000).rerun
     assert _judge(h, ctx, 1.004).rerun
-    crashed = SimpleNamespace(crash_class="timeout", summary=None, log_tail="", artifact=None)
+    crashed = fake_run(crash_class="timeout")
     d = h.judge(ctx, crashed)
     assert d.status == "keep" and not d.rerun and d.trusted_bpb == pytest.approx(1.002)
     assert "repeat run crashed: timeout" in d.reason and h.band.spread > 0
@@ -166,18 +167,18 @@ def test_a_run_far_past_its_budget_is_an_integrity_failure(tmp_path, monkeypatch
     monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
     h = JudgeHierarchy(budget=10)
     ctx = _ctx(tmp_path, 2, "c" * 40, {"val_bpb": 1.0})
-    assert h._over_budget(ctx, SimpleNamespace(wall_seconds=60)) is None
-    assert "trained past the budget" in h._over_budget(ctx, SimpleNamespace(wall_seconds=500))
+    assert h._over_budget(ctx, fake_run(wall_seconds=60)) is None
+    assert "trained past the budget" in h._over_budget(ctx, fake_run(wall_seconds=500))
     # with the harness clock, the wall clock (startup, evaluation) no longer counts: charged time does
     clock = {"startup_s": 200.0, "train_s": 10.5, "charged_s": 10.5, "allowance_s": 300.0, "pace_s": 0.1}
-    assert h._over_budget(ctx, SimpleNamespace(wall_seconds=500, extra={"clock": clock, "sealed": True})) is None
+    assert h._over_budget(ctx, fake_run(wall_seconds=500, extra={"clock": clock, "sealed": True})) is None
     over = dict(clock, charged_s=40.0, train_s=40.0)   # beyond the budget + max(5%, 15 s)
-    assert "harness's clock" in h._over_budget(ctx, SimpleNamespace(wall_seconds=40, extra={"clock": over}))
+    assert "harness's clock" in h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": over}))
     silent = {"startup_s": None}     # a sealed run without step lines cannot be timed, so not kept
-    assert "no step lines" in h._over_budget(ctx, SimpleNamespace(wall_seconds=40, extra={"clock": silent,
+    assert "no step lines" in h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": silent,
                                                                                              "sealed": True}))
     monkeypatch.setenv("AUTORESEARCH_STEPS", "5")   # a step budget has no wall-clock limit
-    assert h._over_budget(ctx, SimpleNamespace(wall_seconds=500)) is None
+    assert h._over_budget(ctx, fake_run(wall_seconds=500)) is None
 
 
 SAVES = {"kv_bytes_per_token": 0.5, "decode_flops_per_token": 0.02}   # half the KV cache, same FLOPs

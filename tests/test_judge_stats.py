@@ -4,6 +4,8 @@ import json
 import math
 from types import SimpleNamespace
 
+from tests.loop_fixtures import fake_run
+
 import pytest
 
 from agent.experiment import seed_for
@@ -28,8 +30,7 @@ def ctx(tmp_path, n, commit, best, history=(), diff="-MATRIX_LR = 0.02\n+MATRIX_
 
 def run(log_path=None, pace_s=None, seed=None, steps_mode=False):
     clock = {"pace_s": pace_s} if pace_s else {}
-    return SimpleNamespace(extra={"clock": clock, "seed": seed, "steps_mode": steps_mode}, log_path=log_path,
-                           wall_seconds=1.0, crash_class=None, summary={})
+    return fake_run(extra={"clock": clock, "seed": seed, "steps_mode": steps_mode}, log_path=log_path, summary={})
 
 
 def decide(h, c, bpb, r=None):

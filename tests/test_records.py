@@ -3,6 +3,8 @@ import json
 import math
 from types import SimpleNamespace
 
+from tests.loop_fixtures import fake_run
+
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
@@ -152,7 +154,7 @@ def test_run_state_with_workers_round_trips_and_checks_types():
 # ---- Basis: set by the judges where they decide ---------------------------------------------------
 
 def run(summary=None, crash=None):
-    return SimpleNamespace(crash_class=crash, summary=summary, log_tail="", artifact=None, extra={})
+    return fake_run(crash_class=crash, summary=summary)
 
 
 def test_simple_reviewer_sets_the_basis():
@@ -178,7 +180,7 @@ def test_the_rule_judge_and_the_hierarchy_set_the_basis_not_the_reason(tmp_path)
     # a reason that merely starts with a basis name does not make the basis
     worded = Opinion("rule", "keep", "simplicity is not why", 0.9)
     assert h._combine(worded, None)[1] is Basis.METRIC
-    veto = h._combine(Opinion("rule", "keep", "beats best", 0.9), {"status": "discard", "confidence": 0.9, "reason": "no"})
+    veto = h._combine(Opinion("rule", "keep", "beats best", 0.9), Opinion("llm", "discard", "no", 0.9))
     assert veto[:2] == ("discard", Basis.LLM_VETO)
     # the hierarchy's decisions carry it, and the journal's verdicts.judge.basis is the same string
     for v in (1.0, 1.004, 0.996, 1.002, 0.998):

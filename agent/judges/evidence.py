@@ -46,25 +46,24 @@ class Sample:
 
 def sample_of(ctx, run, bpb: float) -> Sample:
     """The trusted value of `run` with what its log and clock say about its pace."""
-    extra = getattr(run, "extra", None) or {}
-    clock = extra.get("clock") or {}
+    clock = run.clock
     text = ""
-    log_path = getattr(run, "log_path", None)
+    log_path = run.log_path
     if log_path:
         try:
             text = Path(log_path).read_text(errors="replace")
         except OSError:
             text = ""
-    pace_s = clock.get("pace_s") if finite(clock.get("pace_s")) and clock.get("pace_s") > 0 else None
+    pace_s = clock.pace_s if clock is not None and finite(clock.pace_s) and clock.pace_s > 0 else None
     per_step = pace.flops_per_step(text)
-    steps_mode = bool(extra.get("steps_mode") or os.environ.get("AUTORESEARCH_STEPS"))
+    steps_mode = run.steps_mode or bool(os.environ.get("AUTORESEARCH_STEPS"))
     log = None
     if log_path:
         try:
             log = str(Path(log_path).relative_to(ctx.run_dir))
         except ValueError:
             log = str(log_path)
-    return Sample(commit=ctx.commit, bpb=float(bpb), seed=extra.get("seed"), n=ctx.n, log=log,
+    return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log,
                   pace_s=None if steps_mode else pace_s,
                   flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
                   within=None if steps_mode else pace.within_run(pace.step_times(text)))

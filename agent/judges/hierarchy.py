@@ -34,7 +34,7 @@ from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
-from harness.records import Basis, Decision, ExperimentRecord
+from harness.records import Basis, Decision, ExperimentRecord, RunInfo
 from harness import pinned
 from harness.clock import limit_for
 from harness.pinned import PinnedError, Seal
@@ -100,8 +100,7 @@ class JudgeHierarchy:
             op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
             return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": Basis.CRASH.value,
                                                                  "rule": op.as_dict()}}, basis=Basis.CRASH)
-        printed = (run.summary or {}).get("val_bpb")
-        v = self._verify(ctx, run, printed)
+        v = self._verify(ctx, run, run.printed("val_bpb"))
         with self._decide:
             return self._decide_on(ctx, run, v)
 
@@ -117,7 +116,7 @@ class JudgeHierarchy:
         reason = (f"a confirming run crashed ({run.crash_class}) after {len(samples)} run(s): a change "
                   "that crashes on another seed is not kept")
         jd = {"status": "discard", "basis": Basis.CRASH.value, "reason": reason,
-              "runs": evidence.values(samples), "best_before": (ctx.best or {}).get("val_bpb")}
+              "runs": evidence.values(samples), "best_before": _best_bpb(ctx)}
         self._note(ctx, "discard", reason, {"judge": jd})
         return Decision("discard", reason, mean, {"verify": self._last_verify[ctx.commit].as_dict(), "judge": jd},
                         basis=Basis.CRASH)
@@ -182,13 +181,12 @@ class JudgeHierarchy:
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
         samples = self._store(ctx, runs)
-        best = ctx.best or {}
-        inc_commit = best.get("commit")
+        inc_commit, inc_bpb = ctx.best["commit"], ctx.best["val_bpb"]
         inc = self._samples.get(inc_commit) or []
         remembered = not evidence.values(inc)
         if remembered:   # no run of the incumbent is known (an old journal): its recorded figure, once
-            inc = [evidence.Sample(inc_commit or "?", float(best.get("val_bpb")), n=None)] \
-                if isinstance(best.get("val_bpb"), (int, float)) else []
+            inc = [evidence.Sample(inc_commit or "?", float(inc_bpb), n=None)] \
+                if isinstance(inc_bpb, (int, float)) else []
         evidence.screen(samples, inc)
         latest = samples[-1]
         noise = evidence.noise_of(self._samples)
@@ -199,7 +197,7 @@ class JudgeHierarchy:
         ev = {"p_keep": stats.P_KEEP, "noise": noise.as_dict(),
               "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]},
               "incumbent": {"commit": inc_commit, "runs": [s.as_dict() for s in inc], "remembered": remembered}}
-        jd = {"best_before": statistics.fmean(bar) if bar else best.get("val_bpb"), "spread": noise.sigma,
+        jd = {"best_before": statistics.fmean(bar) if bar else inc_bpb, "spread": noise.sigma,
               "runs": list(cand), "net_lines": lines["net"], "llm": None, "cost_usd": 0.0}
         verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
         if not cand or not bar:
@@ -231,8 +229,7 @@ class JudgeHierarchy:
             ev["call"] = "more"
             jd.update(status="discard", basis=Basis.METRIC.value)
             return Decision("discard", why, mean, verdicts, rerun=True, basis=Basis.METRIC)
-        llm = self._llm(ctx, op, jd)
-        status, basis, reason, escalate = self._combine(op, llm)
+        status, basis, reason, escalate = self._combine(op, self._llm(ctx, op, jd))
         jd.update(status=status, basis=basis.value, reason=reason)
         current = ExperimentRecord(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
         with self._span("metajudge", {"n": ctx.n}) as sp:
@@ -255,24 +252,25 @@ class JudgeHierarchy:
         self._note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
 
-    def _combine(self, rule: Opinion, llm: dict | None):
+    def _combine(self, rule: Opinion, llm: Opinion | None):
         """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
         basis = rule.basis
         if rule.status == "contested":
             return "discard", basis, f"contested: {rule.reason}", "contested"
-        st, conf = (llm or {}).get("status"), (llm or {}).get("confidence") or 0.0
+        if llm is None:
+            return rule.status, basis, rule.reason, None
+        st, conf = llm.status, round(llm.confidence or 0.0, 3)   # as the journal records it
         if rule.status == "keep" and st in ("discard", "contested") and conf >= LLM_VETO_CONFIDENCE:
             return ("discard", Basis.LLM_VETO, f"contested: the rule judge would keep ({rule.reason}) but the LLM "
-                    f"judge says {st} at {conf:.2f}: {llm.get('reason')}", "disagreement")
+                    f"judge says {st} at {conf:.2f}: {llm.reason}", "disagreement")
         if rule.status == "discard" and st == "keep" and conf >= LLM_VETO_CONFIDENCE:
-            return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.get('reason')})", "disagreement"
-        suffix = f" (LLM judge agrees: {llm.get('reason')})" if st == rule.status else ""
+            return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.reason})", "disagreement"
+        suffix = f" (LLM judge agrees: {llm.reason})" if st == rule.status else ""
         return rule.status, basis, rule.reason + suffix, None
 
     def _integrity(self, ctx, v: VerifyResult) -> Decision:
         reason = f"integrity: {v.reason}"
-        jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason,
-              "best_before": (ctx.best or {}).get("val_bpb")}
+        jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason, "best_before": _best_bpb(ctx)}
         verdicts = {"verify": v.as_dict(), "judge": jd}
         jd["escalations"] = [self._escalate(ctx, "integrity", reason, "discard", verdicts, "")]
         self._note(ctx, "discard", reason, verdicts)
@@ -282,13 +280,12 @@ class JudgeHierarchy:
     def _serving_costs(self, ctx, v: VerifyResult) -> tuple[dict | None, dict | None]:
         """Serving figures of this experiment's model and of the best's, both as the trusted
         evaluator measured them from the recorded graphs (never from a config train.py wrote)."""
-        best = (ctx.best or {}).get("commit")
+        best = ctx.best["commit"] if ctx.best else None
         best_rec = next((r for r in reversed(ctx.history)
                          if r.is_experiment and r.status == "keep" and r.commit == best), None)
         if best_rec is None:
             return None, None
-        theirs = best_rec.serving()
-        return (v.details or {}).get("serving"), theirs
+        return v.serving, best_rec.serving()
 
     def _band(self, ctx) -> Band:
         if self.band is None:
@@ -300,20 +297,19 @@ class JudgeHierarchy:
         return self.band
 
     def _verify(self, ctx, run, printed) -> VerifyResult:
-        sealed = bool((getattr(run, "extra", None) or {}).get("sealed"))
+        sealed = run.sealed
         seal = self.seal
         with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
-            done = (getattr(run, "extra", None) or {}).get("verify_result")
+            done = run.verified
             bad = None if done is not None else self._inputs_changed()
             if done is not None:   # the executor evaluated where the model was (harness/executors/node.py)
-                pinned_error = (done.details or {}).get("pinned_error")
-                if pinned_error:   # the pinned inputs no longer match and cannot be restored: stop
-                    raise PinnedError(pinned_error)
+                if done.pinned_error:   # the pinned inputs no longer match and cannot be restored: stop
+                    raise PinnedError(done.pinned_error)
                 v = done
             elif bad:
                 v = VerifyResult(False, bad, printed_bpb=None if sealed else printed)
             else:
-                profile = _run_json(ctx).get("profile") or os.environ.get("AUTORESEARCH_PROFILE", "")
+                profile = _run_info(ctx).profile or os.environ.get("AUTORESEARCH_PROFILE", "")
                 kw = {"timeout_s": self.verify_timeout} if self.verify_timeout else {}
                 if seal is not None:
                     kw.update(sandbox=seal.sandbox, eval_cache=seal.eval_cache)
@@ -337,7 +333,7 @@ class JudgeHierarchy:
     def _trusted_prepare(self, ctx) -> str:
         """prepare.py as committed at the tag's base: what no experiment could have touched."""
         if self._prepare is None:
-            for rev in (_run_json(ctx).get("base_commit"), ctx.parent):
+            for rev in (_run_info(ctx).base_commit, ctx.parent):
                 if rev:
                     with contextlib.suppress(gitops.GitError):
                         self._prepare = gitops.show_file(Path(ctx.worktree), rev, "prepare.py")
@@ -348,15 +344,14 @@ class JudgeHierarchy:
 
     def _over_budget(self, ctx, run) -> str | None:
         """By the harness's clock (harness/clock.py), not train.py's own figure."""
-        extra = getattr(run, "extra", None) or {}
-        if extra.get("steps_mode") or os.environ.get("AUTORESEARCH_STEPS"):
+        if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS"):
             return None
-        budget = self.budget or _run_json(ctx).get("budget")
+        budget = self.budget or _run_info(ctx).budget
         if not budget:
             return None
-        clock = extra.get("clock") or {}
-        if clock.get("startup_s") is None:
-            if extra.get("sealed"):
+        clock = run.clock
+        if clock is None or clock.startup_s is None:
+            if run.sealed:
                 return ("the run printed no step lines (`step N | ...`): the harness cannot time its "
                         "training, so it cannot be kept")
             if run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
@@ -364,25 +359,26 @@ class JudgeHierarchy:
             return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
                     f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
         limit = limit_for(budget)
-        if clock["charged_s"] <= limit:
+        if clock.charged_s <= limit:
             return None
-        return (f"by the harness's clock the run trained {clock['charged_s']:.1f}s for a {budget:g}s budget "
-                f"(limit {limit:.1f}s; step lines {clock['train_s']:.1f}s, startup {clock['startup_s']:.1f}s "
-                f"against the baseline's {clock['allowance_s']:.1f}s, after the last step "
-                f"{clock.get('post_s') or 0:.1f}s against {clock.get('post_allowance_s') or 0:.1f}s): "
+        return (f"by the harness's clock the run trained {clock.charged_s:.1f}s for a {budget:g}s budget "
+                f"(limit {limit:.1f}s; step lines {clock.train_s:.1f}s, startup {clock.startup_s:.1f}s "
+                f"against the baseline's {clock.allowance_s:.1f}s, after the last step "
+                f"{clock.post_s or 0:.1f}s against {clock.post_allowance_s or 0:.1f}s): "
                 "it trained past the budget")
 
     def stop_llm(self, why: str) -> None:
         """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""
         self.llm_stopped = why
 
-    def _llm(self, ctx, rule: Opinion, jd: dict) -> dict | None:
+    def _llm(self, ctx, rule: Opinion, jd: dict) -> Opinion | None:
+        """The LLM judge's opinion (None without one); its result goes into `jd` for the journal."""
         if self.llm is not None and self.llm_stopped:
             jd["llm"] = {"skipped": self.llm_stopped}
             return None
         if self.llm is None:
             return None
-        figures = {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")}
+        figures = Decision("discard", "", verdicts={"judge": jd}).judge_figures()
         with self._span("llm_judge", {"n": ctx.n, "rule": rule.status}) as sp:
             res = self.llm.review(diff=ctx.diff, hypothesis=ctx.proposal.hypothesis,
                                   description=ctx.proposal.description, figures=figures, rule=rule,
@@ -390,18 +386,17 @@ class JudgeHierarchy:
             sp.log(output={"status": res.opinion.status if res.opinion else None, "error": res.error},
                    tokens=res.tokens, cost=res.cost_usd)
         jd["llm"], jd["cost_usd"] = res.as_dict(), res.cost_usd
-        return jd["llm"] if res.opinion else None
+        return res.opinion
 
     def _escalate(self, ctx, kind: str, reason: str, status: str, verdicts: dict, meta_reason: str) -> dict:
-        jd = verdicts.get("judge") or {}
+        said = Decision(status, reason, verdicts=verdicts)   # typed reads of what the judges said
         payload = scrub({
             "status": status, "description": ctx.proposal.description, "hypothesis": ctx.proposal.hypothesis,
             "parent": ctx.parent, "diff": (ctx.diff or "")[:PAYLOAD_DIFF_CHARS],
-            "figures": {k: jd.get(k) for k in ("best_before", "threshold", "spread", "runs", "improvement",
-                                               "net_lines")} | {"trusted_bpb": (verdicts.get("verify") or {}).get("trusted_bpb"),
-                                                                "printed_bpb": (verdicts.get("verify") or {}).get("printed_bpb")},
-            "rule": jd.get("rule"), "llm": jd.get("llm"), "metajudge": meta_reason,
-            "verify": verdicts.get("verify"),
+            "figures": said.judge_figures() | {"trusted_bpb": said.verify_figure("trusted_bpb"),
+                                               "printed_bpb": said.verify_figure("printed_bpb")},
+            "rule": said.opinion_of("rule"), "llm": said.opinion_of("llm"), "metajudge": meta_reason,
+            "verify": said.verify or None,
             "discarded_ref": gitops.discarded_ref(ctx.tag, ctx.n) if status != "keep" else None})
         try:
             item = QueueStore(Path(ctx.run_dir) / "queue.sqlite").escalate(
@@ -414,12 +409,11 @@ class JudgeHierarchy:
         """The decision and both opinions as a git note on the experiment commit (own notes ref)."""
         if not ctx.commit:
             return
-        jd = verdicts.get("judge") or {}
-        note = scrub({"n": ctx.n, "status": status, "reason": reason, "trusted_bpb": (verdicts.get("verify") or {}).get("trusted_bpb"),
-                      "rule": jd.get("rule"), "llm": jd.get("llm"),
-                      "metajudge": (verdicts.get("metajudge") or {}).get("flags"),
-                      "verify": (verdicts.get("verify") or {}).get("reason"),
-                      "verify_seconds": (verdicts.get("verify") or {}).get("seconds")})
+        said = Decision(status, reason, verdicts=verdicts)
+        note = scrub({"n": ctx.n, "status": status, "reason": reason, "trusted_bpb": said.verify_figure("trusted_bpb"),
+                      "rule": said.opinion_of("rule"), "llm": said.opinion_of("llm"),
+                      "metajudge": said.metajudge_flags, "verify": said.verify_reason,
+                      "verify_seconds": said.verify_figure("seconds")})
         with contextlib.suppress(gitops.GitError, OSError):
             gitops.git(Path(ctx.worktree), *gitops._identity_args(Path(ctx.worktree)), "notes", "--ref",
                        JUDGE_NOTES_REF, "add", "-f", "-m", json.dumps(note, default=str, indent=1), ctx.commit)
@@ -461,9 +455,9 @@ class JudgeHierarchy:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
         source = gitops.show_file(Path(worktree), commit, "train.py")
         ctx = _MeasureCtx(commit, source, worktree, run_dir)
-        v = self._verify(ctx, run, (run.summary or {}).get("val_bpb"))
+        v = self._verify(ctx, run, run.printed("val_bpb"))
         return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
-                "verify_seconds": v.seconds, "memory_gb": float((run.summary or {}).get("peak_vram_mb") or 0) / 1024,
+                "verify_seconds": v.seconds, "memory_gb": (run.printed("peak_vram_mb") or 0.0) / 1024,
                 "log": log}
 
 
@@ -480,8 +474,10 @@ class _MeasureCtx:
         self.worktree, self.run_dir, self.parent = Path(worktree), Path(run_dir), commit
 
 
-def _run_json(ctx) -> dict:
-    try:
-        return json.loads((Path(ctx.run_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
+def _run_info(ctx) -> RunInfo:
+    """The tag's run.json (an empty one when it is missing or unreadable)."""
+    return RunInfo.read(Path(ctx.run_dir) / "run.json") or RunInfo()
+
+
+def _best_bpb(ctx) -> float | None:
+    return ctx.best["val_bpb"] if ctx.best else None

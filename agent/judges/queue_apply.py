@@ -22,7 +22,8 @@ from typing import Callable
 
 from harness import gitops
 from harness.queue_store import QueueItem, QueueStore
-from harness.records import ExperimentRecord
+from harness.journal_records import Measurement
+from harness.records import Best, ExperimentRecord, best_of
 
 TRAIN = "train.py"
 # Commit-message trailer naming the queue item an application came from.
@@ -32,7 +33,7 @@ TRAILER = "Autoresearch-Queue-Item"
 @dataclass
 class Outcome:
     head: str                 # the branch head after the application
-    best: dict | None         # {"commit", "val_bpb"} when the branch's measured value changed
+    best: Best | None         # when the branch's measured value changed
     record: dict              # the journal record
 
 
@@ -85,23 +86,24 @@ def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure
         return _finish(rec, head0, None)
     new = _commit(worktree, message)
     rec.update(action=action, commit=new)
-    m = measure(new) or {}
-    rec["measure"] = m
+    raw = measure(new) or {}
+    rec["measure"] = raw
+    m = Measurement.of(raw)
     best = None
-    if m.get("ok"):
-        rec["trusted_bpb"] = m.get("trusted_bpb")
-        best = {"commit": new, "val_bpb": m.get("trusted_bpb")}
-        rec["result"] = f"{verb} {source[:7]} as {new[:7]}; re-measured trusted val_bpb {m.get('trusted_bpb'):.6f}"
+    if m.ok and m.bpb is not None:
+        rec["trusted_bpb"] = m.bpb
+        best = best_of(new, m.bpb)
+        rec["result"] = f"{verb} {source[:7]} as {new[:7]}; re-measured trusted val_bpb {m.bpb:.6f}"
     elif action == "restore":
         gitops.git(worktree, "reset", "-q", "--hard", head0)
         gitops.update_ref(repo, f"{gitops.REF_PREFIX}{tag}/queue/{item.id}", new)
         rec.update(action="restore_failed", result=f"restored {source[:7]} as {new[:7]} but its re-measurement "
-                                                   f"failed ({m.get('reason')}); branch left at {head0[:7]}")
+                                                   f"failed ({m.reason}); branch left at {head0[:7]}")
         new = head0
     else:
         prior = _measured_value(history, gitops.parent_of(repo, source))
-        best = {"commit": new, "val_bpb": prior} if prior is not None else None
-        rec["result"] = (f"reverted {source[:7]} as {new[:7]}; re-measurement failed ({m.get('reason')}), "
+        best = best_of(new, prior) if prior is not None else None
+        rec["result"] = (f"reverted {source[:7]} as {new[:7]}; re-measurement failed ({m.reason}), "
                          f"best taken from the reverted-to commit: {prior}")
     if rec["commit"] and rec["action"] in ("restore", "revert"):
         gitops.add_note(repo, rec["commit"], json.dumps(

@@ -15,7 +15,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
-from harness.records import Basis, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
+from harness.records import Basis, Best, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
 from harness import pyparse
 
@@ -35,7 +35,7 @@ class ExperimentContext:
     diff: str
     proposal: Proposal
     history: list[ExperimentRecord]   # the decided experiments so far
-    best: dict | None
+    best: Best | None
     run_dir: Path
 
 

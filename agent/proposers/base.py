@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agent.errors import ProposalError, ProposerUnavailable  # noqa: F401  (part of the protocol: proposers raise them)
-from harness.records import ExperimentRecord
+from harness.records import Best, ExperimentRecord
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ProposalRequest:
     train_source: str         # train.py of the parent commit (the one to edit)
     program: str              # program.md, re-read each experiment
     history: list[ExperimentRecord]   # the decided experiments so far, in decision order
-    best: dict | None         # {"commit", "val_bpb"}
+    best: Best | None         # the incumbent (harness/records.py)
     feedback: str = ""        # guard rejection, or a crash's last 50 log lines when asked to fix
     fix_of: Proposal | None = None
     seed: int = 0

@@ -170,7 +170,7 @@ class LocalProposer:
         tried = {(r.code_id, tuple(sorted((k, repr(v)) for k, v in r.knob_values.items())))
                  for r in req.tried() if r.knob_values is not None and r.code_id}
         tried.add((code, tuple(sorted((k, repr(v)) for k, v in base.items()))))
-        incumbent = (req.best or {}).get("commit")
+        incumbent = req.best["commit"] if req.best else None
         moves = _moves(req.history, req.pending)
         for change, why in self._candidates(req, base, space, current, moves, incumbent):
             config = dict(base, **change)

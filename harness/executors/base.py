@@ -113,10 +113,7 @@ class JobResult:
         from harness.verify import VerifyResult
         if self.verify is None:
             return None
-        v = dict(self.verify)
-        return VerifyResult(ok=v["ok"], reason=v["reason"], trusted_bpb=v.get("trusted_bpb"),
-                            printed_bpb=v.get("printed_bpb"), causal=v.get("causal"),
-                            seconds=v.get("seconds") or 0.0, details=v.get("details") or {})
+        return VerifyResult.from_dict(dict(self.verify))
 
     def run_result(self):
         """A harness.runner.RunResult for code that takes one (judges, records)."""
