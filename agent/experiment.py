@@ -19,12 +19,12 @@ from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposing import Proposers, call_proposer
+from agent.proposing import ProposalInfo, Proposers, call_proposer
 from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
-from harness.records import OPTIONAL_KEYS, Basis, ExperimentRecord
+from harness.records import Basis, ExperimentRecord
 from harness.results import append_journal, append_result
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.local import LocalExecutor
@@ -78,12 +78,16 @@ class Attempt:
     n: int
     parent: str | None               # None for the baseline (it is the base commit itself)
     proposal: Proposal
-    info: dict = field(default_factory=dict)   # proposal info: seconds, waited, fallback...
+    info: ProposalInfo = field(default_factory=ProposalInfo)   # how the proposal came to be (a dict is read)
     commit: str | None = None
     git_seconds: float = 0.0
     started_at: float = field(default_factory=time.time)
     t0: float = field(default_factory=time.monotonic)
     attempts: list = field(default_factory=list)   # crashed tries that were fixed
+
+    def __post_init__(self):
+        if not isinstance(self.info, ProposalInfo):   # as pending.json holds it
+            self.info = ProposalInfo.from_dict(self.info)
 
 
 def seed_for(n: int, r: int) -> int | None:
@@ -164,7 +168,9 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     the guard's verdict on the merged edit), or a discard Decision when that cannot be done."""
     tip = loop.last_kept
     tip_source = gitops.show_file(loop.files.repo, tip, TRAIN)
-    rounds = a.info.setdefault("rebases", [])
+    if a.info.rebases is None:
+        a.info.rebases = []
+    rounds = a.info.rebases
     rounds.append({"commit": a.commit, "parent": a.parent, "reason": decision.reason,
                    "val_bpb": decision.trusted_bpb if decision.trusted_bpb is not None
                    else run.printed("val_bpb") if run else None})
@@ -184,7 +190,7 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
                a.commit)
     _timed_git(a, gitops.reset_hard, loop.files.worktree, tip)
     old_parent = a.parent
-    a.parent, a.info["rebased_from"] = tip, old_parent
+    a.parent, a.info.rebased_from = tip, old_parent
     a.proposal = replace(a.proposal, source=merged,
                          notes=(a.proposal.notes + f" [rebased from {str(old_parent)[:7]} onto {tip[:7]} "
                                 "to be confirmed]").strip())
@@ -331,7 +337,7 @@ def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | No
     try:
         fix, info = call_proposer(loop.proposers, req)
     except ProposalError as exc:
-        a.info["fix_error"] = str(exc)
+        a.info.fix_error = str(exc)
         return None
     ref = gitops.discarded_ref(loop.files.tag, a.n, attempt=len(a.attempts))
     _timed_git(a, gitops.update_ref, loop.files.repo, ref, a.commit)
@@ -342,9 +348,9 @@ def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | No
     if a.parent is None:
         a.parent = base   # a fixed baseline becomes a commit on top of the base
     a.proposal = fix
-    a.info.setdefault("fixes", []).append(info)
+    a.info.fixes = [*(a.info.fixes or []), info.to_dict()]
     if not _commit(loop, a):
-        a.info["fix_error"] = "the fix did not change train.py"
+        a.info.fix_error = "the fix did not change train.py"
         _timed_git(a, gitops.reset_hard, loop.files.worktree, a.attempts[-1]["commit"])
         a.commit = a.attempts.pop()["commit"]
         return None
@@ -398,8 +404,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         verify_seconds=decision.verify_figure("seconds"),   # trusted re-evaluation cost
         crash_class=run.crash_class if run else None, decision_reason=decision.reason,
         verdicts=verdicts,
-        timings={"proposal": a.info.get("seconds", 0.0),
-                 "proposal_wait": a.info.get("waited", a.info.get("seconds", 0.0)),
+        timings={"proposal": a.info.proposal_seconds, "proposal_wait": a.info.proposal_wait,
                  "run": wall, "training": training, "eval": eval_s,
                  "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
         tokens=dict(a.proposal.tokens), cost_usd=a.proposal.cost_usd + decision.verdict_cost(),
@@ -407,9 +412,8 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         started_at=a.started_at, memory_gb=_num(run.printed("peak_vram_mb") if run else None) / 1024,
         config=knobs.values(new_source), code=knobs.code_fingerprint(new_source),
         attempts=a.attempts, notes=a.proposal.notes, evidence=evidence)
-    for key in OPTIONAL_KEYS:
-        if key in a.info:
-            setattr(rec, key, a.info[key])
+    for key, value in a.info.record_fields().items():
+        setattr(rec, key, value)
     rec.worker = loop.wid   # --workers N: which worker carried it
     rec.ended_at = time.time()
     total = time.monotonic() - a.t0

@@ -310,7 +310,7 @@ class Loop(Phased):
         if self.prefetch.n == n or (self.config.max_experiments is not None and n > self.config.max_experiments):
             return
         pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
-                              handover=a.info.get("handover"))
+                              handover=a.info.handover)
         if self.proposers.llm:
             if budget.streak_reason(list(self.history) + [pending.as_crash()], self.config.crash_streak):
                 return   # if n crashes, a streak hands over: no LLM proposal made (and paid) ahead of it

@@ -88,7 +88,7 @@ class PendingFile:
         """Of an Attempt (agent/experiment.py)."""
         p = a.proposal
         return cls(n=a.n, parent=a.parent, commit=a.commit, description=p.description, hypothesis=p.hypothesis,
-                   proposer=p.proposer, model=p.model, notes=p.notes, info=dict(a.info),
+                   proposer=p.proposer, model=p.model, notes=p.notes, info=a.info.to_dict(),
                    attempts=list(a.attempts), started_at=a.started_at)
 
     def write(self, path: Path) -> None:

@@ -15,12 +15,63 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 from agent import budget
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from harness import gitops
+from harness.records import OPTIONAL_KEYS, fnum
+
+
+@dataclass
+class ProposalInfo:
+    """How experiment n's proposal came to be, and what happened to it before its record: the
+    timings, and the record's optional keys (ExperimentRecord) that the journal carries when set.
+    pending.json holds it as to_dict(); from_dict reads that back (unknown keys kept in `extra`)."""
+    seconds: float | None = None          # proposing it (a screen: every candidate's, and the screen's)
+    waited: float | None = None           # prefetched: how long the loop waited for it
+    handover: str | None = None           # why the offline proposer had this turn (agent/budget.py)
+    fallback: str | None = None           # "offline": the proposer failed or was unavailable
+    proposal_error: str | None = None
+    prefetched: bool | None = None
+    stale_parent: str | None = None       # prefetched on a parent that was not kept
+    rebased_from: str | None = None       # ...so its edit was merged onto the last kept commit
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged here)
+    screen: dict | None = None            # --screen K: the screen that picked it
+    screen_error: str | None = None
+    fixes: list | None = None             # the fix proposals of its crashed tries (their ProposalInfo dicts)
+    fix_error: str | None = None
+    rebases: list | None = None           # --workers: the runs on parents the branch moved past
+    resumed: bool | None = None           # re-run after a stop (agent/recovery.py)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in INFO_KEYS if getattr(self, k) is not None} | self.extra
+
+    @classmethod
+    def from_dict(cls, d) -> "ProposalInfo":
+        d = d if isinstance(d, dict) else {}
+        return cls(**{k: d[k] for k in INFO_KEYS if k in d}, extra={k: v for k, v in d.items() if k not in INFO_KEYS})
+
+    def record_fields(self) -> dict:
+        """The keys the experiment record carries (ExperimentRecord's optional keys), as set."""
+        return {k: v for k, v in self.to_dict().items() if k in OPTIONAL_KEYS}
+
+    @property
+    def proposal_seconds(self) -> float:
+        return fnum(self.seconds) or 0.0    # pending.json is data: a bad value reads as 0
+
+    @property
+    def proposal_wait(self) -> float:
+        """What the loop waited for the proposal: a prefetched one's wait, else all of its time."""
+        waited = fnum(self.waited)
+        return waited if waited is not None else self.proposal_seconds
+
+
+INFO_KEYS = tuple(f.name for f in fields(ProposalInfo) if f.name != "extra")
+# The timings go to the record's `timings`; every other key is one of the record's optional keys.
+TIMING_KEYS = ("seconds", "waited")
 
 
 @dataclass(frozen=True)
@@ -42,7 +93,7 @@ class Proposers:
         return self.proposer is not self.offline
 
 
-def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, dict]:
+def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, ProposalInfo]:
     """Ask p.proposer; on an outage or a failed attempt fall back so the loop never stalls.
 
     ProposerUnavailable -> the offline proposer this time (journal: "fallback": "offline").
@@ -52,7 +103,7 @@ def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, dict]:
     LLM is not called (journal: "handover" says why); a fix is then not asked of anyone.
     """
     t0 = time.monotonic()
-    info: dict = {}
+    info = ProposalInfo()
     why = budget.handover(p, req.tried()) if p.llm else None
     if why is not None:
         if req.fix_of is not None:
@@ -61,7 +112,7 @@ def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, dict]:
         with p.tracer.span("propose", input={"n": req.n, "proposer": "offline", "handover": why}) as sp:
             proposal = p.offline.propose(req)
             sp.log(output={"description": proposal.description, "proposer": proposal.proposer, "handover": why})
-        return proposal, {"handover": why, "seconds": time.monotonic() - t0}
+        return proposal, ProposalInfo(handover=why, seconds=time.monotonic() - t0)
     with p.tracer.span("propose", input={"n": req.n, "proposer": p.proposer.name,
                                          "fix": req.fix_of is not None,
                                          "feedback": req.feedback[-2000:]}) as sp:
@@ -70,34 +121,34 @@ def call_proposer(p: Proposers, req: ProposalRequest) -> tuple[Proposal, dict]:
         except ProposerUnavailable as exc:
             if req.fix_of is not None:
                 raise ProposalError(f"proposer unavailable for the fix: {exc}") from exc
-            info.update(fallback="offline", proposal_error=f"unavailable: {exc}")
+            info.fallback, info.proposal_error = "offline", f"unavailable: {exc}"
             proposal = p.offline.propose(req)
         except Exception as exc:   # ProposalError or a bug in a proposer: never kill the loop
             if req.fix_of is not None:
                 raise ProposalError(str(exc)) from exc
-            info["proposal_error"] = _describe(exc)
+            info.proposal_error = _describe(exc)
             try:
                 proposal = p.proposer.propose(replace(
                     req, feedback=(req.feedback + f"\nYour previous attempt failed: {exc}").strip()))
             except Exception as exc2:
                 if not p.llm:
                     raise ProposalError(f"offline proposer failed twice: {exc2}") from exc2
-                info.update(fallback="offline", proposal_error=_describe(exc2))
+                info.fallback, info.proposal_error = "offline", _describe(exc2)
                 proposal = p.offline.propose(req)
         sp.log(output={"description": proposal.description, "proposer": proposal.proposer,
-                       **info}, tokens=proposal.tokens, cost=proposal.cost_usd)
-    info["seconds"] = time.monotonic() - t0
+                       **info.to_dict()}, tokens=proposal.tokens, cost=proposal.cost_usd)
+    info.seconds = time.monotonic() - t0
     return proposal, info
 
 
-def with_dropped(proposal: Proposal, info: dict, dropped: list) -> tuple[Proposal, dict]:
+def with_dropped(proposal: Proposal, info: ProposalInfo, dropped: list) -> tuple[Proposal, ProposalInfo]:
     """Charge LLM proposals that were made ahead and dropped to the proposal that replaces them, so
     the journal (and the cost cap) count every dollar spent."""
     if not dropped:
         return proposal, info
     cost = sum(p.cost_usd for p in dropped)
     tokens = {k: proposal.tokens.get(k, 0) + sum(p.tokens.get(k, 0) for p in dropped) for k in proposal.tokens}
-    info = dict(info, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped])
+    info = replace(info, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped])
     dropped.clear()
     return replace(proposal, cost_usd=proposal.cost_usd + cost, tokens=tokens), info
 
@@ -140,7 +191,7 @@ class Prefetch:
     def busy(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
-    def take(self, n: int, parent: str, parent_source: str) -> tuple[Proposal, dict] | None:
+    def take(self, n: int, parent: str, parent_source: str) -> tuple[Proposal, ProposalInfo] | None:
         """The prefetched proposal for n on `parent` (rebased if needed), or None to propose anew."""
         if self.thread is None or self.n != n:
             return None
@@ -150,17 +201,17 @@ class Prefetch:
         if isinstance(result, BaseException) or result is None:
             return None
         proposal, info = result
-        info = dict(info, waited=time.monotonic() - t0, prefetched=True)
+        info = replace(info, waited=time.monotonic() - t0, prefetched=True)
         if self.parent == parent:
             return proposal, info
-        info["stale_parent"] = self.parent
+        info.stale_parent = self.parent
         if getattr(self.proposers.proposer, "cheap_redo", False) or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or merged == parent_source:
             self.dropped.append(proposal)
             return None
-        info["rebased_from"] = self.parent
+        info.rebased_from = self.parent
         proposal = replace(proposal, source=merged,
                            notes=(proposal.notes + f" [rebased from {self.parent[:7]} onto {parent[:7]}]").strip())
         return proposal, info

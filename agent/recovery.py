@@ -16,11 +16,12 @@ Invariants restored (the loop's write order makes each case recoverable):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.experiment import Attempt
 from agent.workspace import RunFiles
 from agent.pending import PendingFile
+from agent.proposing import ProposalInfo
 from harness import gitops
 from harness.matching import match_rows
 from harness.appendlog import is_json_object, repair_torn
@@ -123,7 +124,7 @@ def _pending(files: RunFiles, records, base, last_kept, notes) -> Attempt | None
         files.pending_path.unlink(missing_ok=True)
         return None
     source = gitops.show_file(files.repo, commit, "train.py")
-    a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=dict(pending.info, resumed=True),
+    a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=replace(ProposalInfo.from_dict(pending.info), resumed=True),
                 commit=commit, attempts=pending.attempts)
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a

@@ -121,7 +121,7 @@ def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
             s.say(f"screen failed ({exc}); running the first candidate unscreened")
             sp.log(output={"error": str(exc)})
-            return first[0], dict(first[1], screen_error=str(exc))
+            return first[0], replace(first[1], screen_error=str(exc))
         sp.log(output={"winner": res.winner, "ranking": res.ranking, "spent_steps": res.spent_steps})
     for rec in res.records:
         append_journal(s.files.journal_path, dict(rec, n=n, tag=s.files.tag))
@@ -133,6 +133,6 @@ def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[
                "labels": labels}
     note = f" [screened: won {len(candidates)}-way successive halving]"
     # The proposal time of the whole screen is part of this experiment's overhead.
-    extra = sum(i.get("seconds", 0.0) for _, i in candidates if i is not info)
-    info = dict(info, screen=summary, seconds=info.get("seconds", 0.0) + extra + seconds)
+    extra = sum(i.proposal_seconds for _, i in candidates if i is not info)
+    info = replace(info, screen=summary, seconds=info.proposal_seconds + extra + seconds)
     return replace(proposal, notes=(proposal.notes + note).strip()), info

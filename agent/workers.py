@@ -31,7 +31,7 @@ from agent.coordinator import LockedProposer, Phased
 from agent.errors import WorkerStopped
 from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
 from agent.pending import PendingFile
-from agent.proposing import call_proposer
+from agent.proposing import ProposalInfo, call_proposer
 from harness import gitops
 from harness.executors import LocalExecutor
 from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
@@ -304,7 +304,7 @@ def pending_attempts(loop) -> list[Attempt]:
             continue
         n = pending.n
         out.append((Attempt(n=n, parent=pending.parent, proposal=pending.proposal(gitops.show_file(loop.repo, commit, TRAIN)),
-                            commit=commit, info=dict(pending.info, resumed=True), attempts=pending.attempts), path))
+                            commit=commit, info=replace(ProposalInfo.from_dict(pending.info), resumed=True), attempts=pending.attempts), path))
         recorded.add(n)   # two files naming one experiment (a resume stopped early): run it once
     return sorted(out, key=lambda item: item[0].n)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboard.data import read_json
+from harness.records import RunInfo
 
 # Where the loop puts its worktrees inside a repo (contract).
 RUNS_SUBDIR = ".autoresearch"
@@ -54,8 +55,7 @@ def _is_git(path: Path) -> bool:
 
 def _tag_of(folder: Path) -> str:
     run, _ = read_json(folder / "run.json")
-    tag = run.get("tag") if run else None
-    return str(tag) if isinstance(tag, str) and tag else folder.name
+    return RunInfo.from_dict(run).tag or folder.name
 
 
 def _folders(repo: Path | None, runs_dir: Path | None) -> list[Path]:

@@ -52,3 +52,21 @@ def test_in_flight_entries_carry_what_the_proposal_tries():
     crash = e.as_crash()   # what agent/budget.py counts if it crashed: a typed record
     assert isinstance(crash, ExperimentRecord)
     assert (crash.n, crash.status, crash.proposer, crash.knob_values) == (5, "crash", "claude", knobs.values(SRC))
+
+
+def test_proposal_info_round_trips_and_feeds_the_record():
+    """ProposalInfo (agent/proposing.py): what pending.json holds comes back as it was, and every
+    key that is not a timing is one the experiment record carries."""
+    from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
+    from harness.records import OPTIONAL_KEYS
+    assert set(INFO_KEYS) - set(TIMING_KEYS) <= set(OPTIONAL_KEYS)
+    raw = {"seconds": 2.0, "waited": 0.5, "fallback": "offline", "screen": {"k": 3}, "future_key": 1}
+    info = ProposalInfo.from_dict(raw)
+    assert info.to_dict() == raw and info.extra == {"future_key": 1}
+    assert (info.proposal_seconds, info.proposal_wait) == (2.0, 0.5)
+    assert info.record_fields() == {"fallback": "offline", "screen": {"k": 3}}
+    assert ProposalInfo(seconds=1.5).proposal_wait == 1.5 and ProposalInfo().proposal_seconds == 0.0
+    assert ProposalInfo.from_dict({"seconds": "soon", "waited": None}).proposal_wait == 0.0
+    # an Attempt handed pending.json's dict reads it
+    p = Proposal(description="d", hypothesis="h", source=SRC, proposer="offline")
+    assert Attempt(n=1, parent=None, proposal=p, info={"handover": "cost cap"}).info.handover == "cost cap"

@@ -110,10 +110,11 @@ def clearly_cheaper(savings: dict | None) -> str | None:
 def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: NoiseMargin, lines: dict,
                  crash: str | None = None, similar_to: list | None = None,
                  serving: dict | None = None) -> Opinion:
-    """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff;
+    """The rule judge's call. `lines` is {"added", "removed", "net"} of code lines in the diff
+    (guard.diff_lines; {} for no diff);
     `serving` the relative savings of serving_savings() against the best, when known."""
     facts = {"trusted_bpb": trusted_bpb, "best_bpb": best_bpb, "threshold": band.threshold,
-             "spread": band.spread, "net_lines": lines.get("net", 0), "similar_to": similar_to or []}
+             "spread": band.spread, "net_lines": lines["net"] if lines else 0, "similar_to": similar_to or []}
     if crash:
         return Opinion("rule", "crash", f"run crashed: {crash}", 1.0, facts, Basis.CRASH)
     if trusted_bpb is None or not math.isfinite(trusted_bpb):
@@ -123,7 +124,7 @@ def rule_opinion(*, trusted_bpb: float | None, best_bpb: float | None, band: Noi
     gain = best_bpb - trusted_bpb
     th = band.threshold
     facts["improvement"] = gain
-    net = lines.get("net", 0)
+    net = facts["net_lines"]
     seen = f"; near-identical to experiment(s) {similar_to}" if similar_to else ""
     if gain > th:
         if net >= BIG_DIFF_LINES and gain < TINY_GAIN_BANDS * th:
