@@ -252,7 +252,12 @@ class AnnouncingReviewer:
             stop(why)
 
     def judge(self, ctx, run):
-        decision = self._inner.judge(ctx, run)
+        return self._said(ctx, self._inner.judge(ctx, run))
+
+    def judge_incumbent(self, ctx, run):
+        return self._said(ctx, self._inner.judge_incumbent(ctx, run))
+
+    def _said(self, ctx, decision):
         try:
             self._announce(ctx.n, decision)
         except Exception:   # the console never breaks a decision

@@ -211,7 +211,7 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
     reruns, last_ok, last_decision = [], None, None
     while True:
         try:
-            return _run_and_judge_once(loop, a, ctx, reruns, last_ok)
+            return _run_and_judge_once(loop, a, ctx, reruns, last_ok, last_decision)
         except Rerun as again:
             last_ok, last_decision = again.run, again.decision
         except KeyboardInterrupt:
@@ -225,27 +225,39 @@ def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult,
             raise
 
 
-def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok):
-    """One run and its judgement; raises Rerun when the judge asks for the same commit again."""
+def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok, asked: Decision | None):
+    """One run and its judgement; raises Rerun when the judge asks for another run: of the same
+    commit, or of the incumbent (`asked.rerun_commit`: judged by reviewer.judge_incumbent, and the
+    candidate's last run stays the one the record describes)."""
+    incumbent = asked.rerun_commit if asked is not None and asked.rerun else None
+    commit = incumbent or a.commit
     loop.set_phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
-               (f".rerun{len(reruns)}" if reruns else "") + ".log"
-    with loop.tracer.span("run", input={"n": a.n, "commit": a.commit, "log": log_name}) as sp:
+               (f".rerun{len(reruns)}" if reruns else "") + (".incumbent" if incumbent else "") + ".log"
+    with loop.tracer.span("run", input={"n": a.n, "commit": commit, "log": log_name,
+                                        "incumbent": incumbent is not None}) as sp:
         # Every run its own seed: the judge's evidence for a candidate never replays the
         # incumbent's runs (nor its own), so the noise it measures is real.
         seed = seed_for(a.n, len(reruns))
         env = {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {}
-        run = execute(loop, a, log_name, env)   # the run and its trusted evaluation, as a job
+        run = execute(loop, a, log_name, env, commit)   # the run and its trusted evaluation, as a job
         run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": run.printed("val_bpb"), "seed": seed})
     loop.set_phase("judging", a.n)
-    with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class}) as sp:
-        decision = loop.reviewer.judge(ctx, run)
+    with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class,
+                                          "incumbent": incumbent is not None}) as sp:
+        decision = loop.reviewer.judge_incumbent(ctx, run) if incumbent else loop.reviewer.judge(ctx, run)
         sp.log(output={"status": decision.status, "reason": decision.reason})
+    done = {"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.clock_figures}
+    if incumbent:   # a run of the bar, not of the candidate: the record stays the candidate's
+        done.update(commit=incumbent, crash_class=run.crash_class)
+        run = last_ok
     if decision.rerun and len(reruns) < MAX_RERUNS:
-        reruns.append({"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.clock_figures})
+        reruns.append(done)
         raise Rerun(run, decision)
+    if incumbent:
+        reruns.append(done)
     if reruns:
         decision.verdicts.setdefault("reruns", reruns)
         if run.crash_class is not None and decision.status != "crash":
@@ -256,9 +268,10 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     return run, decision
 
 
-def execute(loop, a: Attempt, log_name: str, env: dict) -> RunResult:
-    """The run of `a` on the loop's executor (run_commit); 'evaluating' shows once it trained."""
-    return run_commit(loop, a.n, a.commit, log_name, env, parent=a.parent,
+def execute(loop, a: Attempt, log_name: str, env: dict, commit: str | None = None) -> RunResult:
+    """The run of `a` (or of `commit`, the incumbent, for `a`'s decision) on the loop's executor
+    (run_commit); 'evaluating' shows once it trained."""
+    return run_commit(loop, a.n, commit or a.commit, log_name, env, parent=a.parent,
                       on_tick=lambda el, log: _tick(loop, a, log))
 
 

@@ -107,8 +107,9 @@ class Decision(VerdictReads):
     reason: str
     trusted_bpb: float | None = None
     verdicts: dict = field(default_factory=dict)
-    rerun: bool = False              # ask the loop to run the same commit again (e.g. a noisy call)
+    rerun: bool = False              # ask the loop for another run (e.g. a noisy call)
     basis: Basis = Basis.METRIC      # set by the judge where it decides, never parsed from `reason`
+    rerun_commit: str | None = None  # with rerun: run this commit (the incumbent) next, not the candidate
 
     def __post_init__(self):
         self.basis = Basis(self.basis)   # a plain string from a caller becomes the enum (or raises)
@@ -363,6 +364,7 @@ class EvidenceRun:
     why: str | None                       # why it is no evidence (disturbed), else None
     log: str | None
     pace_s: float | None = None           # seconds per step by the harness clock
+    n: int | None = None                  # the experiment it was run for (an incumbent's: a later one's)
 
 
 @dataclass
@@ -395,7 +397,8 @@ class EvidenceFigures:
             for r in raw if isinstance(raw, list) else []:
                 if isinstance(r, dict):
                     out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
-                                           _str(r.get("why")), _str(r.get("log")), fnum(r.get("pace_s"))))
+                                           _str(r.get("why")), _str(r.get("log")), fnum(r.get("pace_s")),
+                                           _int(r.get("n"))))
             return out
         cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
         inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}
@@ -411,6 +414,12 @@ class EvidenceFigures:
                    erratic=[x for x in cmp.get("erratic") or [] if x in ("candidate", "incumbent")]
                    if isinstance(cmp.get("erratic"), list) else [])
 
+    def fresh_incumbent_runs(self) -> list[EvidenceRun]:
+        """The incumbent's runs made for this decision (agent/judges/stats.py INCUMBENT_RUNS):
+        those numbered as the candidate's own runs."""
+        own = {r.n for r in self.runs if r.n is not None}
+        return [r for r in self.incumbent_runs if r.n is not None and r.n in own]
+
     def summary(self) -> str:
         """One line: the runs, the bar, the noise and the test the decision used."""
         used = [r.bpb for r in self.runs if r.used and r.bpb is not None]
@@ -420,8 +429,10 @@ class EvidenceFigures:
         if self.incumbent_commit or self.incumbent_runs:
             m = len([r for r in self.incumbent_runs if r.used])
             bar = f"{self.incumbent_mean:.6f}" if self.incumbent_mean is not None else "-"
+            fresh = self.fresh_incumbent_runs()
             parts.append(f"against the incumbent {str(self.incumbent_commit or '?')[:7]}'s "
-                         + ("remembered figure" if self.remembered else f"{m} run(s)") + f" (mean {bar})")
+                         + ("remembered figure" if self.remembered else f"{m} run(s)")
+                         + (f", {len(fresh)} of them run again for this decision" if fresh else "") + f" (mean {bar})")
         if self.sigma is not None:
             parts.append(f"sigma {self.sigma:.6f} ({self.df:.3g} df)" if self.df is not None else f"sigma {self.sigma:.6f}")
         if self.erratic:

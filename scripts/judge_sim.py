@@ -28,28 +28,39 @@ from agent.judges import stats  # noqa: E402
 BENCH_GAINS = (1,) * 3 + (2,) * 3 + (3,) * 5 + (5,) * 5
 
 
-def judge(rng, store: dict, inc: str, mu: float, name: str) -> tuple[bool, int]:
-    """Run candidate `name` (true value -mu: lower is better) until the rule decides."""
+# Whether a contested candidate waits for a run of the incumbent (stats.rerun_incumbent); --no-incumbent-runs.
+INCUMBENT_RERUNS = True
+
+
+def judge(rng, store: dict, inc: str, mu: float, name: str, inc_mu: float = 0.0) -> tuple[bool, int]:
+    """Run candidate `name` (true value -mu: lower is better) until the rule decides; the runs it
+    took, the incumbent's (true value -inc_mu) among them."""
     store[name] = []
+    runs, run_candidate = 0, True
     while True:
-        store[name].append(rng.gauss(-mu, 1.0))
+        if run_candidate:
+            store[name].append(rng.gauss(-mu, 1.0))
+        else:
+            store[inc].append(rng.gauss(-inc_mu, 1.0))
+        runs += 1
         noise = stats.pooled_noise(store)
         said, _ = stats.call(stats.compare(store[inc], store[name], noise), runs=len(store[name]))
         if said in ("keep", "discard", "undecided"):
-            return said == "keep", len(store[name])
+            return said == "keep", runs
+        run_candidate = not (INCUMBENT_RERUNS and stats.rerun_incumbent(len(store[inc]), len(store[name])))
 
 
 def bench(rng, baseline_runs=stats.BASELINE_RUNS, nulls=20):
     store = {"base": [rng.gauss(0.0, 1.0) for _ in range(baseline_runs)]}
     inc, inc_mu, runs, false = "base", 0.0, baseline_runs, 0
     for i in range(nulls):
-        kept, k = judge(rng, store, inc, inc_mu, f"null{i}")
+        kept, k = judge(rng, store, inc, inc_mu, f"null{i}", inc_mu)
         runs += k
         if kept:
             false, inc = false + 1, f"null{i}"
     kept_gains = []
     for i, g in enumerate(BENCH_GAINS):
-        kept, k = judge(rng, store, "base", g, f"gain{i}")
+        kept, k = judge(rng, store, "base", g, f"gain{i}", 0.0)
         runs += k
         kept_gains.append((g, kept))
     return false, kept_gains, runs
@@ -70,7 +81,7 @@ def night_new(rng, budget=100):
     while runs < budget:
         mu = inc_mu + effect(rng)
         name, i = f"c{i}", i + 1
-        kept, k = judge(rng, store, inc, mu, name)
+        kept, k = judge(rng, store, inc, mu, name, inc_mu)
         runs += k
         if kept:
             false, true = false + (mu <= inc_mu), true + (mu > inc_mu)
@@ -107,7 +118,11 @@ def main(argv=None) -> int:
     p.add_argument("--nights", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--baseline-runs", type=int, default=stats.BASELINE_RUNS)
+    p.add_argument("--no-incumbent-runs", action="store_true",
+                   help="never run the incumbent again for a contested candidate (the rule before stats.INCUMBENT_RUNS)")
     args = p.parse_args(argv)
+    global INCUMBENT_RERUNS
+    INCUMBENT_RERUNS = not args.no_incumbent_runs
     rng = random.Random(args.seed)
     res = [bench(rng, args.baseline_runs) for _ in range(args.benches)]
     nulls = statistics.fmean(f for f, _, _ in res) / 20

@@ -3,8 +3,6 @@ import json
 import math
 from types import SimpleNamespace
 
-from tests.loop_fixtures import fake_run
-
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
@@ -16,6 +14,7 @@ from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, R
                              experiment_records, parse_results)
 from harness.verify import VerifyResult
 from tests.test_judge import _ctx, _judge, margin
+from tests.loop_fixtures import fake_run
 
 
 # ---- the real loop's files ---------------------------------------------------------------------

@@ -104,7 +104,8 @@ def bar_values(commit: str, samples: list[Sample], noise: stats.Noise, side: str
 
 
 def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
-    """The store rebuilt from journal records (after --resume): every record's own runs."""
+    """The store rebuilt from journal records (after --resume): every record's own runs, and the
+    incumbent's runs made for its decision (each in the record of the experiment it was run for)."""
     out: dict[str, list[Sample]] = {}
     for rec in history:
         if not rec.is_experiment or not isinstance(rec.commit, str):
@@ -116,6 +117,12 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
                     s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, r.pace_s)
                     s.disturbed = r.why
                     out.setdefault(rec.commit, []).append(s)
+            if ev.incumbent_commit and ev.incumbent_commit != rec.commit:
+                for r in ev.incumbent_runs:
+                    if r.bpb is not None and r.n is not None and r.n == rec.number:
+                        s = Sample(ev.incumbent_commit, r.bpb, r.seed, r.n, r.log, r.pace_s)
+                        s.disturbed = r.why
+                        out.setdefault(ev.incumbent_commit, []).append(s)
             continue
         legacy = rec.judge_values("baseline_values" if rec.is_baseline else "runs")
         if legacy is not None and rec.status in ("keep", "discard"):

@@ -54,6 +54,9 @@ WALL_GRACE_S = 90.0
 JUDGE_NOTES_REF = "refs/notes/autoresearch-judge"
 # Characters of a diff stored in a queue item's payload.
 PAYLOAD_DIFF_CHARS = 50_000
+# Runs of the incumbent one decision may ask for (stats.rerun_incumbent), crashed or failed ones
+# included: a broken incumbent run is not retried forever.
+INCUMBENT_TRIES = 3
 
 
 class JudgeHierarchy:
@@ -71,6 +74,7 @@ class JudgeHierarchy:
         self.llm_stopped: str | None = None   # why the LLM judge is no longer called (the cost cap)
         self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
         self._audits: list[dict] = []
+        self._incumbent_tries: dict[int, int] = {}   # experiment -> incumbent runs it asked for
         self._prepare: str | None = None
         self.seal: Seal | None = None     # the loop's sandbox and pinned inputs (harness/pinned.py)
         # With --workers N, judgements come from N threads: the trusted evaluations run side by
@@ -103,6 +107,34 @@ class JudgeHierarchy:
         v = self._verify(ctx, run, run.printed("val_bpb"))
         with self._decide:
             return self._decide_on(ctx, run, v)
+
+    def judge_incumbent(self, ctx, run) -> Decision:
+        """A run of the incumbent (ctx.best's commit), made because a decision on ctx's candidate
+        asked for it (Decision.rerun_commit): verified as any run, added to the incumbent's runs
+        (a crashed or failed one is not), and the candidate decided again on the new bar."""
+        inc = ctx.best["commit"] if ctx.best else None
+        if inc is None or ctx.commit not in self._last_verify:
+            raise RuntimeError(f"exp {ctx.n}: a run of the incumbent that no decision asked for")
+        # its train.py is read only where the evaluation is made here (the loop's executor made it)
+        made_here = run.crash_class is None and run.verified is None
+        source = gitops.show_file(Path(ctx.worktree), inc, "train.py") if made_here else ""
+        ictx = _MeasureCtx(inc, source, ctx.worktree, ctx.run_dir, n=ctx.n)
+        note = None
+        if run.crash_class is not None:
+            note = f"the incumbent's run crashed ({run.crash_class}); not counted"
+        else:
+            v = self._verify(ictx, run, run.printed("val_bpb"))
+            over = self._over_budget(ctx, run)
+            if over or not v.ok:
+                note = f"the incumbent's run is no evidence ({over or v.reason}); not counted"
+            else:
+                with self._decide:
+                    self._samples.setdefault(inc, []).append(evidence.sample_of(ictx, run, v.trusted_bpb))
+        with self._decide:
+            d = self._experiment(ctx, self._last_verify[ctx.commit], self._samples[ctx.commit])
+        if note:
+            d.reason += f" ({note})"
+        return d
 
     def _crashed_repeat(self, ctx, run) -> Decision:
         """A later run of a commit crashed (say a timeout on a loaded machine). The baseline is
@@ -187,6 +219,8 @@ class JudgeHierarchy:
         if remembered:   # no run of the incumbent is known (an old journal): its recorded figure, once
             inc = [evidence.Sample(inc_commit or "?", float(inc_bpb), n=None)] \
                 if isinstance(inc_bpb, (int, float)) else []
+        if any(s.n == ctx.n for s in inc):   # runs of the incumbent made for this decision: screened too
+            evidence.screen(inc)
         evidence.screen(samples, inc)
         latest = samples[-1]
         noise = evidence.noise_of(self._samples)
@@ -224,6 +258,15 @@ class JudgeHierarchy:
         jd.update(threshold=cmp.margin, improvement=cmp.gain, rule=rule.as_dict(), p_better=cmp.p_better)
         if latest.disturbed and len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and said != "keep":
             said, why = "more", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again"
+        tries = self._incumbent_tries.get(ctx.n, 0)
+        if said == "more" and not latest.disturbed and not remembered and inc_commit and tries < INCUMBENT_TRIES \
+                and stats.rerun_incumbent(len(evidence.values(inc)), len(evidence.values(samples))):
+            self._incumbent_tries[ctx.n] = tries + 1
+            ev.update(call="more", measure_incumbent=inc_commit)
+            jd.update(status="discard", basis=Basis.METRIC.value)
+            return Decision("discard", f"{why}; first the incumbent {inc_commit[:7]} is run again (it has "
+                            f"{len(evidence.values(inc))} run(s), the candidate {len(evidence.values(samples))})",
+                            mean, verdicts, rerun=True, basis=Basis.METRIC, rerun_commit=inc_commit)
         op = evidence.with_call(rule, said, why, cmp.n)
         if op is None:   # more runs: the decision waits for them
             ev["call"] = "more"
@@ -469,8 +512,8 @@ class _NoSpan:
 class _MeasureCtx:
     """Just what _verify and _trusted_prepare read, for a re-measurement outside an experiment."""
 
-    def __init__(self, commit, source, worktree, run_dir):
-        self.n, self.commit, self.new_source = None, commit, source
+    def __init__(self, commit, source, worktree, run_dir, n=None):
+        self.n, self.commit, self.new_source = n, commit, source
         self.worktree, self.run_dir, self.parent = Path(worktree), Path(run_dir), commit
 
 

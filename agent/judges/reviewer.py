@@ -64,6 +64,11 @@ class Reviewer(Protocol):
 
     def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision: ...
 
+    def judge_incumbent(self, ctx: ExperimentContext, run: RunResult) -> Decision:
+        """A run of ctx.best's commit that a Decision on ctx asked for (Decision.rerun_commit);
+        the candidate decided again. Only a reviewer that asks for such runs is handed one."""
+        ...
+
     def boundary(self, ctx: BoundaryContext) -> list[dict]: ...
 
 
@@ -101,6 +106,9 @@ class SimpleReviewer:
         if bpb < best:
             return Decision("keep", f"val_bpb {bpb:.6f} beats best {best:.6f} by {best - bpb:.6f}")
         return Decision("discard", f"val_bpb {bpb:.6f} does not beat best {best:.6f}")
+
+    def judge_incumbent(self, ctx: ExperimentContext, run: RunResult) -> Decision:
+        raise RuntimeError("the simple reviewer never asks for a run of the incumbent")
 
     def boundary(self, ctx: BoundaryContext) -> list[dict]:
         return []

@@ -51,6 +51,11 @@ P_KEEP = 0.99
 MIN_KEEP_RUNS = 2
 # Runs of one candidate at most (the first and its confirmations) before an undecided call.
 MAX_RUNS = 5
+# A contested candidate (its call "more") waits while the incumbent is run again, as long as the
+# incumbent has fewer runs than the candidate and fewer than this: the incumbent's runs are the
+# bar of every later comparison, and a commit kept on 2 lucky runs sets a bar below its truth
+# (the winner's curse). Equal runs on both sides also give the t-test its smallest se for the runs.
+INCUMBENT_RUNS = BASELINE_RUNS
 # After the first run: go on only when the candidate is at least this many se below the bar
 # (0: below the incumbent's mean). A true 3-sigma gain is stopped here 0.3% of the time.
 FIRST_RUN_MIN_T = 0.0
@@ -309,6 +314,11 @@ def margin_for(sigma: float, df: int, n: int, m: int) -> float | None:
     if df < 1 or sigma is None:
         return None
     return t_ppf(P_KEEP, df) * sigma * math.sqrt(1.0 / n + 1.0 / m)
+
+
+def rerun_incumbent(incumbent_runs: int, candidate_runs: int) -> bool:
+    """After a "more" call: run the incumbent once more before the candidate (INCUMBENT_RUNS)."""
+    return candidate_runs >= MIN_KEEP_RUNS and incumbent_runs < min(candidate_runs, INCUMBENT_RUNS)
 
 
 def call(c: Comparison, runs: int | None = None) -> tuple[str, str]:
