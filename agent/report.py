@@ -108,7 +108,7 @@ def runs_total(recs: list[ExperimentRecord]) -> dict:
     out = {"runs": 0, "decisions": 0, "baseline": 0, "confirming": 0}
     for r in recs:
         ev = r.evidence_view()
-        k = len(ev.runs) if ev else (1 if r.status in ("keep", "discard") and r.trusted_bpb is not None else 0)
+        k = ev.runs_spent if ev else (1 if r.status in ("keep", "discard") and r.trusted_bpb is not None else 0)
         out["runs"] += k
         out["decisions"] += 1
         if r.is_baseline:

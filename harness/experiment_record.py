@@ -420,6 +420,11 @@ class EvidenceFigures:
         own = {r.n for r in self.runs if r.n is not None}
         return [r for r in self.incumbent_runs if r.n is not None and r.n in own]
 
+    @property
+    def runs_spent(self) -> int:
+        """Training runs this decision took: the candidate's own and the incumbent's made for it."""
+        return len(self.runs) + len(self.fresh_incumbent_runs())
+
     def summary(self) -> str:
         """One line: the runs, the bar, the noise and the test the decision used."""
         used = [r.bpb for r in self.runs if r.used and r.bpb is not None]

@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
 from harness.executors.base import FIXED_SOURCES  # noqa: E402
 from harness import knobs  # noqa: E402
+from harness.records import ExperimentRecord  # noqa: E402
 
 CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
 PROFILE = "tiny"               # seconds per run on 2 cores; the cpu profile is minutes
@@ -136,7 +137,7 @@ def preflight(edits: dict[int, Edit], base_source: str) -> None:
     import difflib
     from types import SimpleNamespace
     from agent.judges.guard import check_source, repeat_of
-    from harness.records import ExperimentRecord
+
     history, parent = [], "base"
     for n, e in sorted(edits.items()):
         new = e.apply(base_source)
@@ -334,8 +335,9 @@ def use_scripted(loop, scripted: ScriptedProposer) -> None:
 
 
 def runs_of(rec: dict) -> int:
-    ev = rec.get("evidence") or {}
-    return len((ev.get("candidate") or {}).get("runs") or [])
+    """Training runs a decision took (its evidence: the candidate's runs and the incumbent's made for it)."""
+    ev = ExperimentRecord.from_dict(rec).evidence_view()
+    return ev.runs_spent if ev else 0
 
 
 # ---- the table ---------------------------------------------------------------------------------
