@@ -418,17 +418,18 @@ def render(s: dict) -> str:
     return "\n".join(out)
 
 
-def bench_base(steps: int) -> tuple[dict, str]:
+def bench_base(steps: int, handicap: bool = True) -> tuple[dict, str]:
     """The benches' set-up, shared with bench_proposers.py: this process and its runs on PROFILE at
     `steps` fixed steps with no API key (a bench measures a rule or a search, not an LLM), the data
-    prepared, and the handicapped base: the tag's base as the loop commits it on this profile
-    (runtime.PROFILE_KNOBS), then HANDICAP. Returns (the runs' environment, the base's train.py)."""
+    prepared, and the base: the tag's base as the loop commits it on this profile
+    (runtime.PROFILE_KNOBS), then HANDICAP unless `handicap` is False (the tuned base a new tag
+    starts from). Returns (the runs' environment, the base's train.py)."""
     os.environ.update(AUTORESEARCH_PROFILE=PROFILE, AUTORESEARCH_STEPS=str(steps))
     os.environ.pop("ANTHROPIC_API_KEY", None)
     env = dict(os.environ)
     subprocess.run([sys.executable, "prepare.py"], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
     profiled, _ = knobs.for_profile((REPO / "train.py").read_text(), PROFILE)
-    return env, knobs.set_knobs(profiled, {HANDICAP[0]: HANDICAP[1]})
+    return env, knobs.set_knobs(profiled, {HANDICAP[0]: HANDICAP[1]}) if handicap else profiled
 
 
 def main(argv=None) -> int:

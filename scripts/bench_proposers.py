@@ -1,10 +1,13 @@
 """Local steps against TPE draws: which offline search finds more keeps in a night of equal runs?
 
-    uv run scripts/bench_proposers.py --runs 30 [--searches local,tpe] [--out out/bench_judge]
+    uv run scripts/bench_proposers.py --runs 30 [--searches local,tpe] [--base handicapped|tuned]
+        [--out out/bench_judge]
 
 Each search gets a night of the real loop (agent/loop.py's Loop: the judge hierarchy, sealed runs,
 the trusted evaluation) from scripts/bench_judge.py's handicapped baseline (LOGIT_SOFTCAP 3.0,
-the tiny profile, AUTORESEARCH_STEPS fixed steps per run), in a throwaway repository of its own,
+the tiny profile, AUTORESEARCH_STEPS fixed steps per run), or with --base tuned from the base a
+new tag starts from (train.py at the profile's values: where issue 21 saw the all-knob draws), in
+a throwaway repository of its own,
 until it has spent RUNS training runs. Prints, per search: experiments, runs, keeps, knobs moved
 per proposal and the best val_bpb; writes <out>/bench_proposers.json.
 
@@ -75,12 +78,14 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=30, help="training runs per night (baseline repeats included)")
     p.add_argument("--searches", default=",".join(SEARCHES), help="offline searches to compare, comma-separated")
     p.add_argument("--steps", type=int, default=bj.STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")
+    p.add_argument("--base", choices=("handicapped", "tuned"), default="handicapped",
+                   help="the night's start: bench_judge's handicapped baseline, or train.py at the profile's values")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     args = p.parse_args(argv)
     searches = [s for s in args.searches.split(",") if s]
     if not searches or any(s not in SEARCHES for s in searches):
         p.error(f"--searches takes some of {','.join(SEARCHES)}")
-    _, base_source = bj.bench_base(args.steps)
+    _, base_source = bj.bench_base(args.steps, handicap=args.base == "handicapped")
     root = Path(tempfile.mkdtemp(prefix="bench-proposers-"))
     t0 = time.time()
     res: dict = {}
@@ -91,7 +96,7 @@ def main(argv=None) -> int:
                   f"best {r['best']:.6f} from {r['baseline']:.6f}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], steps=args.steps,
+    res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], steps=args.steps, base=args.base,
                command=" ".join(["uv run scripts/bench_proposers.py", *(argv if argv is not None else sys.argv[1:])]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,7 +106,7 @@ def main(argv=None) -> int:
         r = res[k]
         print(f"{k:8s}{r['experiments']:13d}{r['runs']:6d}{r['keeps']:7d}{r['moved_per_proposal']:13.1f}"
               f"{r['best']:14.6f}")
-    print(f"baseline {res[searches[0]]['baseline']:.6f}; wall {res['wall_seconds'] / 60:.1f} min; load {res['load']:.2f}")
+    print(f"{args.base} baseline {res[searches[0]]['baseline']:.6f}; wall {res['wall_seconds'] / 60:.1f} min; load {res['load']:.2f}")
     return 0
 
 

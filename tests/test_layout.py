@@ -1,8 +1,9 @@
 """The architecture as the folders show it: harness/ never imports agent/ or dashboard/, and no
 module imports itself back through others (an import circle), counting imports inside functions
 (a lazy import is still a dependency; only a module's `if __name__ == "__main__":` block, its
-command line, is left out)."""
+command line, is left out); and agent/ and dashboard/ read the run's records through their types."""
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,3 +92,40 @@ def test_harness_never_imports_agent_or_dashboard():
     bad = sorted(f"{m} -> {d}" for m, deps in g.items() if m.startswith("harness")
                  for d in deps if d.split(".")[0] in ("agent", "dashboard"))
     assert not bad, bad
+
+
+# Reads of a dict by a literal key that are not reads of one of the run's records: the protocols
+# of other programs (the environment, Flask's request, Ray, Optuna, the browser's DevTools, the
+# LLM's tool reply and our own tool schema) and the two readers that turn a file into a record.
+# (file, what the line reads): anything else in agent/ or dashboard/ must go through the types.
+NOT_RECORDS = {
+    "agent/judges/llm_judge.py": "parse_verdict: the LLM's tool reply, read into an Opinion",
+    "agent/pending.py": "PendingFile.read: pending.json read into the record",
+    "agent/proposers/offline.py": "Optuna's study and trial user_attrs",
+    "agent/proposers/tools.py": "the tool's own JSON schema",
+    "agent/workers.py": "Ray's cluster_resources() and nodes()",
+    "dashboard/app.py": "Flask's request body (JSON or form)",
+    "dashboard/browser.py": "the DevTools protocol's replies",
+    "dashboard/serving.py": "lab/flywheel.py's report (a lab artefact, not a run record)",
+}
+EXTERNAL_GETS = ("os.environ.get(", "request.args.get(", "request.headers.get(", "request.form.get(",
+                 "req.headers.get(", "@app.get(")
+
+
+def test_records_are_read_through_their_types():
+    """Issue 22: no `.get("...")` reads a record in agent/ or dashboard/: run.json, the incumbent,
+    a run's summary and clock, the verdicts, the journal's other kinds, the traces, a proposal's
+    info and a re-measurement each have a type (harness/records.py, harness/journal_records.py,
+    agent/proposing.py ProposalInfo) and are read through it."""
+    found = []
+    for folder in ("agent", "dashboard"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#")[0]
+                if re.search(r"""\.get\(["']""", code) and not any(e in code for e in EXTERNAL_GETS) \
+                        and rel not in NOT_RECORDS:
+                    found.append(f"{rel}:{i}: {line.strip()}")
+    assert not found, "record fields read by key:\n" + "\n".join(found)
+    for rel in NOT_RECORDS:   # the exemptions name files that exist and still need them
+        assert re.search(r"""\.get\(["']""", (REPO / rel).read_text()), f"{rel} no longer needs its exemption"
