@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
@@ -24,7 +24,9 @@ from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
-from harness.records import Basis, ExperimentRecord
+from harness.executors.base import Executor
+from harness.pinned import Seal
+from harness.records import Basis, Best, ExperimentRecord, RunInfo
 from harness.results import append_journal, append_result
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.local import LocalExecutor
@@ -50,16 +52,32 @@ EXECUTOR_POLL_S = 0.2
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 
 
+@dataclass(frozen=True)
+class RunSite:
+    """What assembling a run needs (run_commit, the one way): the tag's files and fixed terms
+    (run.json, the budget, the timeout), the seal, whether the reviewer evaluates (a sealed run and
+    its trusted evaluation in the job), the executor the job goes to, and the clock reference the
+    harness charges the run against. The single loop's, a worker's (its own files and executor)
+    and an ablation's (agent/report.py) are each one of these."""
+    files: RunFiles
+    run_info: RunInfo
+    budget: float
+    timeout: float
+    seal: Seal | None
+    sealed: bool
+    executor: Executor
+    clock_reference: Callable[[], ClockReference]
+
+
 class ExperimentHost(Protocol):
     """What run_experiment needs from its caller: the single loop (agent/loop.py Loop) or one of
     --workers N (agent/workers.py Worker). Nothing else of either is read or written here."""
     files: RunFiles         # repo, tag, worktree (where edits are committed), run folder, pending file, branch
-    history: list; best: dict | None; last_kept: str | None      # the coordinator's state
-    budget: float; timeout: float; config: LoopConfig; run_info: dict
-    reviewer: object; tracer: object; console: object
+    runs: RunSite           # how its runs are assembled and where they go (run_commit)
+    history: list; best: Best | None; last_kept: str | None      # the coordinator's state
+    config: LoopConfig; reviewer: object; tracer: object; console: object
     proposers: Proposers                                         # who proposes (agent/proposing.py)
-    prefetch: object; seal: object; sealed: bool; feedback: str; phase: str
-    executor: object                                             # runs go there as jobs (run_commit)
+    prefetch: object; feedback: str; phase: str
     wid: int | None                                              # the worker's number (recorded); None: the single loop
 
     def critical(self): ...                                       # the decision lock
@@ -67,8 +85,7 @@ class ExperimentHost(Protocol):
     def refresh(self, force: bool = False) -> None: ...
     def request(self, n, source, feedback="", fix_of=None, pending=()) -> ProposalRequest: ...
     def prefetch_next(self, a: "Attempt", new_source: str) -> None: ...
-    def clock_reference(self) -> ClockReference: ...
-    def after_record(self, rec: dict, bpb) -> None: ...
+    def after_record(self, rec: ExperimentRecord, bpb) -> None: ...
     def check_stop(self) -> None: ...                             # raises KeyboardInterrupt to stop
 
 
@@ -281,26 +298,29 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
     evaluates, the trusted evaluation, as a TrainJob on the host's executor (harness/executors:
     the single loop's one local slot, a --workers slot, a Ray node), so the evaluation runs
     where the model is and reaches the judge with the result. The queue's re-measurements use
-    it too. A stop (Ctrl-C) cancels the job."""
-    files = sources_at(host.files.repo, commit)
+    it too. `host` gives the RunSite (`host.runs`) and, while the job runs, check_stop (a stop
+    cancels the job) and refresh (the status). A stop (Ctrl-C) cancels the job."""
+    site = host.runs
+    files = sources_at(site.files.repo, commit)
     evaluation = None
-    if host.sealed:
-        profile = host.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
-        base = host.run_info.base_commit or parent or commit
-        evaluation = eval_spec(host.seal, prepare_source=gitops.show_file(host.files.repo, base, "prepare.py"),
+    if site.sealed:
+        profile = site.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
+        base = site.run_info.base_commit or parent or commit
+        evaluation = eval_spec(site.seal, prepare_source=gitops.show_file(site.files.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile)
-    job = TrainJob(n=n, files=files, budget=host.budget, run_dir=str(host.files.run_dir), log_name=log_name,
-                   commit=commit, timeout=host.timeout, env=dict(env or {}), sealed=host.sealed,
-                   data_mode="train" if host.sealed else "open", clock_reference=vars(host.clock_reference()),
-                   evaluation=evaluation, **seal_fields(host.seal))
-    jid = host.executor.submit(job, on_tick=on_tick)
+    job = TrainJob(n=n, files=files, budget=site.budget, run_dir=str(site.files.run_dir), log_name=log_name,
+                   commit=commit, timeout=site.timeout, env=dict(env or {}), sealed=site.sealed,
+                   data_mode="train" if site.sealed else "open", clock_reference=vars(site.clock_reference()),
+                   evaluation=evaluation, **seal_fields(site.seal))
+    executor = site.executor
+    jid = executor.submit(job, on_tick=on_tick)
     try:
-        while (res := host.executor.poll(jid)) is None:
+        while (res := executor.poll(jid)) is None:
             host.check_stop()
             host.refresh()
             time.sleep(EXECUTOR_POLL_S)
     except BaseException:
-        host.executor.cancel(jid)
+        executor.cancel(jid)
         raise
     run = res.run_result()
     if res.crash_class == CANCELLED:
@@ -334,7 +354,7 @@ def _tick(loop, a: Attempt, log_path) -> None:
     except OSError:
         return
     found = TRAINED_RE.findall(tail)
-    if found and float(found[-1]) >= loop.budget:
+    if found and float(found[-1]) >= loop.runs.budget:
         loop.set_phase("evaluating", a.n)
     else:
         loop.refresh()

@@ -53,7 +53,7 @@ from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (ca
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
 from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
-from agent.experiment import RUN_SRC, Attempt, one_slot, run_experiment
+from agent.experiment import RUN_SRC, Attempt, RunSite, one_slot, run_experiment
 from agent.errors import OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
@@ -241,6 +241,13 @@ class Loop(Phased):
                                    "running it again")
             self.check_space()
             run_experiment(self, self.baseline())
+
+    @property
+    def runs(self) -> RunSite:
+        """How this loop's runs are assembled (agent/experiment.py run_commit), as they stand."""
+        return RunSite(files=self.files, run_info=self.run_info, budget=self.budget, timeout=self.timeout,
+                       seal=self.seal, sealed=self.sealed, executor=self.executor,
+                       clock_reference=self.clock_reference)
 
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what

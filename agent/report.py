@@ -237,18 +237,19 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
 
 
 class _Loop:
-    """What agent/experiment.run_commit reads of its host, for an ablation's sealed run."""
+    """What agent/experiment.run_commit reads of its host, for an ablation's sealed run: a RunSite
+    of its own (the scratch worktree, the run folder, one local slot) and no status to keep."""
 
     def __init__(self, worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
-        from agent.experiment import one_slot
+        from agent.experiment import RunSite, one_slot
         from agent.workspace import RunFiles
         from harness.runner import timeout_for
-        self.run_info = _run_info(data) if data else RunInfo()
-        self.files = RunFiles(worktree, self.run_info.tag or "", worktree, run_dir)
-        self.budget, self.timeout = budget, timeout_for(budget)
-        self.seal, self.sealed = seal, True
+        run_info = _run_info(data) if data else RunInfo()
+        self.files = RunFiles(worktree, run_info.tag or "", worktree, run_dir)
         self._records = list(data["records"]) if data else []
         self.executor = one_slot(run_dir)
+        self.runs = RunSite(files=self.files, run_info=run_info, budget=budget, timeout=timeout_for(budget),
+                            seal=seal, sealed=True, executor=self.executor, clock_reference=self.clock_reference)
 
     def check_stop(self) -> None:
         pass

@@ -29,7 +29,7 @@ from pathlib import Path
 from agent import between
 from agent.coordinator import LockedProposer, Phased
 from agent.errors import WorkerStopped
-from agent.experiment import TRAIN, Attempt, run_experiment, write_pending
+from agent.experiment import TRAIN, Attempt, RunSite, run_experiment, write_pending
 from agent.pending import PendingFile
 from agent.proposing import ProposalInfo, call_proposer
 from harness import gitops
@@ -74,9 +74,10 @@ class Worker(Phased):
         self.done = 0
         self.thread: threading.Thread | None = None
         # the loop's, fixed for the night once setup() ran: read once, not forwarded
-        self.budget, self.timeout, self.config = loop.budget, loop.timeout, loop.config
-        self.tracer, self.reviewer, self.console = loop.tracer, loop.reviewer, loop.console
-        self.seal, self.sealed, self.run_info = loop.seal, loop.sealed, loop.run_info
+        self.config, self.tracer, self.reviewer, self.console = loop.config, loop.tracer, loop.reviewer, loop.console
+        # its runs: the loop's terms and seal, its own files and executor
+        self.runs = RunSite(files=self.files, run_info=loop.run_info, budget=loop.budget, timeout=loop.timeout,
+                            seal=loop.seal, sealed=loop.sealed, executor=executor, clock_reference=loop.clock_reference)
         self.stop_event = loop.stop_event
 
     history = property(lambda self: self.coord.history)
@@ -106,9 +107,6 @@ class Worker(Phased):
 
     def prefetch_next(self, a, new_source) -> None:
         pass
-
-    def clock_reference(self):
-        return self.loop.clock_reference()
 
     def state(self) -> WorkerState:
         entry = self.coord.in_flight.get(self.experiment)
