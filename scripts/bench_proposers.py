@@ -1,7 +1,7 @@
 """Local steps against TPE draws: which offline search finds more keeps in a night of equal runs?
 
     uv run scripts/bench_proposers.py --runs 30 [--searches local,tpe] [--base handicapped|tuned]
-        [--out out/bench_judge]
+        [--time-budget S] [--out out/bench_judge]
 
 Each search gets a night of the real loop (agent/loop.py's Loop: the judge hierarchy, sealed runs,
 the trusted evaluation) from scripts/bench_judge.py's handicapped baseline (LOGIT_SOFTCAP 3.0,
@@ -13,6 +13,8 @@ per proposal and the best val_bpb; writes <out>/bench_proposers.json.
 
 Fixed steps make a run's figure independent of the machine's load, and they also make a bigger
 model free (it gets as many steps as a small one), which a 300 s budget would charge for.
+`--time-budget S` runs on a wall-clock budget of S seconds instead (the loop's own mode: a bigger
+model gets fewer steps, and the figures move with the load: keep the machine otherwise idle).
 """
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=30, help="training runs per night (baseline repeats included)")
     p.add_argument("--searches", default=",".join(SEARCHES), help="offline searches to compare, comma-separated")
     p.add_argument("--steps", type=int, default=bj.STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="a wall-clock budget of this many seconds per run instead of fixed steps")
     p.add_argument("--base", choices=("handicapped", "tuned"), default="handicapped",
                    help="the night's start: bench_judge's handicapped baseline, or train.py at the profile's values")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
@@ -86,17 +90,22 @@ def main(argv=None) -> int:
     if not searches or any(s not in SEARCHES for s in searches):
         p.error(f"--searches takes some of {','.join(SEARCHES)}")
     _, base_source = bj.bench_base(args.steps, handicap=args.base == "handicapped")
+    budget = 60.0   # fixed steps: the budget only bounds a run (the loop's timeout is 2x it, at least 10 min)
+    if args.time_budget is not None:
+        os.environ.pop("AUTORESEARCH_STEPS", None)
+        budget = args.time_budget
     root = Path(tempfile.mkdtemp(prefix="bench-proposers-"))
     t0 = time.time()
     res: dict = {}
     try:
         for search in searches:
-            r = res[search] = night(bj.make_repo(root / search, base_source), search, args.runs, budget=60.0)
+            r = res[search] = night(bj.make_repo(root / search, base_source), search, args.runs, budget=budget)
             print(f"{search}: {r['experiments']} experiments in {r['runs']} runs, {r['keeps']} kept, "
                   f"best {r['best']:.6f} from {r['baseline']:.6f}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], steps=args.steps, base=args.base,
+    res.update(wall_seconds=time.time() - t0, load=os.getloadavg()[0], base=args.base,
+               steps=None if args.time_budget is not None else args.steps, time_budget=args.time_budget,
                command=" ".join(["uv run scripts/bench_proposers.py", *(argv if argv is not None else sys.argv[1:])]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
