@@ -4,7 +4,7 @@
     judge (after the run)   -> trusted metric (harness/verify.py, separate process)
                                -> rule judge (agent/judges/judge.py, noise band) + LLM judge with a key
                                -> MetaJudge audit (agent/judges/metajudge.py)
-                               -> escalation to the human queue (harness/queue_store.py)
+                               -> escalation to the human queue and a git note (agent/judges/escalation.py)
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
 Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
@@ -19,13 +19,13 @@ rerun and never counted. The loop never waits for a human.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import threading
 from pathlib import Path
 
 from agent.judges import evidence, metajudge, stats
+from agent.judges import escalation
 from agent.judges.evidence import Band
 from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
@@ -50,10 +50,6 @@ LLM_VETO_CONFIDENCE = 0.7
 # of the budget plus this grace before it counts as trained past the budget (time-budget mode only).
 WALL_FACTOR = 1.5
 WALL_GRACE_S = 90.0
-# The judge's own notes ref: the loop's `add -f` on refs/notes/autoresearch would replace ours.
-JUDGE_NOTES_REF = "refs/notes/autoresearch-judge"
-# Characters of a diff stored in a queue item's payload.
-PAYLOAD_DIFF_CHARS = 50_000
 # Runs of the incumbent one decision may ask for (stats.rerun_incumbent), crashed or failed ones
 # included: a broken incumbent run is not retried forever.
 INCUMBENT_TRIES = 3
@@ -149,7 +145,7 @@ class JudgeHierarchy:
                   "that crashes on another seed is not kept")
         jd = {"status": "discard", "basis": Basis.CRASH.value, "reason": reason,
               "runs": evidence.values(samples), "best_before": _best_bpb(ctx)}
-        self._note(ctx, "discard", reason, {"judge": jd})
+        escalation.note(ctx, "discard", reason, {"judge": jd})
         return Decision("discard", reason, mean, {"verify": self._last_verify[ctx.commit].as_dict(), "judge": jd},
                         basis=Basis.CRASH)
 
@@ -208,7 +204,7 @@ class JudgeHierarchy:
                   + (f"{self.band.threshold:.6f}" if self.band.threshold is not None else "(unknown until a commit has 2 runs)")
                   + (f"; {len(left_out)} disturbed run(s) left out" if left_out else ""))
         jd["reason"] = reason
-        self._note(ctx, "keep", reason, verdicts)
+        escalation.note(ctx, "keep", reason, verdicts)
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
@@ -244,7 +240,7 @@ class JudgeHierarchy:
                 "no measured incumbent to compare with"
             jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
             ev["call"] = "discard"
-            self._note(ctx, "discard", reason, verdicts)
+            escalation.note(ctx, "discard", reason, verdicts)
             return Decision("discard", reason, latest.bpb, verdicts, basis=Basis.METRIC)
         cmp = stats.compare(bar, cand, noise)
         said, why = stats.call(cmp, runs=len(evidence.values(samples)))
@@ -290,9 +286,9 @@ class JudgeHierarchy:
             if not metajudge.recently_flagged(ctx.history, flag["kind"]):
                 items.append(("bias", f"{flag['kind']}: {flag['reason']}"))
                 meta["escalated"].append(flag)
-        jd["escalations"] = [self._escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
+        jd["escalations"] = [escalation.escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
         self._audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
-        self._note(ctx, status, reason, verdicts)
+        escalation.note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
 
     def _combine(self, rule: Opinion, llm: Opinion | None):
@@ -315,8 +311,8 @@ class JudgeHierarchy:
         reason = f"integrity: {v.reason}"
         jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason, "best_before": _best_bpb(ctx)}
         verdicts = {"verify": v.as_dict(), "judge": jd}
-        jd["escalations"] = [self._escalate(ctx, "integrity", reason, "discard", verdicts, "")]
-        self._note(ctx, "discard", reason, verdicts)
+        jd["escalations"] = [escalation.escalate(ctx, "integrity", reason, "discard", verdicts, "")]
+        escalation.note(ctx, "discard", reason, verdicts)
         return Decision("discard", reason, None, verdicts, basis=Basis.INTEGRITY)
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -430,36 +426,6 @@ class JudgeHierarchy:
                    tokens=res.tokens, cost=res.cost_usd)
         jd["llm"], jd["cost_usd"] = res.as_dict(), res.cost_usd
         return res.opinion
-
-    def _escalate(self, ctx, kind: str, reason: str, status: str, verdicts: dict, meta_reason: str) -> dict:
-        said = Decision(status, reason, verdicts=verdicts)   # typed reads of what the judges said
-        payload = scrub({
-            "status": status, "description": ctx.proposal.description, "hypothesis": ctx.proposal.hypothesis,
-            "parent": ctx.parent, "diff": (ctx.diff or "")[:PAYLOAD_DIFF_CHARS],
-            "figures": said.judge_figures() | {"trusted_bpb": said.verify_figure("trusted_bpb"),
-                                               "printed_bpb": said.verify_figure("printed_bpb")},
-            "rule": said.opinion_of("rule"), "llm": said.opinion_of("llm"), "metajudge": meta_reason,
-            "verify": said.verify or None,
-            "discarded_ref": gitops.discarded_ref(ctx.tag, ctx.n) if status != "keep" else None})
-        try:
-            item = QueueStore(Path(ctx.run_dir) / "queue.sqlite").escalate(
-                tag=ctx.tag, experiment=ctx.n, commit=ctx.commit, kind=kind, reason=scrub(reason), payload=payload)
-        except Exception as e:  # the queue must never stop the loop; the journal keeps the reason
-            return {"kind": kind, "error": f"{type(e).__name__}: {e}"}
-        return {"kind": kind, "id": item}
-
-    def _note(self, ctx, status: str, reason: str, verdicts: dict) -> None:
-        """The decision and both opinions as a git note on the experiment commit (own notes ref)."""
-        if not ctx.commit:
-            return
-        said = Decision(status, reason, verdicts=verdicts)
-        note = scrub({"n": ctx.n, "status": status, "reason": reason, "trusted_bpb": said.verify_figure("trusted_bpb"),
-                      "rule": said.opinion_of("rule"), "llm": said.opinion_of("llm"),
-                      "metajudge": said.metajudge_flags, "verify": said.verify_reason,
-                      "verify_seconds": said.verify_figure("seconds")})
-        with contextlib.suppress(gitops.GitError, OSError):
-            gitops.git(Path(ctx.worktree), *gitops._identity_args(Path(ctx.worktree)), "notes", "--ref",
-                       JUDGE_NOTES_REF, "add", "-f", "-m", json.dumps(note, default=str, indent=1), ctx.commit)
 
     @contextlib.contextmanager
     def _span(self, name: str, input: dict):
