@@ -13,14 +13,16 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent for being worse than the
    noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
-3. a pair: two single steps from this incumbent that each looked better but were not proven
-   (P(better) >= PAIR_P in the judge's evidence): the evidence for a jump, tried as soon as it is
-   there (a night of scripts/bench_proposers.py spent half its runs on three such steps, each
-   ~1-2 sigma, and never reached the pair while untried single steps were left);
-4. untried single steps: the curated knobs of harness/search/space.py first (learning rates,
-   decay, betas, softcap, depth), knobs not yet moved from this incumbent before those that were,
-   in a deterministic order for the seed;
-5. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
+3. an unproven gain twice as far: a single step from this incumbent that looked better but was
+   not proven (P(better) >= PAIR_P in the judge's evidence) goes JUMP_STEPS steps the same way;
+4. a pair: two such steps together: the evidence for a jump, tried as soon as it is there (a night
+   of scripts/bench_proposers.py spent half its runs on three such steps, each ~1-2 sigma, and
+   never reached the pair while untried single steps were left);
+5. untried single steps: the model's size and the tokens per step first (SIZE_KNOBS), then the
+   curated knobs of harness/search/space.py (learning rates, decay, betas, softcap), then the
+   rest; knobs not yet moved from this incumbent before those that were, in a deterministic order
+   for the seed;
+6. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
    proposers/offline.py) draws, limited to MAX_JUMP_KNOBS knobs.
 
 The Optuna study in the run folder is kept in step with the journal as before, so `--proposer
@@ -39,11 +41,12 @@ from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
 from harness.search.space import DEFAULT_SPECS
 
-# A log-scale knob moves by this factor: x1.41 of a learning rate moves val_bpb by several sigma
-# near a good value on the cpu and tiny profiles, 0.1% moves it by nothing measurable.
-STEP_FACTOR = math.sqrt(2)
-# A linear knob (a fraction, a beta) moves by 1/LIN_STEPS of its search range.
-LIN_STEPS = 6
+# A log-scale knob moves by this factor, a linear one (a fraction, a beta) by 1/LIN_STEPS of its
+# search range. At x1.41 and 1/6 the bench's single steps measured ~1-2 sigma at best (three of
+# them contested for half a night's runs, scripts/bench_proposers.py), at 0.1% nothing: a step
+# must be large enough for the judge to resolve, since it keeps nothing below ~3 sigma.
+STEP_FACTOR = 2.0
+LIN_STEPS = 4
 # A momentum move takes this many steps at once.
 JUMP_STEPS = 2
 # Two unproven single steps are combined when each had at least this P(better).
@@ -52,6 +55,11 @@ PAIR_P = 0.8
 # (P(better) at most this, t below ~-0.85): a step that measured flat says the knob is flat there,
 # and its mirror is no better a bet than an untried knob (the bench spent half its runs on mirrors).
 OTHER_WAY_P = 0.2
+# The knobs that set the model's size and the tokens per step are stepped before the others: in a
+# fixed budget they move val_bpb most (every keep of TPE's in scripts/bench_proposers.py's nights
+# moved one of them, while ~1-sigma learning-rate steps stayed contested), and a step of one is
+# also a step in cost: a smaller model that measures the same is kept as cheaper to serve.
+SIZE_KNOBS = ("DEPTH", "ASPECT_RATIO", "TOTAL_BATCH_SIZE")
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
 MAX_JUMP_KNOBS = 3
 
@@ -98,20 +106,29 @@ def _config_of(entries: list) -> dict:
     return {r.commit: r.knob_values for r in entries if r.knob_values is not None}
 
 
-def _moves(history: list[ExperimentRecord], pending: list = ()) -> list[dict]:
-    """Each finished experiment as the knobs it moved from its parent, its outcome and P(better)."""
+def _moves(history: list[ExperimentRecord], pending: list = (), on=None) -> list[dict]:
+    """Each finished experiment as the knobs it moved from its parent, its outcome and P(better);
+    `on`, the experiment in flight this proposal is made on top of, last, as a keep (the proposal
+    is used only if it is kept: agent/proposing.py Prefetch)."""
     configs = _config_of([*history, *pending])
     out = []
-    for r in history:
+    for r in [*history, *([on] if on is not None else [])]:
         parent = configs.get(r.parent) if isinstance(r.parent, str) else None
         mine = r.knob_values
-        if parent is None or mine is None or r.status not in ("keep", "discard"):
+        status = "keep" if r is on else r.status
+        if parent is None or mine is None or status not in ("keep", "discard"):
             continue
         moved = {k: (parent.get(k), v) for k, v in mine.items() if parent.get(k) != v}
-        ev = r.evidence_view()
-        out.append({"n": r.n, "parent": r.parent, "commit": r.commit, "status": r.status,
+        ev = None if r is on else r.evidence_view()
+        out.append({"n": r.n, "parent": r.parent, "commit": r.commit, "status": status,
                     "moved": moved, "p": ev.p_better if ev else None})
     return out
+
+
+def _building_on(pending: list, config: dict, code: str):
+    """The experiment in flight whose train.py this proposal edits (the loop prefetches the next
+    proposal on top of the candidate that is training), or None when it edits the incumbent's."""
+    return next((p for p in pending if p.commit and p.knob_values == config and p.code_id == code), None)
 
 
 def _outside_curated(base: dict, space: dict) -> list[tuple[str, object]]:
@@ -170,8 +187,12 @@ class LocalProposer:
         tried = {(r.code_id, tuple(sorted((k, repr(v)) for k, v in r.knob_values.items())))
                  for r in req.tried() if r.knob_values is not None and r.code_id}
         tried.add((code, tuple(sorted((k, repr(v)) for k, v in base.items()))))
-        incumbent = req.best["commit"] if req.best else None
-        moves = _moves(req.history, req.pending)
+        # made on top of a candidate still training, it is used only if that one is kept: so that
+        # one is its incumbent (a night's proposal made on exp 8 while the best was exp 4 took exp
+        # 4's momentum, a step exp 6 had already tried, onto exp 8)
+        on = _building_on(req.pending, knobs.values(req.train_source), code)
+        incumbent = on.commit if on is not None else req.best["commit"] if req.best else None
+        moves = _moves(req.history, req.pending, on)
         for change, why in self._candidates(req, base, space, current, moves, incumbent):
             config = dict(base, **change)
             if (code, tuple(sorted((k, repr(v)) for k, v in config.items()))) not in tried:
@@ -217,7 +238,20 @@ class LocalProposer:
                             yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
                                            f"{knobs.format_literal(new)} and was discarded"
                                            f"{_worse(m['p'])}: the other way")
-        # 3. two single steps that each looked better but were unproven (P(better) >= PAIR_P): the
+        # 3. a single step that looked better but was unproven (P(better) >= PAIR_P), twice as far
+        # the same way: where the gain grows with the move, twice the move is about twice the gain,
+        # which the judge can resolve (the bench's contested steps were ~1-2 sigma each)
+        for m in here:
+            if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P:
+                (k, (old, new)), = m["moved"].items()
+                d = _direction(old, new)
+                if k in space and d:
+                    for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS):
+                        if _direction(base[k], v) == d:
+                            yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
+                                           f"{knobs.format_literal(new)} and looked better (P(better) "
+                                           f"{m['p']:.2f}) but unproven: {JUMP_STEPS} steps the same way")
+        # 4. two single steps that each looked better but were unproven (P(better) >= PAIR_P): the
         # evidence for a jump. Each gain is about the noise's size; together they are about twice
         # it, which the judge can resolve, and a pair is one run where their mirrors are two.
         near = [m for m in here if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P]
@@ -228,15 +262,15 @@ class LocalProposer:
                 if ka != kb:
                     yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
                                              f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
-        # the curated knobs (harness/search/space.py: learning rates, decay, betas, softcap, depth)
-        # first, each group in an order of the seed's; knobs moved from this incumbent last, and so
+        # the size knobs, then the curated ones (harness/search/space.py: learning rates, decay,
+        # betas, softcap), then the rest, each group in an order of the seed's; knobs moved from this incumbent last, and so
         # the knobs of the keep that made it (a step of those is a step back along a measured gain)
-        names = sorted(space, key=lambda k: (k not in DEFAULT_SPECS,
+        names = sorted(space, key=lambda k: (k not in SIZE_KNOBS, k not in DEFAULT_SPECS,
                                              hashlib.sha256(f"{req.seed}:{k}".encode()).hexdigest()))
         touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]
         rng = random.Random(f"{req.seed}:{req.n}")
-        for k in order:                                   # 4. untried single steps
+        for k in order:                                   # 5. untried single steps
             vals = step(k, base[k], space[k], current[k].comment)
             rng.shuffle(vals)
             for v in vals:
