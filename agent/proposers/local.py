@@ -56,9 +56,10 @@ PAIR_P = 0.8
 # and its mirror is no better a bet than an untried knob (the bench spent half its runs on mirrors).
 OTHER_WAY_P = 0.2
 # The knobs that set the model's size and the tokens per step are stepped before the others: in a
-# fixed budget they move val_bpb most (every keep of TPE's in scripts/bench_proposers.py's nights
-# moved one of them, while ~1-sigma learning-rate steps stayed contested), and a step of one is
-# also a step in cost: a smaller model that measures the same is kept as cheaper to serve.
+# short budget they move val_bpb most (TPE's kept draws in scripts/bench_proposers.py's nights grew
+# or shrank the model and doubled the batch, while learning-rate steps measured flat; stepped first,
+# the local night's keeps went from 2 to 5, README), and a step of one is also a step in cost: a
+# smaller model that measures the same is kept as cheaper to serve.
 SIZE_KNOBS = ("DEPTH", "ASPECT_RATIO", "TOTAL_BATCH_SIZE")
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
 MAX_JUMP_KNOBS = 3
