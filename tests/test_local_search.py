@@ -2,13 +2,13 @@
 import pytest
 
 from agent.loop import make_offline
-from agent.proposers.base import ProposalRequest
 from agent.pending import InFlight
-from agent.proposers.base import Proposal
+from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, SIZE_KNOBS, STEP_FACTOR, LocalProposer, step
 from agent.proposers.offline import OfflineProposer
 from harness import knobs
 from harness.records import ExperimentRecord
+from harness.search.space import DEFAULT_SPECS
 from tests.loop_fixtures import REPO
 
 REAL = (REPO / "train.py").read_text()
@@ -61,8 +61,11 @@ def test_the_size_knobs_go_first_for_every_seed_then_the_learning_rates(tmp_path
     nxt = ask(tmp_path / "lr", src, hist, len(hist) + 1)
     (name, (old, new)), = moved(REAL, nxt.source).items()
     assert name not in SIZE_KNOBS and "untried from this incumbent" in nxt.hypothesis, nxt.description
-    if name.endswith("_LR"):
-        assert max(new / old, old / new) == pytest.approx(STEP_FACTOR, rel=1e-3)
+    kind, lo, hi = DEFAULT_SPECS[name]
+    if kind == "log":
+        assert max(new / old, old / new) == pytest.approx(STEP_FACTOR, rel=1e-3), nxt.description
+    else:
+        assert abs(new - old) == pytest.approx((hi - lo) / 4, rel=1e-3), nxt.description
 
 
 def test_after_a_discard_the_other_way_then_momentum_after_a_keep(tmp_path):
@@ -208,7 +211,6 @@ def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_pat
     fourth = ask(tmp_path, third.source, hist, 5, best="c4")
     assert moved(third.source, fourth.source) == {"LOGIT_SOFTCAP": (20.0, 40.0)}, fourth.description
     # a keep that took a curated knob out of its range is evidence against taking it back
-    # (the study first saw 15.0, so its range is the curated 5-50 and momentum cannot go on)
     # (the study first saw 15.0, so its range is the curated 5-50 and momentum cannot go on), for
     # any seed's order of the knobs
     out_src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 60.0})

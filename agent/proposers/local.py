@@ -191,7 +191,7 @@ class LocalProposer:
         # made on top of a candidate still training, it is used only if that one is kept: so that
         # one is its incumbent (a night's proposal made on exp 8 while the best was exp 4 took exp
         # 4's momentum, a step exp 6 had already tried, onto exp 8)
-        on = _building_on(req.pending, knobs.values(req.train_source), code)
+        on = _building_on(req.pending, base, code)
         incumbent = on.commit if on is not None else req.best["commit"] if req.best else None
         moves = _moves(req.history, req.pending, on)
         for change, why in self._candidates(req, base, space, current, moves, incumbent):
@@ -239,23 +239,23 @@ class LocalProposer:
                             yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
                                            f"{knobs.format_literal(new)} and was discarded"
                                            f"{_worse(m['p'])}: the other way")
-        # 3. a single step that looked better but was unproven (P(better) >= PAIR_P), twice as far
-        # the same way: where the gain grows with the move, twice the move is about twice the gain,
-        # which the judge can resolve (the bench's contested steps were ~1-2 sigma each)
-        for m in here:
-            if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P:
-                (k, (old, new)), = m["moved"].items()
-                d = _direction(old, new)
-                if k in space and d:
-                    for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS):
-                        if _direction(base[k], v) == d:
-                            yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
-                                           f"{knobs.format_literal(new)} and looked better (P(better) "
-                                           f"{m['p']:.2f}) but unproven: {JUMP_STEPS} steps the same way")
-        # 4. two single steps that each looked better but were unproven (P(better) >= PAIR_P): the
-        # evidence for a jump. Each gain is about the noise's size; together they are about twice
-        # it, which the judge can resolve, and a pair is one run where their mirrors are two.
+        # single steps from this incumbent that looked better but were unproven (P(better) >= PAIR_P)
         near = [m for m in here if m["status"] == "discard" and len(m["moved"]) == 1 and (m["p"] or 0) >= PAIR_P]
+        # 3. each twice as far the same way: where the gain grows with the move, twice the move is
+        # about twice the gain, which the judge can resolve (the bench's contested steps were ~1-2
+        # sigma each)
+        for m in near:
+            (k, (old, new)), = m["moved"].items()
+            d = _direction(old, new)
+            if k in space and d:
+                for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS):
+                    if _direction(base[k], v) == d:
+                        yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
+                                       f"{knobs.format_literal(new)} and looked better (P(better) "
+                                       f"{m['p']:.2f}) but unproven: {JUMP_STEPS} steps the same way")
+        # 4. two of them at once: the evidence for a jump. Each gain is about the noise's size;
+        # together they are about twice it, which the judge can resolve, and a pair is one run
+        # where their mirrors are two.
         for i, a in enumerate(near):
             for b in near[i + 1:]:
                 (ka, (_, va)), = a["moved"].items()
@@ -264,8 +264,9 @@ class LocalProposer:
                     yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
                                              f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
         # the size knobs, then the curated ones (harness/search/space.py: learning rates, decay,
-        # betas, softcap), then the rest, each group in an order of the seed's; knobs moved from this incumbent last, and so
-        # the knobs of the keep that made it (a step of those is a step back along a measured gain)
+        # betas, softcap), then the rest, each group in an order of the seed's; knobs moved from
+        # this incumbent last, and so the knobs of the keep that made it (a step of those is a step
+        # back along a measured gain)
         names = sorted(space, key=lambda k: (k not in SIZE_KNOBS, k not in DEFAULT_SPECS,
                                              hashlib.sha256(f"{req.seed}:{k}".encode()).hexdigest()))
         touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
