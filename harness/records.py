@@ -206,6 +206,8 @@ class RunState:
     log: str | None = None               # the running experiment's log, relative to the run folder
     progress: dict | None = None         # its last step line: {"step", "loss", "tok_s", "trained"}
     workers: list[WorkerState] = field(default_factory=list)   # --workers N: the experiments in flight
+    idea: dict | None = None             # the running experiment's {"description", "hypothesis", "proposer"}
+    run: dict | None = None              # which run of it: {"k": 2, "of": 3, "why": "confirming"} (reruns)
     updated_at: float | None = None      # set by write_state
 
     def to_dict(self) -> dict:
@@ -236,7 +238,22 @@ class RunState:
                    pid=_int(d.get("pid")), phase_started_at=fnum(d.get("phase_started_at")),
                    log=_str(d.get("log")), progress=progress,
                    workers=[w for w in (WorkerState.from_dict(x) for x in workers) if w is not None],
+                   idea=_idea(d.get("idea")), run=_run_of(d.get("run")),
                    updated_at=fnum(d.get("updated_at")))
+
+
+def _idea(d) -> dict | None:
+    """state.json's idea: its strings, or None."""
+    if not isinstance(d, dict):
+        return None
+    return {k: _str(d.get(k)) or "" for k in ("description", "hypothesis", "proposer")}
+
+
+def _run_of(d) -> dict | None:
+    """state.json's run: {"k", "of", "why"} with k an int, or None."""
+    if not isinstance(d, dict) or _int(d.get("k")) is None:
+        return None
+    return {"k": _int(d.get("k")), "of": _int(d.get("of")), "why": _str(d.get("why")) or ""}
 
 
 STATE_KEYS = tuple(f.name for f in fields(RunState))
