@@ -19,7 +19,7 @@ from agent.config import LoopConfig
 from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
 from agent.pending import PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposing import ProposalInfo, Proposers, call_proposer
+from agent.proposing import ProposalInfo, Proposers, call_proposer, same_edit
 from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
@@ -203,6 +203,12 @@ def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, dec
     if merged == tip_source:
         return Decision("discard", f"already on the branch: the keeps since {str(a.parent)[:7]} contain "
                         f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
+    if not same_edit(old_source, new_source, tip_source, merged):
+        # the keeps since hold part of the edit: what would run on the tip is another experiment than
+        # the one measured and described, so it is not confirmed under this one's description
+        return Decision("discard", f"only part of its edit applies on the tip {tip[:7]} (the keeps since "
+                        f"{str(a.parent)[:7]} hold the rest); discarded rather than run under a description "
+                        "that claims more", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
     _timed_git(a, gitops.update_ref, loop.files.repo, gitops.discarded_ref(loop.files.tag, a.n, attempt=f"r{len(rounds)}"),
                a.commit)
     _timed_git(a, gitops.reset_hard, loop.files.worktree, tip)

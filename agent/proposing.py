@@ -3,8 +3,9 @@
 While experiment n trains, a thread asks the proposer for n+1 as if n will be kept (its parent is
 n's commit). If n is kept, the proposal is used as is. If n is discarded or crashes, the parent
 is gone: a cheap proposer (offline) is simply asked again; an expensive one (an LLM) has its
-edit rebased onto the last kept commit with a three-way merge, and is asked again only if the
-merge conflicts or leaves nothing to try.
+edit rebased onto the last kept commit with a three-way merge, used only when the merge carries
+the whole edit and nothing else (same_edit: the proposal's description must describe the diff
+that runs), and is asked again otherwise.
 
 Neither takes the loop: `call_proposer` and the prefetch get a `Proposers` (who proposes, the
 fallback, the tracer, the hand-over limits and who says a hand-over), built once by the loop and
@@ -12,6 +13,7 @@ per worker (agent/workers.py: the same proposers behind the coordinator's lock).
 """
 from __future__ import annotations
 
+import difflib
 import threading
 import time
 import traceback
@@ -153,6 +155,21 @@ def with_dropped(proposal: Proposal, info: ProposalInfo, dropped: list) -> tuple
     return replace(proposal, cost_usd=proposal.cost_usd + cost, tokens=tokens), info
 
 
+def edit_of(old: str, new: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The edit from `old` to `new` as its hunks' content (lines removed, lines added), in order,
+    without their positions: what a description of the change describes."""
+    a, b = old.splitlines(), new.splitlines()
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return [(tuple(a[i1:i2]), tuple(b[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+
+
+def same_edit(old: str, new: str, rebased_old: str, rebased_new: str) -> bool:
+    """Whether rebasing the edit old -> new onto rebased_old (giving rebased_new) kept all of it
+    and added nothing: a three-way merge drops the lines the new parent already has, and then
+    the proposal's description would claim more than the commit changes."""
+    return bool(edit_of(old, new)) and edit_of(old, new) == edit_of(rebased_old, rebased_new)
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, (ProposalError, ProposerUnavailable)):
         return f"{type(exc).__name__}: {exc}"
@@ -208,8 +225,8 @@ class Prefetch:
         if getattr(self.proposers.proposer, "cheap_redo", False) or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
-        if merged is None or merged == parent_source:
-            self.dropped.append(proposal)
+        if merged is None or not same_edit(self.parent_source, proposal.source, parent_source, merged):
+            self.dropped.append(proposal)   # a conflict, or only part of the edit applies: ask again
             return None
         info.rebased_from = self.parent
         proposal = replace(proposal, source=merged,

@@ -9,6 +9,7 @@ and shows the reason to the proposer on its next turn; no training run is spent.
 """
 from __future__ import annotations
 
+import ast
 import subprocess
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def check_source(old_source: str, new_source: str) -> GuardVerdict:
         old_tree, old_v, old_budget_refs = scan(old_source)
     except SyntaxError:
         old_tree, old_v, old_budget_refs = None, [], 0  # a broken parent holds nothing against the fix
+    if old_tree is not None and ast.dump(new_tree) == ast.dump(old_tree):
+        # comments, blank lines or layout only: the commit would run its parent's program again
+        return GuardVerdict(False, "the proposal changes only comments or layout: the program that runs "
+                                   "is its parent's", {"rule": "unchanged"})
 
     problems = [f"{v.rule}: {v.message} (line {v.line}: {v.code[:80]})" for v in new_violations(old_v, new_v)]
     rules = sorted({v.rule for v in new_violations(old_v, new_v)})
