@@ -1,0 +1,173 @@
+"""Notifications (agent/notify.py) against a local webhook: what is posted, that a slow or dead
+endpoint never holds the loop, and that no secret leaves."""
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.notify import Notifier, Watch, body, check_url, host_of
+from harness.records import ExperimentRecord
+from harness.secrets import scrub_env
+
+
+class Hook:
+    """A webhook on 127.0.0.1: records every POST body; `status` to answer; `hold` to stall."""
+
+    def __init__(self):
+        self.bodies, self.status, self.hold = [], 200, None
+        self.requests = 0
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                hook.requests += 1
+                data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if hook.hold is not None:
+                    hook.hold.wait(30)
+                if hook.status == 200:
+                    hook.bodies.append(json.loads(data))
+                self.send_response(hook.status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/services/T000/B000/secretpath123"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def hook():
+    h = Hook()
+    yield h
+    if h.hold is not None:
+        h.hold.set()
+    h.close()
+
+
+def test_a_message_reaches_slack_and_discord_shapes(hook):
+    said = []
+    n = Notifier(hook.url, said.append, backoff_s=0.01)
+    n.post("new_best", "autoresearch t: new best 2.5")
+    n.close()
+    assert hook.bodies == [{"text": "autoresearch t: new best 2.5", "content": "autoresearch t: new best 2.5",
+                            "event": "new_best"}]
+    assert n.sent == 1 and said == []
+
+
+def test_a_stalled_endpoint_never_holds_the_caller(hook):
+    hook.hold = threading.Event()
+    n = Notifier(hook.url, lambda s: None, backoff_s=0.01)
+    done = threading.Event()
+
+    def caller():
+        for i in range(5):
+            n.post("digest", f"m{i}")
+        done.set()
+    threading.Thread(target=caller, daemon=True).start()
+    assert done.wait(10), "post() waited for the webhook"
+    assert hook.bodies == [], "the first message is still held by the endpoint"
+    hook.hold.set()
+    n.close(timeout=20)
+    assert [b["content"] for b in hook.bodies] == [f"m{i}" for i in range(5)]
+
+
+def test_a_failing_endpoint_is_retried_then_dropped_and_said_once(hook):
+    hook.status = 500
+    said = []
+    n = Notifier(hook.url, said.append, tries=3, backoff_s=0.01)
+    n.post("stop", "one")
+    n.post("stop", "two")
+    n.close()
+    assert hook.requests == 6, "each message tried 3 times"
+    assert n.dropped == 2 and n.sent == 0
+    assert len(said) == 1 and "HTTP 500" in said[0] and "127.0.0.1" in said[0]
+    assert "secretpath123" not in said[0], "the URL's path (its token) is never printed"
+    hook.status = 200
+    n2 = Notifier(hook.url, said.append, tries=3, backoff_s=0.01)
+    n2._down = True
+    n2.post("stop", "three")
+    n2.close()
+    assert said[-1].endswith("answers again") and hook.bodies[-1]["content"] == "three"
+
+
+def test_a_refusal_is_not_sent_again(hook):
+    hook.status = 404
+    n = Notifier(hook.url, lambda s: None, tries=4, backoff_s=0.01)
+    n.post("stop", "x")
+    n.close()
+    assert hook.requests == 1 and n.dropped == 1
+
+
+def test_an_unreachable_endpoint_drops_and_says_so():
+    said = []
+    n = Notifier("http://127.0.0.1:9/hook", said.append, tries=2, backoff_s=0.01, timeout_s=2)
+    n.post("stop", "x")
+    n.close()
+    assert n.dropped == 1 and len(said) == 1 and "did not take a message" in said[0]
+
+
+def test_secrets_and_the_url_stay_out(hook, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-notify-test-key-0123456789")
+    n = Notifier(hook.url, lambda s: None, backoff_s=0.01)
+    n.post("new_best", "desc quoting sk-ant-notify-test-key-0123456789 and ghp_" + "a" * 30)
+    n.close()
+    text = hook.bodies[0]["text"]
+    assert "sk-ant-notify" not in text and "ghp_" not in text and "[redacted]" in text
+    # the URL is a secret from now on: no child's environment carries it, under any name
+    env = scrub_env({"AUTORESEARCH_NOTIFY_URL": hook.url, "SOME_HOOK": hook.url, "PATH": os.environ["PATH"]})
+    assert set(env) == {"PATH"}
+    assert len(json.loads(body("x" * 5000, "digest"))["content"]) == 2000
+
+
+def test_urls_are_checked():
+    assert check_url("https://hooks.slack.com/services/x") is None
+    assert check_url("ftp://x/y") and check_url("not a url") and check_url("")
+    assert host_of("https://discord.com/api/webhooks/1/abc") == "discord.com"
+
+
+def _rec(n, status, bpb=None, **kw):
+    verdicts = kw.pop("verdicts", {})
+    return ExperimentRecord(n=n, status=status, commit=f"{n:07d}abc", trusted_bpb=bpb, description=f"exp {n}",
+                            proposer=kw.pop("proposer", "offline"), verdicts=verdicts, **kw)
+
+
+def test_the_watch_says_what_a_researcher_wants_to_hear():
+    posts, now = [], [1000.0]
+    w = Watch("may29", lambda e, t: posts.append((e, t)), clock=lambda: now[0], digest_every_s=3600)
+    history = []
+
+    def decide(rec):
+        history.append(rec)
+        w.record(rec, history)
+    decide(_rec(1, "keep", 3.0, proposer="baseline"))
+    decide(_rec(2, "discard", 3.1))
+    decide(_rec(3, "keep", 2.9, evidence={"call": "keep", "candidate": {"runs": [{"bpb": 2.9}, {"bpb": 2.91}]},
+                                           "comparison": {"p_better": 0.995, "gain": 0.1}}))
+    decide(_rec(4, "discard", 2.95, decision_reason="contested: P(better) 0.93",
+                verdicts={"judge": {"escalations": [{"kind": "contested", "id": 7}]}}))
+    for n in (5, 6, 7, 8):
+        decide(_rec(n, "crash", crash_class="exception"))
+    events = [e for e, _ in posts]
+    assert events == ["baseline", "new_best", "queue", "crash_streak"], events
+    best = dict(posts)["new_best"]
+    assert "2.900000" in best and "+0.100000 over 3.000000" in best and "P(better) 0.9950" in best
+    assert "review_queue.py show 7" in dict(posts)["queue"]
+    w.tick("exp 9 training")
+    assert len(posts) == 4, "no digest before an hour has passed"
+    now[0] += 3601
+    w.tick("exp 9 training")
+    digest = posts[-1][1]
+    assert posts[-1][0] == "digest" and "2 kept, 2 discarded, 4 crashed" in digest and "best 2.900000" in digest
+    assert "running: exp 9 training" in digest
+    w.tick()
+    assert len(posts) == 5, "at most one digest an hour"
+    w.stopped("reached --max-experiments 8", "kept 2")
+    assert posts[-1] == ("stop", "autoresearch may29 stopped: reached --max-experiments 8\nkept 2")
