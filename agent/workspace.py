@@ -181,12 +181,13 @@ def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
     source = path.read_text()
     new, changes = knobs.for_profile(source, profile or "", (Path(worktree) / "runtime.py").read_text()
                                      if (Path(worktree) / "runtime.py").is_file() else None)
-    if not changes:
+    if new == source:
         return base
     path.write_text(new)
     return gitops.commit_file(worktree, "train.py", f"baseline: the {profile} profile's knob values\n\n"
-                              f"{knobs.describe_changes(changes, source)} (runtime.PROFILE_KNOBS); "
-                              "train.py's own values are the reference recipe's, for a GPU.\n")
+                              f"{knobs.describe_changes(changes, source) or 'no knob changes'} "
+                              "(runtime.PROFILE_KNOBS), written in, so this train.py runs as it reads "
+                              "by hand too; the repository's own values are the reference recipe's, for a GPU.\n")
 
 
 def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budget: float, say=print) -> dict:

@@ -154,11 +154,30 @@ def profile_changes(source: str, profile: str, runtime_source: str | None = None
             if k in have and type(have[k]) is type(ref) and have[k] == ref}
 
 
+# The line of the repository's train.py that gives a bare run on a small profile that profile's
+# values in memory (runtime.use_profile_knobs). A source with the values written in drops it, so
+# that file runs as it reads, by hand or by the harness.
+PROFILE_CALL = "runtime.use_profile_knobs("
+PROFILE_CALL_DONE = "# this train.py carries its profile's knob values: they run as written"
+
+
 def for_profile(source: str, profile: str, runtime_source: str | None = None) -> tuple[str, dict]:
     """(train.py with the profile's values written in, the changes): what every harness path that
-    runs a train.py of the repository runs on that profile. The gpu profile: unchanged."""
+    runs a train.py of the repository runs on that profile, and what a tag's base commit holds.
+    On a small profile the in-memory rewrite of a bare run (PROFILE_CALL) goes too. The gpu
+    profile: unchanged."""
     changes = profile_changes(source, profile, runtime_source)
-    return (set_knobs(source, changes) if changes else source), changes
+    new = set_knobs(source, changes) if changes else source
+    if profile in profile_table(runtime_source)[1]:
+        new = "\n".join(_without_profile_call(line) for line in new.split("\n"))
+    return new, changes
+
+
+def _without_profile_call(line: str) -> str:
+    body = line.strip()
+    if not body.startswith(PROFILE_CALL):
+        return line
+    return line[:len(line) - len(line.lstrip())] + PROFILE_CALL_DONE
 
 
 def describe_changes(changes: dict, source: str) -> str:

@@ -190,3 +190,14 @@ def test_a_near_duplicate_diff_is_refused_only_from_the_same_parent():
     assert v is not None and v.details["rule"] == "near_duplicate" and "experiment 4" in v.reason
     assert repeat_of(_ctx(b, [dict(earlier, parent="p0")])) is None, "a keep since then: may be revisited"
     assert repeat_of(_ctx(HONEST["depth"], [earlier])) is None, "a different idea"
+
+
+def test_the_profile_rewrite_of_a_bare_run_may_not_come_back():
+    """A tag's train.py carries its profile's values (its base commit drops runtime.use_profile_knobs):
+    a proposal that calls it again would make a run by hand differ from the loop's."""
+    from harness import knobs
+    base = knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0]
+    back = base.replace(knobs.PROFILE_CALL_DONE, "runtime.use_profile_knobs(__name__, prepare.PROFILE)")
+    assert back != base
+    v = check_source(base, back)
+    assert not v.ok and "use_profile_knobs" in v.reason and "harness" in v.details["rules"]

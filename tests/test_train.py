@@ -224,7 +224,12 @@ def test_train_py_is_the_reference_and_the_small_profiles_run_the_old_values(tin
     assert knobs.values(new)["DEPTH"] == 2
     # only the value lines change: a diff of the tag's base commit is the knob block alone
     changed = [i for i, (a, b) in enumerate(zip(source.splitlines(), cpu_source.splitlines())) if a != b]
-    assert len(changed) == len(CPU_VALUES) and max(changed) < source.splitlines().index("# Runtime") + 5
+    call = [i for i in changed if knobs.PROFILE_CALL in source.splitlines()[i]]
+    assert len(call) == 1 and cpu_source.splitlines()[call[0]].strip() == knobs.PROFILE_CALL_DONE
+    knob_lines = [i for i in changed if i not in call]
+    assert len(knob_lines) == len(CPU_VALUES) and max(knob_lines) < source.splitlines().index("# Runtime") + 5
+    # ... and the bare run's in-memory rewrite is gone, so the file runs as it reads
+    assert knobs.PROFILE_CALL not in cpu_source and knobs.PROFILE_CALL in source
 
 
 USE_PROFILE = """

@@ -16,7 +16,7 @@ from pathlib import Path
 from agent.judges.guard_rules import new_violations, scan, seed_constants
 from agent.judges.judge import near_duplicates
 from agent.judges.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
-from harness.knobs import code_fingerprint, read_knobs, values
+from harness.knobs import PROFILE_CALL, code_fingerprint, read_knobs, values
 from harness.records import ExperimentRecord
 
 # The one file the loop may change.
@@ -70,6 +70,10 @@ def check_source(old_source: str, new_source: str) -> GuardVerdict:
     dropped = [h for h in HARNESS_HOOKS if new_source.count(h) < old_source.count(h)]
     if dropped:
         problems.append(f"harness: train.py no longer reads {', '.join(dropped)}")
+        rules.append("harness")
+    if new_source.count(PROFILE_CALL) > old_source.count(PROFILE_CALL):
+        problems.append("harness: a tag's train.py carries its profile's knob values; runtime.use_profile_knobs "
+                        "would make a run by hand differ from the loop's")
         rules.append("harness")
     if old_budget_refs and not new_budget_refs:
         problems.append("budget: train.py no longer uses prepare.TIME_BUDGET to end training")
