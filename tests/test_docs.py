@@ -24,7 +24,7 @@ DATA_HEX = {"015a2b47a3cf", "c5041bea99d7", "9a08fe62292d", "a1b2c3d4e5f6", "abc
 # A hex string a few words after "fingerprint" is one (prepare.py prints 12 hex digits).
 FINGERPRINT_BEFORE = re.compile(r"fingerprint\W{0,4}$", re.I)
 ISSUE = re.compile(r"\b(?:[Ii]ssues?|PR|[Pp]ull request)\s*#?\d+|(?<![\w&/])#\d{1,5}\b")
-# The .py form: "issue 12", "issues 20 and 22" ("#3" is data in tests' strings, not checked here).
+# The .py form: the word issue (or issues) and a number ("#3" is data in tests' strings, not checked).
 PY_ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
