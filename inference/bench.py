@@ -29,7 +29,7 @@ from inference.runs import REPO, Kept, find_kept, import_source, kept_commits, l
 REPEATS = 3  # timings are the best of this many: the least disturbed by the shared machine
 DECODE_STEPS = 64  # tokens decoded per timing (capped by the context left after the prompt)
 DECODE_PROMPT_FRAC = 0.25  # decode starts after a prompt of this fraction of the context
-BATCHES = (1, 8)  # decode batch sizes the issue asks for
+BATCHES = (1, 8)  # decode batch sizes: one stream, and a small serving batch
 
 
 def _sync(device):

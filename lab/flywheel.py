@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
 
-VERDICT_MARGIN = 0.02  # the issue's +-2% relative validation loss
+VERDICT_MARGIN = 0.02  # +-2% relative validation loss: a smaller change is called neutral
 REPEAT_MAX = 0.5  # at most this fraction of a continuation's token 4-grams may be repeats
 DIVERSITY_MIN = 0.25  # distinct tokens / tokens at least this (a loop of a few tokens fails)
 NEAR_DUP_MAX = 0.7  # character 5-gram Jaccard above this to a survivor or the seed: a duplicate

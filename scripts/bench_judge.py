@@ -70,7 +70,7 @@ CAL_SEEDS = {0.0: 4, 0.2: 3, 0.4: 3, 0.7: 3, 1.0: 3}
 CAL_SEED_BASE = 5000           # never a loop seed (those are 1000 + 16 (n - 1) + r)
 QUICK = {"nulls": 20, "gains": {3: 5, 5: 5}}
 FULL = {"nulls": 24, "gains": {1: 3, 2: 3, 3: 5, 5: 5}}
-# The goal (issue 21): at most 1 null kept in 20, at least 9 in 10 gains of 3 sigma or more.
+# The goal: at most 1 null kept in 20, at least 9 in 10 gains of 3 sigma or more.
 GOAL_NULL_RATE = 1 / 20
 GOAL_GAIN_RATE = 9 / 10
 

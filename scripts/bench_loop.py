@@ -9,7 +9,7 @@ and the overhead (wall minus training) split into startup (process start, import
 warm-up steps, saving the model), eval (train.py's own; 0 in the loop, where runs are sealed),
 verify (the trusted evaluation: the one evaluation per run, in its own sandboxed process), git and
 proposal (time the loop waited for a proposal). The duty cycle is sum(training_seconds) / loop
-wall time. Targets (issue 9): overhead <= 3% of a 300 s budget on a GPU, <= 6% on the 2-core CPU.
+wall time. Targets: overhead <= 3% of a 300 s budget on a GPU, <= 6% on the 2-core CPU.
 Figures go to out/bench_loop.json too.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = ("prepare.py", "runtime.py", "attention.py", "train.py", "program.md")
-# The overhead target of the issue, as a fraction of the default 300 s budget.
+# The overhead targets (a GPU, the 2-core CPU), as a fraction of the default 300 s budget.
 TARGET_FRACTION = 0.03
 TARGET_FRACTION_CPU = 0.06
 OUT = REPO / "out" / "bench_loop.json"

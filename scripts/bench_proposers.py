@@ -6,7 +6,7 @@
 Each search gets a night of the real loop (agent/loop.py's Loop: the judge hierarchy, sealed runs,
 the trusted evaluation) from scripts/bench_judge.py's handicapped baseline (LOGIT_SOFTCAP 3.0,
 the tiny profile, AUTORESEARCH_STEPS fixed steps per run), or with --base tuned from the base a
-new tag starts from (train.py at the profile's values: where issue 21 saw the all-knob draws), in
+new tag starts from (train.py at the profile's values: where a user's night starts), in
 a throwaway repository of its own,
 until it has spent RUNS training runs. Prints, per search: experiments, runs, keeps, knobs moved
 per proposal and the best val_bpb; writes <out>/bench_proposers.json.

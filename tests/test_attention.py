@@ -103,7 +103,7 @@ def test_probe_picks_sdpa_on_cpu_and_honours_forcing(monkeypatch, capsys):
     attn.set_backend("sdpa")
 
 
-# --- issue 12: device keys, dtypes the model really feeds, the probe fed those dtypes ---------
+# --- device keys, dtypes the model really feeds, the probe fed those dtypes ---------
 
 BF16_AUTOCAST_CPU = dict(device_type="cpu", dtype=torch.bfloat16)
 

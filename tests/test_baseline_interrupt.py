@@ -1,4 +1,4 @@
-"""Ctrl-C during the second baseline run keeps the first, finished measurement (issue 11, item 2),
+"""Ctrl-C during the second baseline run keeps the first, finished measurement,
 and a resumed tag then goes on from it instead of measuring the baseline again."""
 import json
 import signal

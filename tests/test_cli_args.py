@@ -1,4 +1,4 @@
-"""Argument validation and clean starts (issue 11, items 6 and 7).
+"""Argument validation and clean starts.
 
 Bad arguments end with a clear message and exit 2 before anything exists (no branch, no
 worktree, no state.json); Ctrl-C or kill -9 during the first data preparation leaves no tag that

@@ -1,4 +1,4 @@
-"""The console's phase feedback (issue 11, item 1): the rich panel rendered to a string.
+"""The console's phase feedback: the rich panel rendered to a string.
 
 During training the panel shows step, loss, tok/s and the *training* clock parsed from the
 running log (apart from the wall clock since launch, which includes startup) and the log's path;

@@ -59,7 +59,7 @@ def test_experiment_pages_show_git_diffs_verdicts_log_and_trace(demo):
     assert html.escape(kept["hypothesis"]) in page
     assert "MetaJudge" in page and "Judge" in page and kept["verdicts"]["judge"]["reason"] in page
     assert "val_bpb:" in page                               # log tail (the summary block)
-    # the runs the decision rested on, the bar, the noise and the probability (issue 21)
+    # the runs the decision rested on, the bar, the noise and the probability
     ev = kept["evidence"]
     assert "<h2>Evidence</h2>" in page and "P(better)" in page and "0.9950" in page
     assert f"{ev['candidate']['runs'][1]['bpb']:.6f}" in page and str(ev["candidate"]["runs"][1]["seed"]) in page

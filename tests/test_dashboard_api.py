@@ -128,4 +128,4 @@ def test_jsonl_reader_is_incremental_and_waits_for_whole_lines(tmp_path):
     assert [r["a"] for r in data.read_jsonl(p).records] == [8]
 
 
-# ---------------------------------------------------------------- issue 11: honest figures on screen
+# ---------------------------------------------------------------- honest figures on screen

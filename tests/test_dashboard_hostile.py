@@ -1,4 +1,4 @@
-"""The dashboard under hostile input (issue 10): every request gets a valid page or a clear 4xx.
+"""The dashboard under hostile input: every request gets a valid page or a clear 4xx.
 
 Run files are written by a loop that may crash mid-line, by models, or by hand; requests may come
 from any page the browser has open. Each test loops over routes and values and asserts that no

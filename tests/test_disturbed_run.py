@@ -1,9 +1,9 @@
-"""Issue 21's case, with real processes: an honest baseline repeat slowed by a competing process.
+"""A disturbed baseline, with real processes: an honest baseline repeat slowed by a competing process.
 
 A stand-in train.py (no torch: fixed CPU work per step, pinned to one core; the dt it prints is CPU
 time, so the within-run check, tested in test_judge_stats.py, stays out of this case) runs three or
 more times under harness.runner.run_train, the harness clock timing its step lines; during the
-second run busy processes, each in its own session, share its core. The judge gets those real RunResults (with the values the issue saw:
+second run busy processes, each in its own session, share its core. The judge gets those real RunResults (with the values once seen on a shared machine:
 1.396 for the honest run, 1.527 for the slowed one) and must rerun the slowed one instead of
 counting it, keeping the band at the honest runs' noise. Seconds, not a training."""
 import os

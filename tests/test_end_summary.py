@@ -1,4 +1,4 @@
-"""The end of a run (issue 11, item 5): best val_bpb and commit, counts, wall time, cost, where the
+"""The end of a run: best val_bpb and commit, counts, wall time, cost, where the
 results are and the dashboard command, printed when the loop stops (--max-experiments, Ctrl-C)."""
 import json
 import signal

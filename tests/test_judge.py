@@ -112,7 +112,7 @@ def _judge(h, ctx, bpb):
 
 
 def test_baseline_repeats_then_confirmed_keep_then_contested_escalation(tmp_path):
-    # issue 21 changed this protocol: a keep is never made on one run, and the bar is a t-test's
+    # a keep is never made on one run, and the bar is a t-test's
     # margin, not 2 x the spread of two runs (tests/test_judge_stats.py covers the rule itself)
     h = JudgeHierarchy(baseline_repeats=3)
     assert _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.000).rerun
@@ -193,7 +193,7 @@ def test_efficiency_keeps_a_cheaper_model_inside_the_band():
     worse = rule_opinion(trusted_bpb=BEST + 2 * th, best_bpb=BEST, band=BAND, lines=LINES, serving=SAVES)
     assert worse.status == "discard"   # beyond the band, cheaper does not buy quality back
     # inside the band but worse by more than half of it: a regression the noise may hide, not a tie
-    # (the figures of scripts/bench_proposers.py's TPE night, exp 16: kept as "equal" before)
+    # (measured figures that a rule counting the whole band as "equal" kept)
     night = rule_opinion(trusted_bpb=2.519509, best_bpb=2.430060, band=Margin.of(0.035576, 0.092587, 0.0),
                          lines=LINES, serving=SAVES)
     assert night.status == "discard" and "not an equal result" in night.reason, night.reason

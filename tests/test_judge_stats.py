@@ -186,8 +186,8 @@ def test_a_change_between_keep_and_futility_is_contested_after_max_runs(tmp_path
 
 
 def test_two_runs_far_apart_are_not_a_keep_on_the_pooled_sigma(tmp_path):
-    """The TPE night's exp 7 (scripts/bench_proposers.py): two runs 17 sigma apart, their mean
-    better, kept at P(better) 0.9994 on the tag's small sigma. Runs the noise does not explain
+    """Two measured runs 17 sigma apart, their mean better, would be kept at P(better) 0.9994 on
+    the tag's small sigma. Runs the noise does not explain
     (a change that makes training erratic) are judged on their own spread, and run again."""
     h = JudgeHierarchy(baseline_repeats=5)
     best = best_of(baseline(h, tmp_path))
@@ -212,7 +212,7 @@ def test_two_runs_far_apart_are_not_a_keep_on_the_pooled_sigma(tmp_path):
 
 
 def test_a_real_gain_with_one_tail_run_is_kept_once_its_runs_show_which_one(tmp_path):
-    # the quick bench's exp 30 (2026-12-02): a 5-sigma gain whose second run was a tail run 0.1
+    # measured runs of a 5-sigma gain (the judge bench) whose second run was a tail run 0.1
     # worse. Two runs that far apart are run again; with a third that agrees with the first, the
     # tail run is the noise's and the gain is kept on a mean that still counts it
     h = JudgeHierarchy(baseline_repeats=5)
@@ -277,7 +277,7 @@ def _log(tmp_path, name, dts, header=True):
 
 def test_the_issue_case_a_baseline_repeat_slowed_by_a_competing_process(tmp_path):
     """Run 2 of the baseline trained at 400 tok/s against 6,800 and came out 1.527 vs 1.396: it is
-    rerun, never a noise sample, and the band stays the honest runs' (issue 21)."""
+    rerun, never a noise sample, and the band stays the honest runs'."""
     h = JudgeHierarchy(baseline_repeats=3)
     fast, slow = 0.30, 0.30 * 6800 / 400
     d1 = decide(h, ctx(tmp_path, 1, BASE, None), 1.396, run(_log(tmp_path, "1.log", [fast] * 20), fast))
@@ -348,7 +348,7 @@ def test_one_wild_run_cannot_blow_up_sigma():
 
 
 def test_an_erratic_commit_does_not_widen_the_tag_s_sigma():
-    # the TPE night's exp 7, run five times (sd 0.045), next to a baseline of sd 0.006: left out of
+    # that erratic commit's runs, five of them (sd 0.045), next to a baseline of sd 0.006: left out of
     # the pool whole (its one outlier leaving could not make it look like noise), sigma stays
     base = [3.0093, 3.0144, 3.0099, 3.0074, 3.0217]
     tpe7 = [2.868283, 2.970102, 2.882582, 2.860992, 2.928301]

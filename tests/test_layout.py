@@ -113,7 +113,7 @@ EXTERNAL_GETS = ("os.environ.get(", "request.args.get(", "request.headers.get(",
 
 
 def test_records_are_read_through_their_types():
-    """Issue 22: no `.get("...")` reads a record in agent/ or dashboard/: run.json, the incumbent,
+    """No `.get("...")` reads a record in agent/ or dashboard/: run.json, the incumbent,
     a run's summary and clock, the verdicts, the journal's other kinds, the traces, a proposal's
     info and a re-measurement each have a type (harness/records.py, harness/journal_records.py,
     agent/proposing.py ProposalInfo) and are read through it."""

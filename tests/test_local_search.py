@@ -143,7 +143,7 @@ def test_an_unproven_gain_goes_twice_as_far_the_same_way(tmp_path):
 
 def test_a_proposal_made_on_a_candidate_in_flight_takes_that_one_as_its_incumbent(tmp_path):
     # the loop proposes n + 1 on top of n while n trains, and uses it only if n is kept: so n's move
-    # is its momentum, not the best's (which the night had already followed)
+    # is its momentum, not the best's (which an earlier proposal had already followed)
     a_up = knobs.set_knobs(SMALL, {"A_LR": 0.02})
     hist = [rec(1, SMALL, "keep"), rec(2, a_up, "keep", parent="c1")]
     ask(tmp_path, SMALL, hist[:1], 2)

@@ -1,4 +1,4 @@
-"""A night you can afford (issue 21): --max-cost and the crash-streak hand-over, through the real loop
+"""A night you can afford: --max-cost and the crash-streak hand-over, through the real loop
 and the real anthropic client against the local Messages API server (tests/fake_anthropic.py)."""
 import json
 from types import SimpleNamespace

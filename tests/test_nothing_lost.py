@@ -1,4 +1,4 @@
-"""Nothing lost (issue 10): torn record files, a full disk, a refused second loop, ignored run files.
+"""Nothing lost: torn record files, a full disk, a refused second loop, ignored run files.
 
 The full-disk tests use a REAL small filesystem: a tmpfs mounted for the test (needs root, as in
 this project's CI container). Where mounting is not allowed they fall back to RLIMIT_FSIZE (the
@@ -139,7 +139,7 @@ def _agree(wt: Path, n: int):
 def test_resume_rebuilds_a_torn_results_row_from_the_journal(tmp_path):
     repo, env, wt = _two_experiments(tmp_path, "tr")
     whole = (wt / "results.tsv").read_bytes()
-    (wt / "results.tsv").write_bytes(whole[:-3])   # the issue's cut: 5 fields, description shortened
+    (wt / "results.tsv").write_bytes(whole[:-3])   # a cut seen in practice: 5 fields, description shortened
     p = run_loop(repo, env, "--tag", "tr", "--budget", "1", "--max-experiments", "3", "--resume")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "results.tsv: cut a torn last line" in p.stdout

@@ -130,7 +130,7 @@ def test_noise_band_comes_from_the_record_that_carries_the_baseline(tmp_path):
     d = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.004)
     rec = ExperimentRecord(n=1, status="keep", trusted_bpb=d.trusted_bpb, verdicts=d.verdicts)
     band = rec.noise_band()
-    # issue 21: k is no longer a fixed 2 but the t-test's margin over sigma (here 1 df: t_0.99 = 31.8)
+    # k is not a fixed 2 but the t-test's margin over sigma (here 1 df: t_0.99 = 31.8)
     assert band.values == [1.000, 1.004] and band.k == pytest.approx(h.band.k) and band.k > 2
     assert band.spread == pytest.approx(h.band.spread) and band.threshold == pytest.approx(h.band.threshold)
     later = ExperimentRecord(n=2, verdicts={"judge": {"spread": 0.1, "threshold": 0.2}})
@@ -186,7 +186,7 @@ def test_the_rule_judge_and_the_hierarchy_set_the_basis_not_the_reason(tmp_path)
         base = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), v)
     assert base.basis is Basis.BASELINE and base.verdicts["judge"]["basis"] == "baseline"
     best = {"commit": "b" * 40, "val_bpb": 1.0}
-    _judge(h, _ctx(tmp_path, 2, "c" * 40, best), 0.9)   # a keep is confirmed by a second run (issue 21)
+    _judge(h, _ctx(tmp_path, 2, "c" * 40, best), 0.9)   # a keep is confirmed by a second run
     kept = _judge(h, _ctx(tmp_path, 2, "c" * 40, best), 0.902)
     assert kept.status == "keep" and kept.basis is Basis.METRIC
     bad = h._integrity(_ctx(tmp_path, 3, None, best), VerifyResult(False, "the artifact is missing"))

@@ -1,4 +1,4 @@
-"""No secret on the console (issue 10): SDK failures are one scrubbed, rate-limited line each.
+"""No secret on the console: SDK failures are one scrubbed, rate-limited line each.
 
 The Braintrust test runs the real SDK in a subprocess against a local HTTP server that answers 500
 and echoes the request headers (so its replies carry the API key), with BRAINTRUST_API_KEY set to

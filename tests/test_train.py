@@ -263,7 +263,7 @@ def test_wsd_schedule_under_a_step_budget():
     assert [train.in_decay(s, 0.0, plan) for s in (5, 6)] == [False, True]
 
 
-# --- issue 12: peak FLOPs by exact name, MFU arithmetic, the reference Muon, offline hub ----------
+# --- peak FLOPs by exact name, MFU arithmetic, the reference Muon, offline hub ----------
 
 
 def test_peak_flops_match_exact_device_names(capsys):

@@ -42,8 +42,8 @@ EFFICIENCY_MARGIN = 0.10
 EFFICIENCY_MAX_GROWTH = 0.01
 # An "equal result" (a simplicity or efficiency keep) may measure worse than the best by at most
 # this fraction of the band. Half the band is ~1.3 standard errors (P(better) ~0.1); worse than that
-# is more likely a regression the noise hides than a tie. With the whole band, scripts/
-# bench_proposers.py's TPE night (2026-12-02) kept a model 0.0895 worse (P(better) 0.012) as equal.
+# is more likely a regression the noise hides than a tie: with the whole band, a model measured
+# 0.0895 worse (P(better) 0.012) counted as equal and was kept as cheaper to serve.
 EQUAL_LOSS_BANDS = 0.5
 # A knob line of train.py as a diff shows it: "+MATRIX_LR = 0.04  # comment".
 KNOB_LINE_RE = re.compile(r"^[+-]([A-Z][A-Z0-9_]*) = ([^#\s]+)")

@@ -16,12 +16,12 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
 - A side whose own runs disagree beyond the tag's noise (two runs more than OUTLIER_T pooled
   sigmas apart, or runs that still do with their one outlier left out: a change that makes
   training erratic) is not described by the pooled sigma: its variance is its own runs' (Welch's se and df), so two
-  runs 17 sigma apart cannot make a keep (they did, in a TPE night of scripts/bench_proposers.py:
-  exp 7, runs 2.868 and 2.970 against an incumbent at 2.959, kept at P(better) 0.9994). Such a
+  runs 17 sigma apart cannot make a keep (on the pooled sigma their mean would claim a precision
+  neither run has, and a proposer paid for a lower number finds such recipes). Such a
   candidate is run again up to MAX_RUNS, never discarded as faded on that se alone. Nor is an
   erratic commit a noise sample: one whose runs vary improbably much next to the others' (F test
-  at ERRATIC_P) is left out of the pooled sigma whole (that commit's five runs in the night's
-  rerun, sd 0.045, had widened the tag's sigma from 0.006 to 0.031).
+  at ERRATIC_P) is left out of the pooled sigma whole (five runs at sd 0.045 would widen a tag's
+  sigma of 0.006 to 0.031, and every other comparison with it).
 - p_better = T_df(t): the probability that the candidate is better, under a flat prior. A keep
   needs p_better >= P_KEEP on at least MIN_KEEP_RUNS runs of the candidate's own.
 - Sequential: after one run, a candidate that is not below the incumbent's mean is discarded (most

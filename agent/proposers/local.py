@@ -15,9 +15,9 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
 3. an unproven gain twice as far: a single step from this incumbent that looked better but was
    not proven (P(better) >= PAIR_P in the judge's evidence) goes JUMP_STEPS steps the same way;
-4. a pair: two such steps together: the evidence for a jump, tried as soon as it is there (a night
-   of scripts/bench_proposers.py spent half its runs on three such steps, each ~1-2 sigma, and
-   never reached the pair while untried single steps were left);
+4. a pair: two such steps together: the evidence for a jump, tried as soon as it is there (else
+   the runs go to confirming ~1-2 sigma steps one by one, and the pair waits behind every untried
+   single step);
 5. untried single steps: the model's size and the tokens per step first (SIZE_KNOBS), then the
    curated knobs of harness/search/space.py (learning rates, decay, betas, softcap), then the
    rest; knobs not yet moved from this incumbent before those that were, in a deterministic order
@@ -42,9 +42,9 @@ from harness.results import MAX_DESCRIPTION
 from harness.search.space import DEFAULT_SPECS
 
 # A log-scale knob moves by this factor, a linear one (a fraction, a beta) by 1/LIN_STEPS of its
-# search range. At x1.41 and 1/6 the bench's single steps measured ~1-2 sigma at best (three of
-# them contested for half a night's runs, scripts/bench_proposers.py), at 0.1% nothing: a step
-# must be large enough for the judge to resolve, since it keeps nothing below ~3 sigma.
+# search range. Steps of x1.41 and 1/6 moved val_bpb by ~1-2 sigma at best, which leaves the judge
+# contested after five runs each, and 0.1% by nothing: a step must be large enough for the judge
+# to resolve, since it keeps nothing below ~3 sigma.
 STEP_FACTOR = 2.0
 LIN_STEPS = 4
 # A momentum move takes this many steps at once.
@@ -53,12 +53,11 @@ JUMP_STEPS = 2
 PAIR_P = 0.8
 # The other way of a discarded step is tried only when the step came out worse than the noise
 # (P(better) at most this, t below ~-0.85): a step that measured flat says the knob is flat there,
-# and its mirror is no better a bet than an untried knob (the bench spent half its runs on mirrors).
+# and its mirror is no better a bet than an untried knob.
 OTHER_WAY_P = 0.2
 # The knobs that set the model's size and the tokens per step are stepped before the others: in a
-# short budget they move val_bpb most (TPE's kept draws in scripts/bench_proposers.py's nights grew
-# or shrank the model and doubled the batch, while learning-rate steps measured flat; stepped first,
-# the local night's keeps went from 2 to 5, README), and a step of one is also a step in cost: a
+# short budget they move val_bpb most (the sampler's kept draws grew or shrank the model and doubled
+# the batch, while learning-rate steps measured flat), and a step of one is also a step in cost: a
 # smaller model that measures the same is kept as cheaper to serve.
 SIZE_KNOBS = ("DEPTH", "ASPECT_RATIO", "TOTAL_BATCH_SIZE")
 # A sampler draw after the neighbourhood is exhausted moves at most this many knobs.
@@ -189,8 +188,8 @@ class LocalProposer:
                  for r in req.tried() if r.knob_values is not None and r.code_id}
         tried.add((code, tuple(sorted((k, repr(v)) for k, v in base.items()))))
         # made on top of a candidate still training, it is used only if that one is kept: so that
-        # one is its incumbent (a night's proposal made on exp 8 while the best was exp 4 took exp
-        # 4's momentum, a step exp 6 had already tried, onto exp 8)
+        # one is its incumbent (from the best it would carry the best's momentum onto the candidate,
+        # a step the candidate's own history may already have tried)
         on = _building_on(req.pending, base, code)
         incumbent = on.commit if on is not None else req.best["commit"] if req.best else None
         moves = _moves(req.history, req.pending, on)
