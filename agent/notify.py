@@ -208,6 +208,4 @@ def _evidence(rec: ExperimentRecord) -> str:
 
 def _escalations(rec: ExperimentRecord) -> list[tuple[str, int | None]]:
     """(kind, queue item id) of each escalation the judge recorded (agent/judges/escalation.py)."""
-    raw = rec.judge.get("escalations")
-    return [(e["kind"], e.get("id") if isinstance(e.get("id"), int) else None)
-            for e in (raw if isinstance(raw, list) else []) if isinstance(e, dict) and isinstance(e.get("kind"), str)]
+    return rec.escalations

@@ -74,6 +74,14 @@ class VerdictReads:
         jd = self.judge
         return {k: jd.get(k) for k in FIGURE_KEYS}
 
+    @property
+    def escalations(self) -> list[tuple[str, int | None]]:
+        """(kind, queue item id or None) of each escalation the judge recorded."""
+        raw = self.judge.get("escalations")
+        return [(e["kind"], e.get("id") if isinstance(e.get("id"), int) else None)
+                for e in (raw if isinstance(raw, list) else [])
+                if isinstance(e, dict) and isinstance(e.get("kind"), str)]
+
     def verdict_cost(self) -> float:
         """What the judges' own LLM calls cost (each verdict's cost_usd)."""
         return sum(fnum(v.get("cost_usd")) or 0.0 for v in as_dict(self.verdicts).values() if isinstance(v, dict))
