@@ -59,7 +59,7 @@ if [ ! -f harness_profile.json ]; then
 fi
 mkdir -p "$OUT"
 echo "== sweep"
-uv run python -m harness.search.hyperband sweep --max-steps "$SWEEP_MAX_STEPS" --min-steps "$SWEEP_MIN_STEPS" \
+uv run python -m harness.search sweep --max-steps "$SWEEP_MAX_STEPS" --min-steps "$SWEEP_MIN_STEPS" \
     --eta "$SWEEP_ETA" --policy prior --warm-prior "$PRIOR_STORE" --out "$OUT/sweep" $SWEEP_ARGS
 
 echo "== benchmark the winner (full wall-clock budget)"

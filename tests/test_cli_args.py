@@ -233,14 +233,14 @@ def test_harness_clis_help(module, expect, capsys):
 
 
 def test_hyperband_help_names_the_real_command():
-    p = subprocess.run([sys.executable, "-m", "harness.search.hyperband", "--help"], cwd=REPO, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "harness.search", "--help"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
-    assert p.returncode == 0 and "python -m harness.search.hyperband sweep [options]" in p.stdout
+    assert p.returncode == 0 and "python -m harness.search sweep [options]" in p.stdout
     assert "see --help" not in p.stdout + p.stderr
-    sub = subprocess.run([sys.executable, "-m", "harness.search.hyperband", "sweep", "--help"], cwd=REPO,
+    sub = subprocess.run([sys.executable, "-m", "harness.search", "sweep", "--help"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
-    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.search.hyperband sweep")
-    none = subprocess.run([sys.executable, "-m", "harness.search.hyperband"], cwd=REPO, capture_output=True, text=True,
+    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.search sweep")
+    none = subprocess.run([sys.executable, "-m", "harness.search"], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert none.returncode == 2 and "usage:" in none.stderr
 

@@ -1,9 +1,10 @@
 """The architecture as the folders show it: harness/ never imports agent/ or dashboard/, and no
 module imports itself back through others (an import circle), counting imports inside functions
-(a lazy import is still a dependency; only a module's `if __name__ == "__main__":` block, its
-command line, is left out); and agent/ and dashboard/ read the run's records through their types."""
+and in `if __name__ == "__main__":` blocks (a lazy import, or a command line's, is still a
+dependency); and agent/ and dashboard/ read the run's records through their types."""
 import ast
 import re
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -16,16 +17,12 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path, known: set[str]) -> set[str]:
-    """The known modules this file imports anywhere but in its __main__ block."""
+    """The known modules this file imports anywhere, its __main__ block included."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    main = {id(n) for top in tree.body if isinstance(top, ast.If) and "__main__" in ast.unparse(top.test)
-            for n in ast.walk(top)}
     name = module_name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
     for node in ast.walk(tree):
-        if id(node) in main:
-            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -82,9 +79,21 @@ def test_no_import_circles():
 
 
 def test_the_checker_finds_a_circle():
-    """The checker itself: a lazy import back is a circle, a __main__ block's is not."""
+    """The checker itself: a circle of three is found, a chain is not."""
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(g) == [["a", "b", "c"]] and cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_main_block_import_counts(tmp_path, monkeypatch):
+    """An import inside `if __name__ == "__main__":` is a dependency like any other."""
+    pkg = tmp_path / "harness"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import harness.b\n")
+    (pkg / "b.py").write_text("if __name__ == '__main__':\n    from harness import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    known = {"harness.a", "harness.b"}
+    assert imports(pkg / "b.py", known) == {"harness.a"}
+    assert cycles({m: imports(pkg / f"{m.split('.')[1]}.py", known) for m in known}) == [["harness.a", "harness.b"]]
 
 
 def test_harness_never_imports_agent_or_dashboard():

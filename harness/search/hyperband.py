@@ -281,17 +281,3 @@ def run_schedule(executor, plan: list[Bracket],
             on_result(res, rec["cum_steps"])
     return [records[t] for t in order]
 
-
-if __name__ == "__main__":     # `python -m harness.search.hyperband sweep ...` runs harness/search/sweep.py's CLI
-    import sys
-    USAGE = ("usage: python -m harness.search.hyperband sweep [options]\n\n"
-             "Hyperband over train.py's knobs: the same command as `python -m harness.search.sweep`.\n"
-             "`python -m harness.search.hyperband sweep --help` lists the options; docs/hyperband.md explains them.")
-    if sys.argv[1:2] in (["-h"], ["--help"]):
-        print(USAGE)
-        sys.exit(0)
-    if sys.argv[1:2] != ["sweep"]:
-        print(USAGE, file=sys.stderr)
-        sys.exit(2)
-    from harness.search.sweep import main
-    sys.exit(main(sys.argv[2:], prog="python -m harness.search.hyperband sweep"))

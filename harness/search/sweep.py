@@ -7,7 +7,7 @@ rung result is fed back to the prior (when there is one), and every task is writ
 `<out>/sweep.jsonl` as it finishes, so a killed sweep loses nothing already measured.
 
 CLI: `uv run python -m harness.search.sweep --max-steps 81 --min-steps 3 --out out/sweep`
-(also reachable as `python -m harness.search.hyperband sweep ...`); `--executor local|ray
+(also reachable as `python -m harness.search sweep ...`); `--executor local|ray
 [--ray-address ADDR] [--gpus-per-task 1]` runs the tasks on the loop's executors (a Ray cluster
 included) instead of the local process pool.
 """
