@@ -151,6 +151,8 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
             sp.log(output={"ok": guard.ok, "reason": guard.reason})
         if not _commit(loop, a):                                      # 6. commit
             guard = GuardVerdict(False, "the proposal does not change train.py")
+            # a commit of its own all the same: its row never repeats the parent's commit
+            a.commit = _timed_git(a, gitops.commit_empty, loop.files.worktree, commit_message(a.proposal))
         if not guard.ok:
             loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
             return record(loop, a, old_source, None,
@@ -464,8 +466,11 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
             raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
         append_journal(loop.files.journal_path, rec.to_dict())
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
-        # there is one, so a forged printed val_bpb never appears as the result.
-        append_result(loop.files.results_path, commit, bpb, rec.memory_gb, status, rec.description)
+        # there is one, so a forged printed val_bpb never appears as the result (row_bpb).
+        # A baseline try that was not kept stays in the journal only (ExperimentRecord.in_results):
+        # the table's first row is the kept baseline, and no commit is on two rows.
+        if rec.in_results:
+            append_result(loop.files.results_path, commit, rec.row_bpb, rec.memory_gb, status, rec.description)
         t0 = time.monotonic()
         if status == "keep":
             branch = loop.files.branch_worktree or loop.files.worktree   # a worker's own worktree is not the branch's
