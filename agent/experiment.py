@@ -27,7 +27,7 @@ from harness.clock import ClockReference
 from harness.executors.base import Executor
 from harness.pinned import Seal
 from harness.records import Basis, Best, ExperimentRecord, RunInfo
-from harness.results import append_journal, append_result
+from harness.results import append_journal, append_record
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.local import LocalExecutor
 from harness.executors.shared import SharedExecutor
@@ -469,8 +469,7 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         # there is one, so a forged printed val_bpb never appears as the result (row_bpb).
         # A baseline try that was not kept stays in the journal only (ExperimentRecord.in_results):
         # the table's first row is the kept baseline, and no commit is on two rows.
-        if rec.in_results:
-            append_result(loop.files.results_path, commit, rec.row_bpb, rec.memory_gb, status, rec.description)
+        append_record(loop.files.results_path, rec)
         t0 = time.monotonic()
         if status == "keep":
             branch = loop.files.branch_worktree or loop.files.worktree   # a worker's own worktree is not the branch's
