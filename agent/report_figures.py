@@ -52,12 +52,7 @@ def device_seconds(rec: ExperimentRecord) -> float:
     (verdicts.reruns: the baseline's repeats, confirming runs) with an evaluation of the same cost."""
     evaluation = fnum(rec.verify_seconds) or 0.0
     out = (rec.timing("run") or 0.0) + evaluation
-    for rerun in rec.reruns:
-        summary = rerun.get("summary") if isinstance(rerun.get("summary"), dict) else {}
-        ran = fnum(summary.get("total_seconds"))
-        if ran is not None:
-            out += ran + evaluation
-    return out
+    return out + sum(ran + evaluation for ran in rec.rerun_seconds())
 
 
 def records_from_results(path: Path) -> list[ExperimentRecord]:

@@ -336,6 +336,11 @@ class ExperimentRecord(VerdictReads):
         raw = as_dict(self.verdicts).get("reruns")
         return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
 
+    def rerun_seconds(self) -> list[float]:
+        """train.py's total_seconds of each earlier run of this decision that finished (reruns)."""
+        out = [fnum(as_dict(r.get("summary")).get("total_seconds")) for r in self.reruns]
+        return [v for v in out if v is not None]
+
     def clock_runs(self) -> list[dict]:
         """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""
         return [c for c in [self.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]
