@@ -27,7 +27,7 @@ from harness.clock import ClockReference
 from harness.executors.base import Executor
 from harness.pinned import Seal
 from harness.records import Basis, Best, ExperimentRecord, RunInfo
-from harness.results import append_journal, append_result
+from harness.results import append_journal, append_record
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.local import LocalExecutor
 from harness.executors.shared import SharedExecutor
@@ -151,6 +151,8 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
             sp.log(output={"ok": guard.ok, "reason": guard.reason})
         if not _commit(loop, a):                                      # 6. commit
             guard = GuardVerdict(False, "the proposal does not change train.py")
+            # a commit of its own all the same: its row never repeats the parent's commit
+            a.commit = _timed_git(a, gitops.commit_empty, loop.files.worktree, commit_message(a.proposal))
         if not guard.ok:
             loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
             return record(loop, a, old_source, None,
@@ -464,8 +466,10 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
             raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
         append_journal(loop.files.journal_path, rec.to_dict())
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
-        # there is one, so a forged printed val_bpb never appears as the result.
-        append_result(loop.files.results_path, commit, bpb, rec.memory_gb, status, rec.description)
+        # there is one, so a forged printed val_bpb never appears as the result (row_bpb).
+        # A baseline try that was not kept stays in the journal only (ExperimentRecord.in_results):
+        # the table's first row is the kept baseline, and no commit is on two rows.
+        append_record(loop.files.results_path, rec)
         t0 = time.monotonic()
         if status == "keep":
             branch = loop.files.branch_worktree or loop.files.worktree   # a worker's own worktree is not the branch's

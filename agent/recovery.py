@@ -65,7 +65,7 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
         records.append(rec)
     table = read_results(files.results_path)
     notes += [f"results.tsv {p} (left as is)" for p in table.problems]
-    notes += _match_records_and_rows(files, records, table.rows)
+    notes += _match_records_and_rows(files, records, table)
 
     for rec in records:
         ref = rec.discarded_ref
@@ -130,45 +130,63 @@ def _pending(files: RunFiles, records, base, last_kept, notes) -> Attempt | None
     return a
 
 
-def _match_records_and_rows(files: RunFiles, records: list[ExperimentRecord], rows: list) -> list[str]:
-    """Align journal records and results.tsv rows in order; rebuild what either side lacks."""
-    row_of = {j: i for i, j in match_rows(rows, records).items()}   # record index -> row index
+def _match_records_and_rows(files: RunFiles, records: list[ExperimentRecord], table) -> list[str]:
+    """Align journal records and results.tsv rows in order; rebuild what either side lacks. A
+    record that has no row by design (a baseline try that was not kept) is left out."""
+    tabled = [r for r in records if r.in_results]
+    rows = table.rows
+    row_of = {j: i for i, j in match_rows(rows, tabled).items()}   # record index -> row index
     notes = []
-    missing = [i for i in range(len(records)) if i not in row_of]
+    missing = [i for i in range(len(tabled)) if i not in row_of]
     if missing:
-        notes += _rebuild_rows(files, records, rows, row_of, missing)
-    matched_rows = set(row_of.values())
+        notes += _rebuild_rows(files, tabled, table, row_of, missing)
+    # A row of a record without one by design (a failed baseline try, in a file written before
+    # they stayed in the journal only) is not an orphan: it stays as it is.
+    matched_rows = set(row_of.values()) | set(match_rows(rows, records))
     orphans = [j for j in range(len(rows)) if j not in matched_rows]
     if orphans:
-        notes += _recover_records(files, records, rows, row_of, orphans)
+        found = _recover_records(files, records, tabled, rows, row_of, orphans)
+        records += found
+        notes += [f"journal: recovered a minimal record of experiment {r.n} from results.tsv" for r in found]
     return notes
 
 
 def _row_of_record(r: ExperimentRecord) -> str:
-    return ResultRow(r.commit, r.decision_bpb, r.memory_gb, r.status, r.description or "").format()
+    return ResultRow(r.commit, r.row_bpb, r.memory_gb, r.status, r.description or "").format()
 
 
-def _rebuild_rows(files, records, rows, row_of, missing) -> list[str]:
-    """Insert the rows of `missing` records at their place; every other line stays as it was."""
+def _rebuild_rows(files, records, table, row_of, missing) -> list[str]:
+    """Put the rows of `missing` records at their place: a malformed line that is one of them
+    (its commit and status say so) is replaced where it stands, the others are inserted; every
+    other line stays as it was."""
+    rows = table.rows
     lines = files.results_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[1:]
     rec_at_line = {rows[j].line: i for i, j in row_of.items()}   # file line number -> record
-    todo, out = list(missing), []
+    bad = [ln for ln in table.lines if not ln.ok]
+    replaced = {bad[b].line: missing[m] for b, m in
+                match_rows(bad, [records[i] for i in missing], loose=True).items()} if bad else {}
+    rec_at_line.update(replaced)
+    todo, out = [i for i in missing if i not in replaced.values()], []
     for number, line in enumerate(lines, start=2):
         i = rec_at_line.get(number)
         while i is not None and todo and todo[0] < i:
             out.append(_row_of_record(records[todo.pop(0)]))
+        if number in replaced:
+            out.append(_row_of_record(records[replaced[number]]))
+            continue
         out.append(line if line.endswith("\n") else line + "\n")
     out += [_row_of_record(records[i]) for i in todo]
     rewrite_results(files.results_path, out)
-    return [f"results.tsv: rebuilt the missing row of experiment {records[i].n} from the journal"
-            for i in missing]
+    return [f"results.tsv: {'replaced the malformed row' if i in replaced.values() else 'rebuilt the missing row'} "
+            f"of experiment {records[i].n} from the journal" for i in missing]
 
 
-def _recover_records(files, records, rows, row_of, orphans) -> list[str]:
-    """A minimal journal record for each row that has none (its journal line was lost)."""
-    notes, used = [], {r.number for r in records}
+def _recover_records(files, records, tabled, rows, row_of, orphans) -> list[ExperimentRecord]:
+    """A minimal journal record for each row that has none (its journal line was lost).
+    `row_of` indexes `tabled` (the records with a row); numbers stay clear of all `records`."""
+    found, used = [], {r.number for r in records}
     for j in orphans:
-        before = [records[i].number or 0 for i, jj in row_of.items() if jj < j]
+        before = [tabled[i].number or 0 for i, jj in row_of.items() if jj < j]
         n = (max(before) if before else 0) + 1
         while n in used:
             n += 1
@@ -177,10 +195,9 @@ def _recover_records(files, records, rows, row_of, orphans) -> list[str]:
         full = gitops.rev_parse(files.repo, row.commit) or row.commit
         rec = ExperimentRecord(n=n, tag=files.tag, commit=full, short=full[:7], status=row.status,
                                description=row.description,
-                               summary={"val_bpb": row.val_bpb} if row.status != "crash" else None,
+                               summary={"val_bpb": row.figure} if row.figure is not None else None,
                                memory_gb=row.memory_gb, recovered=True,
                                decision_reason="recovered from results.tsv (journal line lost)")
         append_journal(files.journal_path, rec.to_dict())
-        records.append(rec)
-        notes.append(f"journal: recovered a minimal record of experiment {n} from results.tsv")
-    return notes
+        found.append(rec)
+    return found

@@ -25,6 +25,7 @@ from html import escape
 from pathlib import Path
 
 from agent import budget
+from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
 from harness import gitops
 from harness.journal_records import Measurement
 from harness.records import ExperimentRecord, RunInfo
@@ -70,10 +71,13 @@ def load(run: Path) -> dict:
     run = Path(run)
     journal, problems = read_journal(run / "journal.jsonl")
     records = [ExperimentRecord.from_dict(r) for r in journal]
+    source = "journal.jsonl"
+    if not (run / "journal.jsonl").exists() and (run / "results.tsv").exists():
+        records, source = records_from_results(run / "results.tsv"), "results.tsv"   # a reference run's folder
     info = RunInfo.read(run / "run.json") or RunInfo()
     base = info.base_commit or (records[0].commit if records else None)
     return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
-            "tag": info.tag or run.name}
+            "tag": info.tag or run.name, "source": source}
 
 
 def _run_info(data: dict) -> RunInfo:
@@ -121,7 +125,7 @@ def runs_total(recs: list[ExperimentRecord]) -> dict:
 def summarize(data: dict) -> dict:
     recs = data["records"]
     by_commit = {r.commit: r for r in recs if r.commit and isinstance(r.commit, str)}
-    baseline = next((r for r in recs if r.commit == data["base"]), recs[0] if recs else None)
+    baseline = kept_baseline(recs, data["base"])   # never a baseline try that was not kept
     changes, best = [], bpb_of(baseline) if baseline else None
     for k, rec in enumerate(kept_changes(data), start=1):
         bpb = bpb_of(rec)
@@ -138,7 +142,7 @@ def summarize(data: dict) -> dict:
             best = bpb
     groups = defaultdict(list)
     for rec in recs:
-        if rec.status == "discard" and rec is not baseline:
+        if rec.status == "discard" and not rec.is_baseline:
             groups[idea_of(rec, by_commit)].append(rec)
     discards = []
     for idea, rs in groups.items():
@@ -150,13 +154,12 @@ def summarize(data: dict) -> dict:
     discards.sort(key=lambda d: (-d["count"], d["best"] if d["best"] is not None else 1e9))
     crashes = Counter(r.crash_class or "unknown" for r in recs if r.status == "crash")
     tokens = {"input": 0, "output": 0}
-    cost = gpu = wall = 0.0
+    cost = 0.0
     for r in recs:
         for key, count in r.token_counts().items():
             tokens[key] += count
         cost += r.cost()
-        gpu += (r.timing("run") or 0.0) + (r.timing("eval") or 0.0)
-        wall += sum(_num(v) or 0.0 for v in (r.timings.values() if isinstance(r.timings, dict) else ()))
+    gpu, wall = sum(device_seconds(r) for r in recs), wall_seconds(recs)
     final = changes[-1] if changes else None
     return {"tag": data["tag"], "base": data["base"], "experiments": len(recs), "baseline": baseline,
             "baseline_bpb": bpb_of(baseline) if baseline else None, "changes": changes, "discards": discards,
@@ -368,8 +371,8 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
     lines += [f"- {k}: {v}" for k, v in s["crashes"].items()] or ["- none"]
     lines += ["", "## Cost", "", f"- tokens: {s['tokens']['input']:,} in, {s['tokens']['output']:,} out",
               f"- dollars: ${s['cost_usd']:.2f}",
-              f"- GPU-seconds (training + trusted evaluation): {s['gpu_seconds']:.0f}",
-              f"- wall seconds over all experiments: {s['wall_seconds']:.0f}",
+              f"- device-seconds (every training run + its trusted evaluation): {s['gpu_seconds']:.0f}",
+              f"- wall seconds with an experiment under way: {s['wall_seconds']:.0f}",
               f"- training runs: {s['runs']['runs']} for {s['runs']['decisions']} decisions "
               f"({s['runs']['baseline']} for the baseline, {s['runs']['confirming']} confirming or replacing a disturbed run)",
               *[f"- hand-over: {line}" for line in s["night"]], ""]
@@ -437,7 +440,9 @@ def progress_figure(data: dict) -> str | None:
 def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:
     data = load(run)
     if not data["records"]:
-        raise ReportError(f"{run}: no experiments in journal.jsonl")
+        if not any((Path(run) / name).exists() for name in ("journal.jsonl", "results.tsv")):
+            raise ReportError(f"{run}: no experiments here (neither journal.jsonl nor results.tsv)")
+        raise ReportError(f"{run}: no experiments in {data['source']}")
     s = summarize(data)
     out = Path(run) / REPORT_DIR
     out.mkdir(exist_ok=True)

@@ -29,6 +29,9 @@ TOP_QUANTILE = 0.9
 # |val_bpb| beyond this is garbage (bits per byte are single digits): drawn off-scale, never
 # allowed to stretch the axis (1e308 - -1e308 overflows to inf).
 MAX_ABS = 1e6
+# The narrowest y range drawn (bpb): a single point, or points a hair apart, still get a few
+# distinct tick labels at the 6 decimals results.tsv carries.
+MIN_SPAN = 1e-4
 # Room (SVG units) between the frame and the first/last experiment, so no point sits on the edge.
 PAD_X = 18
 # Label placement: approximate width of one character, sample spacing along a label, the grid
@@ -69,10 +72,11 @@ def plottable(v) -> bool:
 
 
 def _value(r: ResultLine):
-    """A row's val_bpb as a float, inf/nan included (rows keep those as text), or None."""
-    if r.val_bpb is not None:
-        return r.val_bpb
-    return float(r.val_text) if r.val_text else None
+    """A row's result as a float, inf/nan of a malformed cell included (rows keep those as text),
+    or None: a row without a figure (a crash, a discard marked `nan` or 0.0) is no point."""
+    if r.figure is not None:
+        return r.figure
+    return float(r.val_text) if r.val_text and r.val_bpb is None else None
 
 
 def _band(band: dict):
@@ -162,6 +166,9 @@ def progress_svg(rows: list[ResultLine], band: dict, link=None) -> str:
         lo, hi = min(lo, base - half), max(hi, base + half)
     pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 0.01
     lo, hi = lo - pad, hi + pad
+    if hi - lo < MIN_SPAN:
+        mid = (hi + lo) / 2
+        lo, hi = mid - MIN_SPAN / 2, mid + MIN_SPAN / 2
     pw, ph = WIDTH - MARGIN_L - MARGIN_R, HEIGHT - MARGIN_T - MARGIN_B
     inner = pw - 2 * PAD_X
 

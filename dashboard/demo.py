@@ -224,7 +224,10 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
                      last_decision=f"exp {n} {records[-1].status}: {records[-1].decision_reason}",
                      keep_rate=sum(r.status == "keep" for r in records) / len(records),
                      tokens={"input": 182_340, "output": 20_115}, cost_usd=0.87, pid=None,
-                     phase_started_at=now - 95, workers=in_flight)
+                     phase_started_at=now - 95, workers=in_flight,
+                     idea={"description": EDITS[n % len(EDITS)][2], "proposer": "offline",
+                           "hypothesis": f"{EDITS[n % len(EDITS)][0]} at {EDITS[n % len(EDITS)][1]} should lower val_bpb"},
+                     run={"k": 2, "of": 3, "why": "confirming: one run is no evidence"})
     write_state(run / "state.json", **state.to_dict())
     if queue:
         store = QueueStore(run / "queue.sqlite")

@@ -20,6 +20,8 @@ from harness.journal_records import AuditRecord, SpanRecord
 
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31
+# Phases in which state.json's idea and run describe an experiment under way.
+ACTIVE_PHASES = ("screening", "guarding", "training", "evaluating", "judging")
 # state.json older than this (seconds) while the loop claims to be busy is flagged stale.
 STALE_STATE_S = 120
 
@@ -66,12 +68,18 @@ def is_baseline(record: ExperimentRecord | None) -> bool:
 def noise_band(rows: list[ResultLine], records: list) -> dict:
     """The judge's baseline and the half-width of the band around it that counts as noise.
 
-    From the baseline record the loop wrote (verdicts.judge: baseline_values, threshold = k x
-    spread); without one (a run judged by the simple reviewer, a lost journal) the baseline is
-    the first row and the band unknown, said so.
+    The baseline is the kept baseline record's figure (the mean of its runs; a baseline try that
+    was not kept is never it). The half-width is the margin the judge used in its latest
+    decision that had one (the record's evidence: comparison.margin, the gain a candidate had to
+    show); before any, the baseline record's own threshold (k x spread). Without a judge baseline
+    (a run judged by the simple reviewer, a lost journal) the baseline is the first row with a
+    figure and the band unknown, said so.
     """
-    for r in reversed(typed(records)):
-        if not r.is_baseline:
+    recs = typed(records)
+    margin = next(((r, ev) for r in reversed(recs) if r.status in ("keep", "discard")
+                   for ev in [r.evidence_view()] if ev is not None and ev.margin is not None and ev.margin > 0), None)
+    for r in reversed(recs):
+        if not r.is_baseline or r.status != "keep":
             continue
         band = r.noise_band()
         values = band.values if band else []
@@ -79,13 +87,20 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
         if not _finite(base):
             continue
         threshold = band.threshold if band else None
+        source = f"the judge's baseline over {len(values) or 1} run(s)"
+        spread = band.spread if band else None
+        if margin is not None:
+            rec, ev = margin
+            threshold, spread = ev.margin, ev.sigma
+            source += (f"; the margin the judge used at experiment {rec.n}"
+                       + (f" (sigma {ev.sigma:.4g})" if ev.sigma is not None else ""))
         return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
-                "spread": band.spread if band else None, "k": band.k if band else None,
-                "source": f"the judge's baseline over {len(values) or 1} run(s)"}
-    valid = [r for r in rows if r.val_bpb is not None and r.status != "crash"]
+                "spread": spread, "k": band.k if band and margin is None else None, "source": source}
+    valid = [r for r in rows if r.figure is not None]
+    valid = [r for r in valid if r.status == "keep"][:1] or valid
     if not valid:
         return {"baseline": None, "threshold": None, "spread": None, "k": None, "source": "no results yet"}
-    return {"baseline": valid[0].val_bpb, "threshold": None, "spread": None, "k": None,
+    return {"baseline": valid[0].figure, "threshold": None, "spread": None, "k": None,
             "source": "first row (no judge baseline recorded)"}
 
 
@@ -172,6 +187,13 @@ def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord],
     wall = wall if wall is not None and math.isfinite(wall) else None
     out["per_hour"] = len(ends) / (wall / 3600) if wall else None
     out["duty_cycle"] = min(1.0, run_s / wall) if wall and math.isfinite(run_s) else None
+    # What is being tried, which run of it, and how long the trusted evaluation has taken: shown
+    # while an experiment is under way (state.json's idea and run are the running one's).
+    active = out["phase"] in ACTIVE_PHASES
+    out["idea"] = s.idea if active and s.idea and (s.idea["description"] or s.idea["hypothesis"]) else None
+    out["run"] = s.run if active else None
+    out["evaluating_for"] = (max(0.0, now - s.phase_started_at)
+                             if out["phase"] == "evaluating" and s.phase_started_at is not None else None)
     started = s.run_started_at
     if out["phase"] == "training" and started is not None:
         out["run_started_at"] = started

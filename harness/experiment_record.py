@@ -233,6 +233,23 @@ class ExperimentRecord(VerdictReads):
         printed = self.summary.get("val_bpb") if isinstance(self.summary, dict) else None
         return fnum(printed)
 
+    @property
+    def row_bpb(self) -> float | None:
+        """The figure its results.tsv row carries: the decision's (trusted when verified), else the
+        trusted re-evaluation's own (a run discarded on integrity grounds was still measured);
+        None for a crash or a discard that has none (written `nan`, harness/results_table.py)."""
+        if self.status == "crash":
+            return None
+        v = self.decision_bpb
+        return v if v is not None else fnum(self.verify.get("trusted_bpb"))
+
+    @property
+    def in_results(self) -> bool:
+        """Whether it has a results.tsv row: every experiment does, but a baseline try that was
+        not kept stays in the journal only (the baseline is run again on the same commit, and the
+        table's first row is the kept baseline every reader measures against)."""
+        return not (self.proposer == "baseline" and self.status != "keep")
+
     def trusted(self) -> tuple[float | None, str | None]:
         """(trusted val_bpb, where from): the decision's figure (the mean of the runs for the
         baseline), else the trusted re-evaluation's own."""
@@ -318,6 +335,11 @@ class ExperimentRecord(VerdictReads):
         """verdicts["reruns"]: the earlier runs of the same commit (the baseline's repeats), dicts only."""
         raw = as_dict(self.verdicts).get("reruns")
         return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+
+    def rerun_seconds(self) -> list[float]:
+        """train.py's total_seconds of each earlier run of this decision that finished (reruns)."""
+        out = [fnum(as_dict(r.get("summary")).get("total_seconds")) for r in self.reruns]
+        return [v for v in out if v is not None]
 
     def clock_runs(self) -> list[dict]:
         """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""

@@ -97,6 +97,14 @@ def commit_file(worktree: Path, relpath: str, message: str) -> str:
     return git(worktree, "rev-parse", "HEAD")
 
 
+def commit_empty(worktree: Path, message: str) -> str:
+    """A commit that changes nothing (a proposal that left train.py as it was): the experiment
+    still gets a commit of its own, so no results.tsv row repeats its parent's."""
+    git(worktree, *_identity_args(worktree), "commit", "--no-verify", "--allow-empty", "-q", "-F", "-",
+        input=message)
+    return git(worktree, "rev-parse", "HEAD")
+
+
 def head(worktree: Path) -> str:
     return git(worktree, "rev-parse", "HEAD")
 

@@ -47,6 +47,16 @@ def append_result(path: Path, commit: str, val_bpb, memory_gb, status: str, desc
     return line
 
 
+def append_record(path: Path, rec) -> str | None:
+    """The results.tsv row of a journal record (harness/experiment_record.py ExperimentRecord):
+    its figure is `row_bpb` (trusted when there is one; none for a crash or a figure-less
+    discard), and a record without a row by design (`in_results`: a baseline try that was not
+    kept) writes nothing and returns None."""
+    if not rec.in_results:
+        return None
+    return append_result(path, rec.commit, rec.row_bpb, rec.memory_gb, rec.status, rec.description)
+
+
 def read_results(path: Path) -> ResultTable:
     """The loop's read-back: the one table (harness/results_table.py). `.rows` are the
     well-formed lines (each with its line number), `.problems` every malformed line as

@@ -21,6 +21,11 @@ from pathlib import Path
 RESULT_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 RESULT_HEADER = "\t".join(RESULT_COLUMNS)
 STATUSES = ("keep", "discard", "crash")
+# The val_bpb cell of a discard that has no figure (never trained, or its evaluation failed):
+# `nan`, which pandas' read_csv reads as a missing value, so no reader takes it for a result. A
+# crash carries 0.000000 as the reference protocol writes it (its status says crash; the
+# reference analysis leaves crash rows out by status).
+NO_FIGURE = "nan"
 # Descriptions are one line and tab-free so the TSV stays 5 columns.
 MAX_DESCRIPTION = 200
 # Characters of a bad cell quoted in a problem message.
@@ -59,13 +64,19 @@ class ResultRow:
     description: str
 
     def format(self) -> str:
-        """The TSV line (with its newline); crashes carry 0.000000 and 0.0 as program.md says."""
+        """The TSV line (with its newline): a crash carries 0.000000 and 0.0 (the reference
+        protocol), a discard without a figure `nan` (NO_FIGURE), never a 0.0 that reads as a result."""
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         crash = self.status == "crash"
-        bpb = 0.0 if crash or not finite(self.val_bpb) else float(self.val_bpb)   # NaN never reaches the table
+        if crash:
+            bpb = f"{0.0:.6f}"
+        elif finite(self.val_bpb):
+            bpb = f"{float(self.val_bpb):.6f}"
+        else:
+            bpb = NO_FIGURE
         mem = 0.0 if crash or not finite(self.memory_gb) else float(self.memory_gb)
-        return f"{self.commit[:7]}\t{bpb:.6f}\t{mem:.1f}\t{self.status}\t{clean_description(self.description)}\n"
+        return f"{self.commit[:7]}\t{bpb}\t{mem:.1f}\t{self.status}\t{clean_description(self.description)}\n"
 
     @classmethod
     def parse(cls, raw: str) -> tuple["ResultRow", list[str]]:
@@ -81,6 +92,8 @@ class ResultRow:
         commit, bpb, mem, status, desc = (cells + [""] * len(RESULT_COLUMNS))[:len(RESULT_COLUMNS)]
         row = cls(commit, _cell_float(bpb), _cell_float(mem), status, desc)
         for name, text, value in (("val_bpb", bpb, row.val_bpb), ("memory_gb", mem, row.memory_gb)):
+            if name == "val_bpb" and text == NO_FIGURE and status in ("discard", "crash"):
+                continue   # a discard (or crash) without a figure, as the writer marks it
             if value is not None and not math.isfinite(value):
                 problems.append(f"{name} {text!r} is not finite")
             elif value is None and text:
@@ -144,8 +157,21 @@ class ResultLine:
         return fnum(self.row.memory_gb)
 
     @property
+    def figure(self) -> float | None:
+        """The row's result, or None when it has none: a crash, a discard marked `nan`, and a
+        discard at exactly 0.0 (files written before NO_FIGURE, and the reference's crashes;
+        no model reaches 0 bits per byte)."""
+        v = self.val_bpb
+        if v is None or self.status == "crash" or (v == 0.0 and self.status != "keep"):
+            return None
+        return v
+
+    @property
     def val_text(self) -> str | None:
-        """"inf", "-inf" or "nan" for a val_bpb cell that is a number but no figure, else None."""
+        """"inf", "-inf" or "nan" for a val_bpb cell that is a number but no figure, else None
+        (also for the writer's NO_FIGURE on a discard or crash: that row simply has no figure)."""
+        if not self.problems and self.row.status in ("discard", "crash") and self.row.val_bpb != self.row.val_bpb:
+            return None
         return _word(self.row.val_bpb)
 
     @property

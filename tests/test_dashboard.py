@@ -45,7 +45,10 @@ def test_chart_marks_kept_discarded_crashes_best_and_baseline(demo):
     for r in keeps:       # kept points labelled with their descriptions
         assert f">{html.escape(r[4])}</text>" in svg
     assert 'class="best"' in svg and 'class="baseline"' in svg and 'class="band"' in svg
-    assert "baseline 1.1020 ± 0.003 noise band" in svg          # k × spread = 2 × 0.0015
+    # the band is the margin the judge used in its latest decision (its evidence), not the baseline's first guess
+    journal = [json.loads(x) for x in (demo / "journal.jsonl").read_text().splitlines()]
+    margin = next(r["evidence"]["comparison"]["margin"] for r in reversed(journal) if r.get("evidence"))
+    assert f"baseline 1.1020 ± {margin:.3g} noise band" in svg and margin != 2 * 0.0015
 
 
 def test_experiment_pages_show_git_diffs_verdicts_log_and_trace(demo):
@@ -214,7 +217,8 @@ def test_band_sits_at_the_judges_baseline_not_at_a_discarded_row(tmp_path):
     judge.update(baseline_values=[2.54, 2.56], threshold=0.03, spread=0.015)
     recs[0]["trusted_bpb"] = 2.55
     rejected = {**recs[1], "n": 2, "commit": base_commit, "short": base_commit[:7], "status": "discard",
-                "trusted_bpb": 2.70, "verdicts": {"guard": {"ok": False, "reason": "touched prepare.py"}}}
+                "trusted_bpb": 2.70, "verdicts": {"guard": {"ok": False, "reason": "touched prepare.py"}},
+                "evidence": None}   # never run: the judge weighed nothing, so the band is the baseline's
     (run / "journal.jsonl").write_text(json.dumps(recs[0]) + "\n" + json.dumps(rejected) + "\n")
     (run / "results.tsv").write_text(HEADER + f"{base_commit[:7]}\t2.550000\t44.0\tkeep\tbaseline\n"
                                      f"{base_commit[:7]}\t2.700000\t44.0\tdiscard\trejected by the guard\n")

@@ -64,7 +64,7 @@ CORRUPT = (RESULT_HEADER + "\n"
            "a1b2c3d\t1.000000\t1.0\tkeep\tfine\n"
            "garbage line\n"
            "b2c3d4e\tnot-a-number\t1.0\tkeep\tbad figure\n"
-           "c3d4e5f\tnan\t1.0\tdiscard\tnot finite\n"
+           "c3d4e5f\tnan\t1.0\tkeep\tnot finite (a kept row needs a figure)\n"
            "d4e5f6a\t1.1\t1.0\tmaybe\tunknown status\n"
            "e5f6a1b\t1.2\t1.0\tdiscard\ta\ttab inside\n"
            "\n"
@@ -101,11 +101,12 @@ def test_a_lost_header_loses_no_row():
     assert table.problems and table.problems[0].startswith("line 1: header is")
 
 
-def test_result_row_format_refuses_a_bad_status_and_hides_nan():
+def test_result_row_format_refuses_a_bad_status_and_writes_no_figure_as_nan():
     with pytest.raises(ValueError):
         ResultRow("abc", 1.0, 1.0, "maybe", "x").format()
     assert ResultRow("a" * 40, float("nan"), None, "discard", "t\tab").format() == \
-        "aaaaaaa\t0.000000\t0.0\tdiscard\tt ab\n"
+        "aaaaaaa\tnan\t0.0\tdiscard\tt ab\n"   # no figure: never a 0.0 that reads as a result
+    assert ResultRow("a" * 40, None, 3.0, "crash", "oom").format() == "aaaaaaa\t0.000000\t0.0\tcrash\toom\n"
 
 
 # ---- the experiment record on its own ------------------------------------------------------------

@@ -16,7 +16,7 @@ def test_header_and_rows(tmp_path):
     lines = path.read_text().splitlines()
     assert lines[0] == "commit\tval_bpb\tmemory_gb\tstatus\tdescription"
     assert lines[1] == "a1b2c3d\t0.997900\t44.0\tkeep\tbaseline"
-    assert lines[2] == "b2c3d4e\t0.000000\t1.0\tdiscard\ttabs and newlines"
+    assert lines[2] == "b2c3d4e\tnan\t1.0\tdiscard\ttabs and newlines"   # a discard without a figure
     assert lines[3] == "c3d4e5f\t0.000000\t0.0\tcrash\toom"
     assert all(len(line.split("\t")) == 5 for line in lines)
     table = results.read_results(path)

@@ -83,17 +83,17 @@ def test_a_corrupt_file_keeps_every_row_and_says_where(tmp_path):
     res, jr = write(tmp_path)
     lines = res.read_text().splitlines(True)
     lines[2] = lines[2].replace("discard", "disc")        # a hand edit breaks row 2's status
-    lines[3] = "c3c3c3c\tnan\t0.0\tcrash\toom\n"          # a number that is no figure
+    lines[3] = "c3c3c3c\tinf\t0.0\tcrash\toom\n"          # a number that is no figure
     res.write_bytes("".join(lines).encode() + b"\xff\xfe\tgarbage\n")
     loop, dash = both(res)
     seen = [(ln.n, ln.line, ln.raw, ln.problems, ln.partial) for ln in dash.lines]   # nan != nan: by what was read
     assert seen == [(ln.n, ln.line, ln.raw, ln.problems, ln.partial) for ln in loop.lines] and len(seen) == 5
     assert [ln.n for ln in dash.flagged] == [2, 3, 5]
-    assert loop.problems == ["line 3: unknown status 'disc'", "line 4: val_bpb 'nan' is not finite",
+    assert loop.problems == ["line 3: unknown status 'disc'", "line 4: val_bpb 'inf' is not finite",
                              "line 6: 2 of 5 columns; val_bpb 'garbage' is not a number"]
     assert [r.commit for r in loop.rows] == ["a1a1a1a", "d4d4d4d"]
     nan = data.row_view(dash.lines[2])
-    assert nan["val_bpb"] is None and nan["val_text"] == "nan" and "is not finite" in nan["problem"]
+    assert nan["val_bpb"] is None and nan["val_text"] == "inf" and "is not finite" in nan["problem"]
     assert data.row_view(dash.lines[4])["raw"].startswith("\ufffd\ufffd")   # bytes not UTF-8, shown replaced
     recs = results.read_journal(jr)[0]
     assert 1 not in match_rows(dash.lines, recs)                   # strict (recovery): a broken row is no match
