@@ -13,18 +13,20 @@ works again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import fcntl
 import re
 import shutil
 import os
 import subprocess
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 from agent import budget
 from agent.config import LoopConfig
 from agent.proposers.local import SEARCHES
+from agent.smoke import SMOKE_DEFAULTS, SMOKE_PROFILE, SMOKE_STEPS
 from harness import gitops
 
 DESCRIPTION = "The research loop: propose an edit of train.py, commit it, train, judge, keep or reset. Forever."
@@ -167,10 +169,87 @@ def discard_unstarted(repo: Path, tag: str, worktree: Path) -> bool:
     return not gitops.branch_exists(repo, tag)
 
 
+def given_options(argv=None) -> set[str]:
+    """The dests of the options written on the command line (not left to their defaults)."""
+    p = parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+    p.set_defaults(**{a.dest: argparse.SUPPRESS for a in p._actions})
+    args, _ = p.parse_known_args(argv)
+    return set(vars(args))
+
+
+# The options a tag records in run.json ("settings") when it starts; --resume takes them as its
+# defaults, so `--resume` alone continues the tag as it was started (an option given wins, and
+# the budget is still refused if it differs: one tag never mixes budgets).
+REMEMBERED = ("budget", "max_experiments", "until", "proposer", "model", "max_cost", "crash_streak",
+              "fix_tries", "api_patience", "seed", "offline_search", "baseline_repeats", "reviewer",
+              "timeout", "sandbox", "screen", "smoke")
+
+
+def settings_of(config: LoopConfig) -> dict:
+    """What run.json records of the command line (REMEMBERED)."""
+    return {name: getattr(config, name) for name in REMEMBERED}
+
+
+def resumed(config: LoopConfig, given: set[str], saved: dict | None) -> LoopConfig:
+    """--resume's configuration: run.json's settings where the option was not given."""
+    if not config.resume or not saved:
+        return config
+    known = {f.name for f in fields(LoopConfig)}
+    take = {k: v for k, v in saved.items() if k in REMEMBERED and k in known and k not in given}
+    if "budget" in take and "budget" in given:
+        take.pop("budget")
+    return replace(config, **take)
+
+
+def resumed_config(config: LoopConfig, argv=None) -> LoopConfig:
+    """The configuration a --resume runs with: the tag's run.json settings (its budget at least)
+    where the command line gave no value; a fresh start is returned as it is."""
+    if not config.resume:
+        return config
+    from agent import workspace   # the tag's folder, as the loop will find it
+    from harness.records import RunInfo
+    try:
+        repo = gitops.toplevel(Path(config.repo).resolve())
+    except gitops.GitError:
+        return config
+    saved = RunInfo.read(workspace.worktree_path(repo, config.tag, config.worktree_root) / "run.json")
+    if saved is None:
+        return config
+    settings = dict(saved.settings or {})
+    if saved.budget is not None:
+        settings["budget"] = saved.budget
+    return resumed(config, given_options(argv), settings)
+
+
+def forget_unstarted(loop) -> bool:
+    """A tag this process made that never started an experiment is removed, so a plain rerun
+    of the same command starts it again (instead of demanding --resume for nothing)."""
+    if not getattr(loop, "created", False):
+        return False
+    with contextlib.suppress(Exception):
+        loop._lock.close()   # our own lock would read as "a live loop holds this tag"
+    try:
+        removed = discard_unstarted(loop.repo, loop.tag, loop.worktree)
+    except gitops.GitError:
+        return False
+    if removed:
+        print(f"stopped before the first experiment started: removed tag {loop.tag} "
+              f"(branch {gitops.branch_name(loop.tag)} and its worktree); the same command starts it again",
+              flush=True)
+    return removed
+
+
 def parse_args(argv=None) -> LoopConfig:
     """The checked command line as a frozen LoopConfig (argparse exits 2 on a bad argument)."""
     p = parser()
     args = p.parse_args(argv)
+    if args.smoke:   # the preset's values where the option was not given (agent/smoke.py)
+        given = given_options(argv)
+        for name, value in SMOKE_DEFAULTS.items():
+            if name not in given:
+                setattr(args, name, value)
     if args.budget is None:
         args.budget = budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
     validate(p, args)   # before anything exists: a bad argument creates nothing
@@ -231,6 +310,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus",
                    help="GPU ids for local workers, comma-separated (default: CUDA_VISIBLE_DEVICES, "
                         "else every GPU nvidia-smi lists, else none: CPU)")
+    p.add_argument("--smoke", action="store_true",
+                   help=f"the smoke preset: the {SMOKE_PROFILE} profile, {SMOKE_STEPS} optimizer steps per run, "
+                        f"--baseline-repeats {SMOKE_DEFAULTS['baseline_repeats']}, --max-experiments "
+                        f"{SMOKE_DEFAULTS['max_experiments']}, the offline proposer: a baseline and two judged "
+                        "experiments in minutes on a laptop (options given explicitly win)")
     p.set_defaults(**{f.name: f.default for f in fields(LoopConfig)
                       if f.default is not MISSING and f.name not in ("budget", "proposer")})
     return p

@@ -40,6 +40,7 @@ class LoopConfig:
     executor: str = "local"               # local | ray
     ray_address: str | None = None
     gpus: str | None = None               # GPU ids for local workers, comma-separated
+    smoke: bool = False                   # the smoke preset (agent/smoke.py): tiny profile, fixed steps
 
     @classmethod
     def of(cls, args: "LoopConfig | argparse.Namespace") -> "LoopConfig":

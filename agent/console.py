@@ -131,6 +131,18 @@ def progress_text(progress: dict | None, budget: float) -> str:
             f"trained {progress['trained']:.1f}s of {budget:g}s")
 
 
+def idea_text(idea: dict) -> str:
+    """state.json's idea as one line: what is tried, and why."""
+    hyp = idea["hypothesis"] if "hypothesis" in idea else ""
+    return f"{idea['description'] if 'description' in idea else '-'}" + (f" -- hypothesis: {hyp}" if hyp else "")
+
+
+def run_text(run: dict) -> str:
+    """state.json's run as "2 of 5 (confirming a possible gain)"."""
+    why = f" ({run['why']})" if "why" in run and run["why"] else ""
+    return f"{run['k']} of {run['of']}{why}" if "of" in run and run["of"] else f"{run['k']}{why}"
+
+
 def as_state(state) -> RunState:
     """state.json's object (the loop's RunState.to_dict(), or a file read back), typed."""
     return state if isinstance(state, RunState) else RunState.from_dict(state)
@@ -144,13 +156,17 @@ def panel_rows(tag: str, budget: float, state, now: float) -> list[tuple[str, st
     since_phase = s.phase_started_at
     rows = [("phase", f"{phase} for {clock(now - since_phase)}" if since_phase else phase),
             ("experiment", str(s.experiment or "-"))]
+    if s.idea:
+        rows.append(("idea", idea_text(s.idea)))
     if phase in RUN_PHASES:
         started = s.run_started_at
-        rows.append(("run", f"{clock(now - started)} since launch (startup included)" if started else "-"))
+        which = f"run {run_text(s.run)}, " if s.run else ""
+        rows.append(("run", f"{which}{clock(now - started)} since launch (startup included)" if started else "-"))
         if phase == "training":
             rows.append(("training", progress_text(s.progress, budget)))
         else:
-            rows.append(("training", progress_text(s.progress, budget) + " -- done, evaluating"))
+            rows.append(("evaluating", "the trusted evaluator measures the saved model (training done"
+                         + (f": {s.progress['step']} steps" if s.progress else "") + ")"))
         rows.append(("log", str(s.log or "-")))
     best = s.best or {"commit": None, "val_bpb": None}
     rows.append(("best val_bpb", f"{best['val_bpb']:.6f} @ {str(best['commit'])[:7]}"
@@ -196,7 +212,7 @@ class Console:
             self._live.refresh()
             return
         key = (s.phase, s.experiment)
-        stamp = f"[{time.strftime('%H:%M:%S')}] exp {s.experiment}:"
+        stamp = f"[{time.strftime('%H:%M:%S')}]" + (f" exp {s.experiment}:" if s.experiment is not None else "")
         if key != self._last_phase:
             self._last_phase, self._last_log = key, s.log
             self._last_progress_print = time.time()

@@ -9,6 +9,7 @@ step that can act on it catches). Who raises each and who catches it:
 | InterruptedBaseline | agent/experiment.py (Ctrl-C during a baseline repeat) | agent/experiment.py run_experiment | record the baseline on the runs that finished, then stop |
 | BranchMoved | agent/experiment.py record (under the decision lock) | agent/experiment.py run_experiment | another worker kept first: rebase onto the tip and confirm there |
 | OutOfSpaceStop | agent/loop.py check_space | agent/loop.py main | too little disk for the next experiment: stop cleanly, nothing lost |
+| EnvironmentStop | agent/envcheck.py (at start, on resume, after a crashed run) | agent/loop.py main | data, tokenizer or fixed files missing or corrupt: stop with what to run, nothing lost |
 | WorkerStopped | agent/workers.py (the loop is stopping) | agent/workers.py Worker.run | end this worker's run; its experiment stays pending for --resume |
 """
 from __future__ import annotations
@@ -51,6 +52,11 @@ class BranchMoved(Exception):
 
 class OutOfSpaceStop(Exception):
     """Too little free disk for the next experiment (checked before it starts)."""
+
+
+class EnvironmentStop(Exception):
+    """The machine, not the experiment: data shards, the tokenizer or a fixed file are missing or
+    corrupt. The loop stops (the experiment in flight stays pending) rather than burn ideas."""
 
 
 class WorkerStopped(KeyboardInterrupt):

@@ -67,6 +67,7 @@ class RunSite:
     sealed: bool
     executor: Executor
     clock_reference: Callable[[], ClockReference]
+    eval_tokens: int | None = None   # the trusted evaluation's tokens (None: the profile's; agent/smoke.py)
 
 
 class ExperimentHost(Protocol):
@@ -141,6 +142,8 @@ def write_pending(loop, a: Attempt) -> None:
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
     """Carry experiment `a` to a recorded decision; returns its journal record."""
     old_source = gitops.show_file(loop.files.repo, a.parent, TRAIN) if a.parent else a.proposal.source
+    if hasattr(loop, "show_attempt"):   # the idea on the panel and in state.json while it runs
+        loop.show_attempt(a)
     guard = GuardVerdict(True, "baseline: unmodified train.py")
     if a.parent is not None and not committed:
         loop.set_phase("guarding", a.n)
@@ -169,6 +172,8 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
+        if run.crash_class is not None and hasattr(loop, "check_environment"):
+            loop.check_environment()   # missing data is no crash of the idea: stop, it stays pending
         if decision.status == "crash" and len(a.attempts) < loop.config.fix_tries:
             if _ask_fix(loop, a, new_source, run) is not None:
                 continue
@@ -256,6 +261,8 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     candidate's last run stays the one the record describes)."""
     incumbent = asked.rerun_commit if asked is not None and asked.rerun else None
     commit = incumbent or a.commit
+    if hasattr(loop, "show_run"):
+        loop.show_run(a.n, *run_label(loop, a, len(reruns), asked))
     loop.set_phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{len(reruns)}" if reruns else "") + (".incumbent" if incumbent else "") + ".log"
@@ -293,6 +300,24 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     return run, decision
 
 
+def run_label(loop, a: Attempt, done: int, asked: Decision | None) -> tuple[int, int, str]:
+    """(k, of, why) of the run about to start: run k of at most `of`, and why it runs again."""
+    from agent.judges import stats
+    k = done + 1
+    if a.parent is None:
+        of = max(k, loop.config.baseline_repeats)
+        why = "first run" if k == 1 else "measuring the noise"
+    else:
+        of = max(k, stats.MAX_RUNS)
+        why = "first run" if k == 1 else "confirming a possible gain"
+    reason = asked.reason if asked is not None else ""
+    if asked is not None and asked.rerun_commit:
+        why = f"the incumbent {asked.rerun_commit[:7]} again, for a fair bar"
+    elif "disturbed" in reason or "no evidence" in reason:
+        why = "replacing a run the machine disturbed"
+    return k, of, why
+
+
 def execute(loop, a: Attempt, log_name: str, env: dict, commit: str | None = None) -> RunResult:
     """The run of `a` (or of `commit`, the incumbent, for `a`'s decision) on the loop's executor
     (run_commit); 'evaluating' shows once it trained."""
@@ -315,7 +340,7 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
         profile = site.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
         base = site.run_info.base_commit or parent or commit
         evaluation = eval_spec(site.seal, prepare_source=gitops.show_file(site.files.repo, base, "prepare.py"),
-                               train_source=files[TRAIN], profile=profile)
+                               train_source=files[TRAIN], profile=profile, eval_tokens=site.eval_tokens)
     job = TrainJob(n=n, files=files, budget=site.budget, run_dir=str(site.files.run_dir), log_name=log_name,
                    commit=commit, timeout=site.timeout, env=dict(env or {}), sealed=site.sealed,
                    data_mode="train" if site.sealed else "open", clock_reference=vars(site.clock_reference()),

@@ -48,13 +48,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import between, budget, cli, summary
+from agent import between, budget, cli, envcheck, smoke, summary
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
-from agent.console import AnnouncingReviewer, Console, data_warning, run_progress
+from agent.console import AnnouncingReviewer, Console, data_warning
+from agent.status import LoopStatus
 from agent.experiment import RUN_SRC, Attempt, RunSite, one_slot, run_experiment
-from agent.errors import OutOfSpaceStop, ProposalError
+from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
 from agent.pending import InFlight, PendingFile
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import LocalProposer
@@ -71,8 +72,8 @@ from harness.pinned import PinnedError
 from harness import gitops
 from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
-from harness.records import DataInfo, ExperimentRecord, RunState, best_of
-from harness.results import write_state
+from harness.records import DataInfo, ExperimentRecord, best_of
+from harness.sandbox import DataView
 from harness.runner import timeout_for
 
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
@@ -107,7 +108,7 @@ def make_proposer(kind: str, offline_search: str = "local", *, model: str | None
     return ClaudeProposer(**kw)
 
 
-class Loop(Phased):
+class Loop(Phased, LoopStatus):
     wid = None   # no worker: the single loop's records say "worker": null
 
     def __init__(self, config: LoopConfig):
@@ -130,6 +131,9 @@ class Loop(Phased):
         self.executor = None                   # where runs go (set in setup(), or by agent/workers.py)
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
+        self.tag_lock = None   # the tag's own lock (workspace.tag_lock), taken by main before anything exists
+        self.idea, self.run_of = None, None   # the experiment in flight (state.json idea, run)
+        self.data_view, self.eval_tokens = None, None
         self.console = Console(self.tag, self.budget)
 
     # The tag's state lives in the coordinator; the loop (and recovery, the hierarchy's queue
@@ -157,6 +161,8 @@ class Loop(Phased):
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(self.worktree, env, self.run_dir / "logs" / "prepare.log")
         data = DataInfo.of(info)
+        self.data_view = DataView.from_describe(info)
+        self.eval_tokens = smoke.eval_tokens_for(data.eval_tokens, self.budget)
         if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
             fixed = (self.run_dir / "run.json").exists()
             base = "" if fixed else gitops.head(self.worktree)
@@ -164,7 +170,9 @@ class Loop(Phased):
             base = workspace.commit_profile_knobs(self.worktree, data.profile, base)
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
-            base_commit=base, resume=self.config.resume)
+            base_commit=base, resume=self.config.resume, settings=cli.settings_of(c),
+            inventory=envcheck.inventory(self.worktree, self.data_view))
+        self.check_environment()   # at start and on --resume: a broken environment costs no idea
         self.seal = make_seal(self.run_dir, info, self.run_info, self.config.sandbox, self.console.event)
         workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
         self.sealed = bool(getattr(self.reviewer, "evaluates", False))
@@ -205,8 +213,11 @@ class Loop(Phased):
                 workers.take_over(self, a, origin)
                 self.check_space()
                 run_experiment(self, a, committed=True)
-        if self.best is None and self.config.reviewer == "hierarchy" and self.baseline_repeats > 1:
-            self.console.event(summary.first_row_note(self.baseline_repeats, self.budget))
+        if self.best is None and self.config.reviewer == "hierarchy":
+            steps = os.environ.get("AUTORESEARCH_STEPS")
+            self.console.event(smoke.eta_note(
+                baseline_repeats=self.baseline_repeats, max_experiments=self.config.max_experiments,
+                budget=self.budget, eval_tokens=self.eval_tokens, steps=int(steps) if steps else None))
         if self.config.parallel:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
@@ -247,7 +258,7 @@ class Loop(Phased):
         """How this loop's runs are assembled (agent/experiment.py run_commit), as they stand."""
         return RunSite(files=self.files, run_info=self.run_info, budget=self.budget, timeout=self.timeout,
                        seal=self.seal, sealed=self.sealed, executor=self.executor,
-                       clock_reference=self.clock_reference)
+                       clock_reference=self.clock_reference, eval_tokens=self.eval_tokens)
 
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what
@@ -261,6 +272,13 @@ class Loop(Phased):
         if short is not None:
             need, free, where = short
             raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
+        self.check_environment()
+
+    def check_environment(self) -> None:
+        """EnvironmentStop when data, tokenizer or a fixed file is missing or corrupt (agent/envcheck.py):
+        before each experiment, and after a crashed run before the crash is recorded."""
+        envcheck.check(self.tag, self.worktree, self.data_view, self.run_info.inventory,
+                       self.run_info.profile, self.run_info.source)
 
     def next_n(self) -> int:
         return self.coord.next_n()
@@ -340,38 +358,13 @@ class Loop(Phased):
             self.tokens[k] += counts.get(k, 0)
         self.cost_usd += rec.cost()
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
+        self.idea, self.run_of = None, None   # decided: the panel no longer shows it as in flight
         self.console.decision(rec)
         capped = budget.cap_reason(self.history, self.config.max_cost)
         if capped and self.proposers.llm:
             self.proposers.announce(capped, rec.n + 1)   # the judge stops calling the LLM at once
 
     # ---- status, signals -----------------------------------------------------------------------
-    def announce(self, n: int, decision) -> None:
-        """A judge decision as it is made (interim ones too, e.g. a baseline repeat) on the panel."""
-        self.last_decision = f"exp {n} {decision.status}: {decision.reason}"
-        if getattr(decision, "rerun", False):
-            self.interim = (n, decision.reason)
-            self.console.event(f"exp {n}: {decision.reason}")
-        self.refresh(force=True)
-
-
-    def refresh(self, force: bool = False) -> None:
-        if not force and time.time() - self._last_state < 1.0:
-            return
-        self._last_state = time.time()
-        decided = len(self.history)
-        keeps = sum(1 for r in self.history if r.status == "keep")
-        log, progress = run_progress(self.run_dir, self.phase, self.run_started_at, self.experiment)
-        state = RunState(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
-                         run_started_at=self.run_started_at, budget=self.budget, best=self.best,
-                         last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
-                         tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
-                         phase_started_at=self.phase_started_at, log=log, progress=progress,
-                         workers=[w.state() for w in getattr(self, "workers", [])]).to_dict()
-        with self.coord.lock, contextlib.suppress(OSError):
-            write_state(self.files.state_path, **state)
-        self.console.update(state)
-
     @contextlib.contextmanager
     def critical(self):
         """Signals wait while a record and its git step are written (they must go together);
@@ -428,7 +421,10 @@ def main(argv=None) -> int:
     config = parse_args(argv)
     sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
+        config = cli.resumed_config(config, argv)   # --resume: run.json's settings are the defaults
+        smoke.apply_environment(config.smoke)
         loop = Loop(config)
+        loop.tag_lock = workspace.tag_lock(loop.worktree.parent, loop.tag)   # before any state of the tag
         if not config.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
             print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
                   f"removed it to start afresh", flush=True)
@@ -441,7 +437,7 @@ def main(argv=None) -> int:
         loop.run()
     except KeyboardInterrupt:
         loop.stop()
-        if not _forget_unstarted(loop):
+        if not cli.forget_unstarted(loop):
             reason = summary.interrupted_reason(getattr(loop, "interim", None), [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
                                                cap=config.max_cost)), flush=True)
@@ -450,6 +446,10 @@ def main(argv=None) -> int:
         loop.stop()
         print(str(exc), file=sys.stderr)
         return EXIT_OUT_OF_SPACE
+    except EnvironmentStop as exc:   # data or tokenizer gone: stop, keep the experiment pending
+        loop.stop()
+        print(str(exc), file=sys.stderr)
+        return envcheck.EXIT_ENVIRONMENT
     except Exception as exc:
         if is_out_of_space(exc):   # a write failed for space: the same clean stop, one message
             loop.stop()
@@ -465,30 +465,12 @@ def main(argv=None) -> int:
             raise
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)
-        _forget_unstarted(loop)
+        cli.forget_unstarted(loop)
         return 2
     loop.stop()
     print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
                                        time.time() - loop.started_at, cap=config.max_cost)), flush=True)
     return 0
-
-
-def _forget_unstarted(loop) -> bool:
-    """A tag this process made that never started an experiment is removed, so a plain rerun
-    of the same command starts it again (instead of demanding --resume for nothing)."""
-    if not getattr(loop, "created", False):
-        return False
-    with contextlib.suppress(Exception):
-        loop._lock.close()   # our own lock would read as "a live loop holds this tag"
-    try:
-        removed = cli.discard_unstarted(loop.repo, loop.tag, loop.worktree)
-    except gitops.GitError:
-        return False
-    if removed:
-        print(f"stopped before the first experiment started: removed tag {loop.tag} "
-              f"(branch {gitops.branch_name(loop.tag)} and its worktree); the same command starts it again",
-              flush=True)
-    return removed
 
 
 if __name__ == "__main__":

@@ -87,7 +87,9 @@ def open_worktree(repo: Path, tag: str, worktree: Path, resume: bool) -> tuple[s
         raise SetupError(f"tag {tag!r} exists (branch {gitops.branch_name(tag)}); pick a new tag "
                          f"or pass --resume to continue it")
     if not exists and resume:
-        raise SetupError(f"--resume: no branch {gitops.branch_name(tag)} to resume")
+        tags = existing_tags(repo)
+        raise SetupError(f"--resume: no tag {tag!r} (no branch {gitops.branch_name(tag)}); "
+                         + (f"the tags here: {', '.join(tags)}" if tags else "this repository has no tags yet"))
     _ignore_root(worktree.parent)
     if not exists:
         return gitops.create_worktree(repo, tag, worktree), True
@@ -96,6 +98,35 @@ def open_worktree(repo: Path, tag: str, worktree: Path, resume: bool) -> tuple[s
         print(f"warning: worktree {worktree} was missing; re-attached it to the branch "
               f"(run files that lived there are gone)", file=sys.stderr)
     return "", False
+
+
+def existing_tags(repo: Path) -> list[str]:
+    """The repository's tags (branches autoresearch/<tag>), sorted."""
+    out = gitops.git(repo, "for-each-ref", "--format=%(refname:short)", f"refs/heads/{gitops.BRANCH_PREFIX}",
+                     check=False)
+    return sorted(line[len(gitops.BRANCH_PREFIX):] for line in out.splitlines()
+                  if line.startswith(gitops.BRANCH_PREFIX))
+
+
+def tag_lock(root: Path, tag: str):
+    """The tag's own lock, outside its worktree, taken before anything of the tag exists (branch,
+    worktree, records): of two loops started at once on one tag, the second finds it held and
+    exits touching nothing, so no start can delete or break another loop's tag. Held for the life
+    of the process (released even on kill -9)."""
+    folder = Path(root) / ".locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    _ignore_root(Path(root))
+    f = open(folder / f"{tag}.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise SetupError(f"another loop is running tag {tag} (its lock {folder / (tag + '.lock')} is held); "
+                         "nothing was changed") from None
+    f.truncate(0)
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def lock(run_dir: Path):
@@ -203,7 +234,7 @@ def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budge
 
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
-                            resume: bool) -> RunInfo:
+                            resume: bool, settings: dict | None = None, inventory: dict | None = None) -> RunInfo:
     """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint.
     `info` is prepare.describe()'s (DataInfo)."""
     data = DataInfo.of(info)
@@ -219,7 +250,8 @@ def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, 
                              f"is now {data.fingerprint} (one tag never mixes data)")
         return fixed
     fixed = RunInfo(tag=tag, budget=budget, fingerprint=data.fingerprint, profile=data.profile,
-                    base_commit=base_commit, created_at=time.time(), source=data.source)
+                    base_commit=base_commit, created_at=time.time(), source=data.source,
+                    settings=settings, inventory=inventory)
     write_json_atomic(path, fixed.to_dict())
     return fixed
 

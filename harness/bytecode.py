@@ -7,10 +7,18 @@ asked: `uv sync --compile-bytecode`), every run compiled torch's Python from sou
 imports torch._dynamo, and on a 2-core CPU box that is ~10 s of each tiny run's ~20 s. ensure()
 compiles the packages' directory once, before the first run, and says so; later calls cost a few
 stat() calls.
+
+The compile runs in its own process group, recorded in the run folder (PID_FILE, read by
+harness/procs.py kill_leftover), so a loop killed with -9 mid-compile leaves nothing that --resume
+does not end. Files a package ships for another Python (a newer version's syntax, never imported
+here) do not compile; they are counted, not reported as a failure.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
+import re
 import subprocess
 import sys
 import threading
@@ -22,7 +30,20 @@ MARKERS = ("torch", "torch._dynamo", "sympy")
 # Generous: ~15,000 files take ~40-80 s on 2 cores; a slower box still finishes, a hung one does not stall us.
 COMPILE_TIMEOUT_S = 900
 
+# The compile's process group, in the run folder while it runs (harness/procs.py reads child*.pid).
+PID_FILE = "child-bytecode.pid"
+# compileall's line for a file it could not compile.
+ERROR_RE = re.compile(r"^\*\*\* Error compiling", re.M)
+
 _lock = threading.Lock()
+_running: set = set()   # compiles in flight: ended when this process exits (Ctrl-C of the loop)
+
+
+@atexit.register
+def _end_running() -> None:
+    from harness.procs import kill_group
+    for proc in list(_running):
+        kill_group(proc.pid, proc)
 _checked: set[str] = set()
 
 
@@ -65,18 +86,40 @@ def package_root(src: Path, module: str) -> Path:
     return root
 
 
-def compile_dirs(dirs: list[Path], timeout: float = COMPILE_TIMEOUT_S) -> tuple[bool, str]:
-    """compileall over `dirs` with every core; (ok, the last lines of its output)."""
+def compile_dirs(dirs: list[Path], timeout: float = COMPILE_TIMEOUT_S, pid_dir: Path | None = None,
+                 ) -> tuple[bool, str, int]:
+    """compileall over `dirs` with every core, in its own process group (recorded in
+    pid_dir/PID_FILE while it runs); (ok, the last lines of its output, files that did not compile)."""
+    from harness.procs import kill_group
     argv = [sys.executable, "-m", "compileall", "-q", "-j", "0", *map(str, dirs)]
+    pid_file = Path(pid_dir) / PID_FILE if pid_dir is not None else None
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-3:])
-    return p.returncode == 0, tail
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                cwd=str(pid_dir) if pid_dir is not None else None)
+    except OSError as exc:
+        return False, str(exc), 0
+    _running.add(proc)
+    try:
+        if pid_file is not None:
+            pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(Path(pid_dir).resolve()),
+                                            "n": "bytecode"}))
+        out, _ = proc.communicate(timeout=timeout)
+    except BaseException as exc:   # a timeout, or the loop stopping: the whole group goes
+        kill_group(proc.pid, proc)
+        proc.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            return False, str(exc), 0
+        raise
+    finally:
+        _running.discard(proc)
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+    tail = "\n".join(out.strip().splitlines()[-3:])
+    return proc.returncode == 0, tail, len(ERROR_RE.findall(out))
 
 
-def ensure(log=None, markers=MARKERS) -> str | None:
+def ensure(log=None, markers=MARKERS, pid_dir: Path | None = None) -> str | None:
     """Compile the markers' package directories if their bytecode is missing; what was done, or
     None when there was nothing to do. Never raises: a read-only environment only costs speed."""
     key = sys.executable + "|" + ",".join(markers)
@@ -92,8 +135,13 @@ def ensure(log=None, markers=MARKERS) -> str | None:
         say(f"harness: the environment has no compiled bytecode for {', '.join(todo)}; compiling "
             f"{', '.join(map(str, dirs))} once (each run would compile them from source; "
             "`uv sync --compile-bytecode` does this at install)")
-        ok, tail = compile_dirs(dirs)
+        ok, tail, skipped = compile_dirs(dirs, pid_dir=pid_dir if pid_dir is not None and Path(pid_dir).is_dir() else None)
         left = missing(markers)
-        note = "compiled" if ok and not left else f"could not compile all of it ({tail or 'read-only?'}); runs go on slower"
+        if not left:   # what runs import is compiled; files for another Python never load here
+            note = "compiled" + (f" ({skipped} file(s) of the packages are written for another Python version "
+                                 f"than {sys.version_info[0]}.{sys.version_info[1]} and are never imported here; "
+                                 "left as they are)" if skipped else "")
+        else:
+            note = f"could not compile {', '.join(left)} ({tail or 'read-only?'}); runs go on slower"
         say(f"harness: bytecode {note}")
         return note

@@ -60,13 +60,14 @@ class DataInfo:
     profile: str | None = None
     source: str | None = None
     ready: bool = False          # prepared: a fingerprint, and not marked "ready": false
+    eval_tokens: int | None = None   # the profile's EVAL_TOKENS
 
     @classmethod
     def of(cls, d) -> "DataInfo":
         d = d if isinstance(d, dict) else {}
         fp = _str(d.get("fingerprint"))
         return cls(fingerprint=fp, profile=_str(d.get("profile")), source=_str(d.get("source")),
-                   ready=bool(fp) and d.get("ready", True) is not False)
+                   ready=bool(fp) and d.get("ready", True) is not False, eval_tokens=_int(d.get("eval_tokens")))
 
     @property
     def offline(self) -> bool:
@@ -93,6 +94,8 @@ class RunInfo:
     source: str | None = None            # where the data came from ("offline-fallback" off the hub)
     sandbox: dict | None = None          # harness/sandbox.Sandbox.describe(): kind, reason, ...
     inputs: dict | None = None           # the pinned evaluation inputs' hashes (harness/pinned.py)
+    settings: dict | None = None         # the options the tag was started with: --resume's defaults
+    inventory: dict | None = None        # the data shards and tokenizer files it started with (agent/envcheck.py)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -107,6 +110,8 @@ class RunInfo:
                    created_at=fnum(d.get("created_at")), source=_str(d.get("source")),
                    sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
                    inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None,
+                   settings=d.get("settings") if isinstance(d.get("settings"), dict) else None,
+                   inventory=d.get("inventory") if isinstance(d.get("inventory"), dict) else None,
                    extra={k: v for k, v in d.items() if k not in RUN_INFO_KEYS})
 
     @classmethod

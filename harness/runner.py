@@ -194,8 +194,10 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
-    bytecode.ensure()   # once per process: without .pyc files every run compiles torch from source
     folder, run_dir = Path(folder), Path(run_dir)
+    # once per process: without .pyc files every run compiles torch from source (its group recorded
+    # in the run folder, so --resume ends it after a kill -9 of the loop)
+    bytecode.ensure(pid_dir=run_dir)
     log_path = Path(log_path) if log_path is not None else run_dir / "logs" / (log_name or f"exp-{n:04d}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "artifacts" / f"exp-{n:04d}"

@@ -72,7 +72,9 @@ def test_evaluating_and_judging_clocks_move():
     ev1 = text_of(con.render_panel("t", 300, dict(base, phase="evaluating"), now=1310.0))
     ev2 = text_of(con.render_panel("t", 300, dict(base, phase="evaluating"), now=1375.0))
     assert "evaluating for 10s" in ev1 and "evaluating for 1m15s" in ev2
-    assert "done, evaluating" in ev2 and "logs/exp-0004.log" in ev2
+    assert "the trusted evaluator measures the saved model (training done: 900 steps)" in ev2
+    assert "logs/exp-0004.log" in ev2
+    assert "trained 300.0s of 300s" not in ev2, "no training clock that reads as a hung run"
     judging = text_of(con.render_panel("t", 300, dict(base, phase="judging"), now=1430.0))
     assert "judging for 2m10s" in judging
     assert "since launch" not in judging, "no run clock once the run has ended"
@@ -127,20 +129,25 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
     monkeypatch.setenv("FAKE_SLEEP", "1.5")   # each run outlives the 1 s state refresh
     seen = []
     args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), "--max-experiments", "1",
-                                "--reviewer", "simple", "--proposer", "offline"])
+                                "--reviewer", "simple", "--proposer", "offline", "--baseline-repeats", "2"])
     lp = loop_mod.Loop(args)
     real_update = lp.console.update
     lp.console.update = lambda state: (seen.append(dict(state)), real_update(state))
     lp.run()
     lp.stop()
     out = capsys.readouterr().out
-    assert "exp 1: baseline run 1/2: 1.020000; rerunning to measure the noise" in out
-    interim = [s for s in seen if "rerunning" in str(s.get("last_decision"))]
-    assert interim and interim[0]["last_decision"].startswith("exp 1 keep: baseline run 1/2")
+    # an interim call is a note, never a verdict: the last decision shown is only the final one
+    assert "exp 1: not decided yet: baseline run 1/2: 1.020000; rerunning to measure the noise" in out
+    assert not [s for s in seen if "rerunning" in str(s.get("last_decision"))]
+    assert "exp 1: run 2 of 2 (measuring the noise)" in out
     trains = [s for s in seen if s["phase"] in ("training", "evaluating") and s.get("log")]
     assert {s["log"] for s in trains} == {"logs/exp-0001.log", "logs/exp-0001.rerun1.log"}
-    after = seen[next(i for i, s in enumerate(seen) if "rerunning" in str(s.get("last_decision"))):]
+    # while it runs, state.json says what is tried and which run of it
+    assert all(s["idea"]["description"] == "baseline (unmodified train.py)" for s in trains)
+    assert {(s["run"]["k"], s["run"]["of"]) for s in trains} == {(1, 2), (2, 2)}
+    after = seen[next(i for i, s in enumerate(seen) if s.get("run") and s["run"]["k"] == 2):]
     assert {s["log"] for s in after if s.get("log")} == {"logs/exp-0001.rerun1.log"}, "never the old run's log"
+    assert seen[-1]["idea"] is None and seen[-1]["run"] is None, "a decided experiment is no longer shown"
     assert "training (log logs/exp-0001.log)" in out, "plain mode names the running log"
 
 

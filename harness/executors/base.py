@@ -49,6 +49,7 @@ class EvalSpec:
     data_cache: str | None = None
     timeout_s: float | None = None
     train_source: str | None = None      # default: the job's files["train.py"]
+    eval_tokens: int | None = None       # fewer tokens than the profile's EVAL_TOKENS (a short budget's)
 
 
 @dataclass
@@ -186,7 +187,7 @@ def seal_fields(seal) -> dict:
 
 
 def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
-              timeout_s: float | None = None) -> EvalSpec:
+              timeout_s: float | None = None, eval_tokens: int | None = None) -> EvalSpec:
     """The EvalSpec agent/judges/hierarchy.py's _verify amounts to: the trusted prepare.py, the
     run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
     from harness.verify import eval_rows
@@ -194,4 +195,4 @@ def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
                     inputs=dict(seal.inputs) if seal is not None else {},
                     eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
                     data_cache=str(seal.data.cache) if seal is not None and seal.data else None,
-                    timeout_s=timeout_s, train_source=train_source)
+                    timeout_s=timeout_s, train_source=train_source, eval_tokens=eval_tokens)

@@ -99,6 +99,8 @@ def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, 
         problem.printed_bpb = printed
         return problem
     kw = {"timeout_s": spec.timeout_s} if spec.timeout_s else {}
+    if spec.eval_tokens:
+        kw["eval_tokens"] = spec.eval_tokens
     train_source = spec.train_source if spec.train_source is not None else job.files.get("train.py", "")
     return verify(artifact, train_source=train_source, prepare_source=spec.prepare_source,
                   printed_bpb=printed, sealed=job.sealed, rows=spec.batch_size,
