@@ -40,6 +40,7 @@ class LoopConfig:
     executor: str = "local"               # local | ray
     ray_address: str | None = None
     gpus: str | None = None               # GPU ids for local workers, comma-separated
+    notify: str | None = None             # webhook URL for notifications (agent/notify.py); a secret
 
     @classmethod
     def of(cls, args: "LoopConfig | argparse.Namespace") -> "LoopConfig":

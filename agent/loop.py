@@ -48,7 +48,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import between, budget, cli, summary
+from agent import between, budget, cli, notify, summary
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
@@ -131,6 +131,7 @@ class Loop(Phased):
         self._critical, self._stop_pending, self._last_state = False, False, 0.0
         self._lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.console = Console(self.tag, self.budget)
+        self.notify = notify.LoopNotify.of(self)   # --notify URL: posts from a thread, never blocks
 
     # The tag's state lives in the coordinator; the loop (and recovery, the hierarchy's queue
     # step) read and set it through these.
@@ -341,6 +342,7 @@ class Loop(Phased):
         self.cost_usd += rec.cost()
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.console.decision(rec)
+        self.notify.record(rec, self.history, self.last_decision)
         capped = budget.cap_reason(self.history, self.config.max_cost)
         if capped and self.proposers.llm:
             self.proposers.announce(capped, rec.n + 1)   # the judge stops calling the LLM at once
@@ -421,6 +423,7 @@ class Loop(Phased):
                 self.console.event(f"report: {self.run_dir / 'report' / 'report.html'}")
             except Exception as exc:   # a report must never turn a clean stop into a crash
                 self.console.event(f"report not written: {type(exc).__name__}: {exc}")
+        self.notify.stopped(self)
         self.console.close()
 
 
