@@ -41,8 +41,8 @@ from harness import gitops   # noqa: E402
 from harness.records import ExperimentRecord   # noqa: E402
 from harness.results import RESULTS_HEADER, append_journal, rewrite_results, write_json_atomic   # noqa: E402
 from harness.results_table import ResultRow, parse_results   # noqa: E402
+from harness.shared_results import IMPORTED_JSON   # noqa: E402
 
-IMPORTED_JSON = "imported.json"
 PROPOSER = "imported"
 # A commit cell: an abbreviated or full hex object name (git's shortest abbreviation is 4).
 HASH_RE = re.compile(r"[0-9a-fA-F]{4,40}")
