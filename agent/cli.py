@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent import budget
 from agent.config import LoopConfig
+from agent.notify import ENV_VAR as NOTIFY_ENV, check_url
 from agent.proposers.local import SEARCHES
 from agent.smoke import SMOKE_DEFAULTS, SMOKE_PROFILE, SMOKE_STEPS
 from harness import gitops
@@ -102,6 +103,8 @@ def validate(parser, args) -> None:
     gpus = getattr(args, "gpus", None)
     if gpus is not None and not all(g.strip() for g in gpus.split(",")):
         parser.error(f"--gpus wants comma-separated GPU ids such as 0,1,2, got {gpus!r}")
+    if getattr(args, "notify", None) and check_url(args.notify):
+        parser.error(check_url(args.notify))
     if getattr(args, "ray_address", None) and getattr(args, "executor", "local") != "ray":
         parser.error("--ray-address needs --executor ray")
 
@@ -252,6 +255,8 @@ def parse_args(argv=None) -> LoopConfig:
                 setattr(args, name, value)
     if args.budget is None:
         args.budget = budget_from_env(p, os.environ.get("AUTORESEARCH_TIME_BUDGET"), DEFAULT_BUDGET)
+    if args.notify is None:
+        args.notify = os.environ.get(NOTIFY_ENV) or None
     validate(p, args)   # before anything exists: a bad argument creates nothing
     if args.proposer is None:
         args.proposer = "claude" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
@@ -315,6 +320,9 @@ def parser() -> argparse.ArgumentParser:
                         f"--baseline-repeats {SMOKE_DEFAULTS['baseline_repeats']}, --max-experiments "
                         f"{SMOKE_DEFAULTS['max_experiments']}, the offline proposer: a baseline and two judged "
                         "experiments in minutes on a laptop (options given explicitly win)")
+    p.add_argument("--notify", metavar="URL",
+                   help=f"post a short JSON message (Slack/Discord webhook shape) on a new best, a stop, a crash "
+                        f"streak, a human-queue item and an hourly digest (default: {NOTIFY_ENV})")
     p.set_defaults(**{f.name: f.default for f in fields(LoopConfig)
                       if f.default is not MISSING and f.name not in ("budget", "proposer")})
     return p

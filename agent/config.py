@@ -41,6 +41,7 @@ class LoopConfig:
     ray_address: str | None = None
     gpus: str | None = None               # GPU ids for local workers, comma-separated
     smoke: bool = False                   # the smoke preset (agent/smoke.py): tiny profile, fixed steps
+    notify: str | None = None             # webhook URL for notifications (agent/notify.py); a secret
 
     @classmethod
     def of(cls, args: "LoopConfig | argparse.Namespace") -> "LoopConfig":

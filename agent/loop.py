@@ -48,7 +48,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import between, budget, cli, envcheck, smoke, summary
+from agent import between, budget, cli, envcheck, notify, smoke, summary
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, Phased
@@ -135,6 +135,7 @@ class Loop(Phased, LoopStatus):
         self.idea, self.run_of = None, None   # the experiment in flight (state.json idea, run)
         self.data_view, self.eval_tokens = None, None
         self.console = Console(self.tag, self.budget)
+        self.notify = notify.LoopNotify.of(self)   # --notify URL: posts from a thread, never blocks
 
     # The tag's state lives in the coordinator; the loop (and recovery, the hierarchy's queue
     # step) read and set it through these.
@@ -360,6 +361,7 @@ class Loop(Phased, LoopStatus):
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.idea, self.run_of = None, None   # decided: the panel no longer shows it as in flight
         self.console.decision(rec)
+        self.notify.record(rec, self.history, self.last_decision)
         capped = budget.cap_reason(self.history, self.config.max_cost)
         if capped and self.proposers.llm:
             self.proposers.announce(capped, rec.n + 1)   # the judge stops calling the LLM at once
@@ -414,6 +416,7 @@ class Loop(Phased, LoopStatus):
                 self.console.event(f"report: {self.run_dir / 'report' / 'report.html'}")
             except Exception as exc:   # a report must never turn a clean stop into a crash
                 self.console.event(f"report not written: {type(exc).__name__}: {exc}")
+        self.notify.stopped(self)
         self.console.close()
 
 

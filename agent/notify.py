@@ -209,3 +209,42 @@ def _evidence(rec: ExperimentRecord) -> str:
 def _escalations(rec: ExperimentRecord) -> list[tuple[str, int | None]]:
     """(kind, queue item id) of each escalation the judge recorded (agent/judges/escalation.py)."""
     return rec.escalations
+
+
+class LoopNotify:
+    """What the loop holds: a Notifier and its Watch when a URL was given, else nothing posts.
+    The loop calls record() per recorded decision and stopped() once at its stop."""
+
+    def __init__(self, url: str | None, tag: str, say: Callable[[str], None] = print):
+        self.notifier = Notifier(url, say) if url else None
+        self.watch = Watch(tag, self.notifier.post) if self.notifier else None
+        self._stopped = False
+
+    @classmethod
+    def of(cls, loop) -> "LoopNotify":
+        return cls(loop.config.notify, loop.tag, loop.console.event)
+
+    def record(self, rec: ExperimentRecord, history: list[ExperimentRecord], running: str = "") -> None:
+        if self.watch is None:
+            return
+        try:   # a notification must never stop the loop
+            self.watch.record(rec, history)
+            self.watch.tick(running)
+        except Exception as exc:
+            self.notifier.say(f"notify: skipped a message ({type(exc).__name__})")
+
+    def stopped(self, loop) -> None:
+        """The stop's message (why, the end summary), then up to TIMEOUT_S for the queue to drain."""
+        if self.watch is None or self._stopped:
+            return
+        self._stopped = True
+        try:
+            from agent import summary
+            reason = loop.stop_reason or summary.interrupted_reason(getattr(loop, "interim", None),
+                                                                    [r.n for r in loop.history])
+            text = summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
+                                                cap=loop.config.max_cost))
+            self.watch.stopped(reason, text)
+        except Exception as exc:
+            self.watch.stopped(loop.stop_reason or "stopped", f"(no summary: {type(exc).__name__})")
+        self.notifier.close()

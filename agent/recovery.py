@@ -92,7 +92,7 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
     for rec in everything:
         typed = ExperimentRecord.from_dict(rec)
         if typed.is_experiment:
-            if typed.status == "keep" and typed.commit:
+            if typed.status == "keep" and typed.commit and not typed.imported:   # imported: another machine's
                 head, bpb = typed.commit, typed.decision_bpb
             continue
         applied = QueueAppliedRecord.from_dict(rec)   # a human decision applied at a boundary

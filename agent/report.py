@@ -1,6 +1,6 @@
 """The morning report: what a run kept, why, what each kept change is worth, and what it cost.
 
-    uv run agent/report.py --run DIR [--ablate] [--branches]
+    uv run agent/report.py --run DIR [--ablate] [--branches] [--validate K]
 
 Reads a run folder (journal.jsonl, results.tsv, run.json, the worktree's git history) and writes
 <run>/report/report.md and a self-contained <run>/report/report.html (inline SVG progress figure):
@@ -24,8 +24,9 @@ from collections import Counter, defaultdict
 from html import escape
 from pathlib import Path
 
-from agent import budget
+from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
+from agent.validate import ValidateError
 from harness import gitops
 from harness.journal_records import Measurement
 from harness.records import ExperimentRecord, RunInfo
@@ -70,7 +71,7 @@ def load(run: Path) -> dict:
     """The run's journal (its experiment records, typed), run.json, the base commit."""
     run = Path(run)
     journal, problems = read_journal(run / "journal.jsonl")
-    records = [ExperimentRecord.from_dict(r) for r in journal]
+    records = report_share.own_records([ExperimentRecord.from_dict(r) for r in journal])   # not imported ones
     source = "journal.jsonl"
     if not (run / "journal.jsonl").exists() and (run / "results.tsv").exists():
         records, source = records_from_results(run / "results.tsv"), "results.tsv"   # a reference run's folder
@@ -437,7 +438,7 @@ def progress_figure(data: dict) -> str | None:
     return progress_svg(rows, noise_band(rows, data["records"]))
 
 
-def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None) -> dict:
+def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None, validate=None) -> dict:
     data = load(run)
     if not data["records"]:
         if not any((Path(run) / name).exists() for name in ("journal.jsonl", "results.tsv")):
@@ -451,9 +452,9 @@ def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure
     svg = progress_figure(data)
     if svg:
         (out / "progress.svg").write_text(svg)
-    md = markdown(s, abl, made, "progress.svg" if svg else None)
+    md = report_share.extend(markdown(s, abl, made, "progress.svg" if svg else None), data, s, out, branches, validate)
     (out / "report.md").write_text(md)
-    (out / "report.html").write_text(html_page(md, svg))
+    (out / "report.html").write_text(report_share.with_image(html_page(md, svg), out))
     return {"summary": s, "ablations": abl, "branches": made, "dir": out}
 
 
@@ -471,11 +472,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, type=Path, help="the run folder (the tag's worktree)")
     p.add_argument("--ablate", action="store_true", help="re-run the final best without each kept change")
-    p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base")
+    p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base, "
+                   "and exp/<hardware>/<tag> at the final best")
+    p.add_argument("--validate", type=float, metavar="K", help="re-run the final best and the base at K x the budget")
     args = p.parse_args(argv)
     try:
-        got = report(args.run.resolve(), args.ablate, args.branches)
-    except ReportError as exc:
+        got = report(args.run.resolve(), args.ablate, args.branches, validate=args.validate)
+    except (ReportError, ValidateError) as exc:
         print(f"report: {exc}")
         return 1
     print(f"report: {got['dir'] / 'report.md'} and report.html ({len(got['summary']['changes'])} kept changes)")

@@ -30,7 +30,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
-from dashboard import chart, data, human_queue, live, runview, serving
+from dashboard import chart, data, human_queue, live, runview, serving, shared
 from dashboard.runs import RunIndex, git_toplevel
 from dashboard.scrub import Scrubber
 
@@ -173,7 +173,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             "index.html", run=run, runs=index.all(), rows=shown, page=page, pages=pages,
             total=len(res.lines), complete=res.complete, problems=problems, run_json=run_json,
             run_problem=run_problem, fresh=fresh, data_warning=runview.data_warning(run_json),
-            seal_warning=runview.seal_warning(run_json),
+            seal_warning=runview.seal_warning(run_json), shared=shared.notes(run),
             chart=Markup(chart_svg(run, res)), now=Markup(now_html(run)),
             serving_chart=Markup(serving.scatter_svg(serving.points(run, res.lines))),
             flywheel=serving.flywheel_rows(run),

@@ -185,6 +185,7 @@ class ExperimentRecord(VerdictReads):
     handover: str | None = None          # why the offline proposer had this turn (cost cap, crash streak)
     dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged to this record)
     worker: int | None = None            # --workers: which worker carried it
+    imported: str | None = None          # where an imported experiment came from (agent/import_run.py): unsealed
     ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
     _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
@@ -373,7 +374,7 @@ class ExperimentRecord(VerdictReads):
 RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
                  "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "handover",
-                 "dropped_prefetch", "worker")
+                 "dropped_prefetch", "worker", "imported")
 _DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory())
              for f in fields(ExperimentRecord) if f.name in RECORD_KEYS}
 

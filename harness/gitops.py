@@ -171,7 +171,7 @@ RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "stat
              "queue.sqlite*", "optuna.sqlite*", "pending.json", "pending-w*.json", "child*.pid", "verify*.pid", "loop.lock",
              "*.torn-*", "*.json.*.tmp", "results.tsv.*.tmp", "run.log",
              "logs", "artifacts", "screen", ".sealed", ".verify", ".runs", "out", "report*",
-             "bench", "flywheel_report.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
+             "bench", "flywheel_report.json", "imported.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run
 
 
 def clean_worktree(worktree: Path) -> list[str]:

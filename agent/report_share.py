@@ -1,0 +1,78 @@
+"""The report's part to share: what the figures are (hardware, budget, data), progress.png, the
+final best filed under the hardware's name, the longer-budget check, the cost per bpb gained, and
+where imported experiments came from. agent/report.py calls `extend` on its markdown and
+`with_image` on its page; the rest stays here.
+"""
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from agent import hardware
+from agent.report_progress import write_png
+from harness import gitops
+from harness.records import ExperimentRecord, RunInfo
+from harness.shared_results import CostPerGain, ImportedInfo, Validation
+
+HEADING = "## Results to share"
+PNG = "progress.png"
+
+
+def own_records(records: list[ExperimentRecord]) -> list[ExperimentRecord]:
+    """The tag's own experiments when it has any, else every record (an imported tag not resumed
+    yet): the report's figures never mix another machine's with this tag's."""
+    own = [r for r in records if not r.imported]
+    return own or records
+
+
+def terms_line(info: RunInfo, hw: dict, imported: ImportedInfo | None) -> str:
+    budget = info.budget if info.budget is not None else (imported.budget if imported else None)
+    data = f"data {info.fingerprint or '?'} ({info.source or 'source unknown'}, profile {info.profile or '?'})" \
+        if info.fingerprint else "data not recorded yet (the tag has not run here)"
+    return (f"Hardware: {hw['name']} ({hw['kind']}; this machine, where the report was made); budget: "
+            + (f"{budget:g} s of training per run" if budget else "unknown") + f"; {data}. "
+            "Figures from another machine, budget or data are not comparable with these.")
+
+
+def extend(md: str, data: dict, s: dict, out: Path, branches: bool = False, validate: float | None = None,
+           seeds: int | None = None) -> str:
+    """`md` with the terms under its title and the section to share at its end; writes progress.png,
+    makes exp/<hardware>/<tag> with `branches`, runs the longer-budget check with `validate` K."""
+    run, info, hw = Path(data["run"]), data["info"], hardware.detect()
+    info = info if isinstance(info, RunInfo) else RunInfo.from_dict(info)
+    imported = ImportedInfo.read(run)
+    lines = md.split("\n")
+    lines.insert(1, "\n" + terms_line(info, hw, imported))
+    section = ["", HEADING, ""]
+    title = (f"autoresearch {s['tag']}: {s['experiments']} experiments, {len(s['changes'])} kept changes; "
+             f"{hw['name']}, {info.budget or (imported.budget if imported else 0) or 0:g} s budget")
+    png = write_png(run, Path(out) / PNG, title, imported.rows if imported else 0)
+    section.append(f"- {PNG}: every experiment's val_bpb, kept steps, discarded points, the running best"
+                   if png else f"- {PNG}: nothing measured to draw yet")
+    if branches and s["final"]:
+        name = hardware.branch_for(hw["slug"], s["tag"])
+        gitops.git(run, "branch", "-f", name, s["final"])
+        section.append(f"- branch: {name}, the final best {str(s['final'])[:7]} filed under this hardware")
+    if validate is not None:
+        from agent.validate import DEFAULT_SEEDS, validate as check
+        check(run, validate, seeds or DEFAULT_SEEDS)
+    v = Validation.read(run)
+    if v is not None and v.final.commit == s["final"]:
+        section.append(f"- longer budget: {v.line()}")
+    else:
+        section.append("- longer budget: not checked (agent/report.py --validate K re-runs the final best and "
+                       "the base at K x the budget)")
+    section.append(f"- cost per bpb gained: {CostPerGain.of(data['records']).line()}")
+    if imported is not None:
+        section.append(f"- imported: {imported.line()}")
+    return "\n".join(lines + section) + "\n"
+
+
+def with_image(page: str, out: Path) -> str:
+    """The page with progress.png under the section's heading (when it was drawn)."""
+    if not (Path(out) / PNG).exists():
+        return page
+    img = (f'<img src="{PNG}" alt="{escape("progress: val_bpb by experiment")}" '
+           'style="max-width:100%;border:1px solid #d1d5db">')
+    head = f"<h2>{HEADING[3:]}</h2>"
+    return page.replace(head, head + "\n" + img, 1)

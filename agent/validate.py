@@ -1,0 +1,190 @@
+"""A winner checked at a longer budget: does the final best's gain over the base hold at K x the budget?
+
+    uv run agent/report.py --run DIR --validate K [--validate-seeds S]
+
+Screen-then-validate: the loop's budget is short so that many ideas are tried; a change that wins
+at 5 minutes may win by less, or lose, at 50. This re-runs the tag's final best and its base at K
+times the budget, S fresh seeds each (the same seeds on both sides, none the loop used), through
+the loop's own path: a sealed run and the trusted evaluation for a run the judge hierarchy judged
+(agent/experiment.run_commit, JudgeHierarchy.measure), the printed val_bpb for one the simple
+reviewer judged. It says whether the gain HOLDS (at least HOLD_FRACTION of the run's gain, and
+clear of its standard error), SHRINKS (positive but less, or within noise), or REVERSES (the base
+is better), and writes report/validation.json, which the report and the dashboard show.
+
+Runs happen in a scratch worktree (never the run's own); the run must be stopped. Experiment
+numbers VALIDATE_N0 and up name their logs and artifacts, far from the loop's.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from harness import gitops
+from harness.journal_records import Measurement
+from harness.records import RunInfo, experiment_records
+from harness.results import read_journal, write_json_atomic
+from harness.shared_results import VALIDATION_JSON
+
+# Experiment numbers of validation runs (logs/validate-*.log, artifacts/exp-95NNN/).
+VALIDATE_N0 = 95000
+# Fresh seeds: the loop's are 1000 + 16 (n - 1) + r, so these are no run's for n < 4000.
+SEED_BASE = 70000
+DEFAULT_SEEDS = 3
+# The gain holds when the longer runs keep at least this fraction of the run's gain (and it is
+# more than its standard error): half a gain is still a gain worth keeping; less is a finding.
+HOLD_FRACTION = 0.5
+
+
+class ValidateError(Exception):
+    """Nothing to validate, or it cannot be measured here: the message says why."""
+
+
+def terms(run_dir: Path) -> dict:
+    """The tag's base and final best (its own experiments; imported ones left out) and the run's gain."""
+    run_dir = Path(run_dir)
+    records = experiment_records(read_journal(run_dir / "journal.jsonl")[0])
+    info = RunInfo.read(run_dir / "run.json")
+    if info is None or info.budget is None or not info.base_commit:
+        raise ValidateError(f"{run_dir}: no run.json with a budget and a base commit (has the loop run here?)")
+    own = [r for r in records if not r.imported]
+    keeps = [r for r in own if r.status == "keep" and r.commit]
+    base_rec = next((r for r in keeps if r.commit == info.base_commit), None)
+    final_rec = keeps[-1] if keeps else None
+    if final_rec is None or base_rec is None:
+        raise ValidateError(f"{run_dir}: no kept baseline yet")
+    gain = (base_rec.decision_bpb - final_rec.decision_bpb) \
+        if base_rec.decision_bpb is not None and final_rec.decision_bpb is not None else None
+    return {"run": run_dir, "info": info, "records": records, "base": info.base_commit, "final": final_rec.commit,
+            "gain_short": gain, "sealed": any(r.trusted_bpb is not None for r in own)}
+
+
+def verdict(gain_short: float | None, gain_long: float | None, se: float | None) -> tuple[str, str]:
+    if gain_long is None:
+        return "unmeasured", "a side has no figure at the longer budget"
+    noise = se or 0.0
+    if gain_long < 0 and -gain_long > noise:
+        return "reverses", "the base is better at the longer budget"
+    if gain_long <= noise:
+        return "shrinks", "the gain is within the noise of the longer runs"
+    if gain_short is not None and gain_short > 0 and gain_long < HOLD_FRACTION * gain_short:
+        return "shrinks", f"less than {HOLD_FRACTION:g} of the run's gain is left"
+    return "holds", "the final best is still better, by at least half the run's gain"
+
+
+class _Host:
+    """What agent/experiment.run_commit reads of its host: a RunSite of the scratch worktree and
+    the run folder, one local slot, the run's clock reference; no status to keep."""
+
+    def __init__(self, scratch: Path, t: dict, budget: float, seal):
+        from agent.experiment import RunSite, one_slot
+        from agent.workspace import RunFiles
+        from harness.clock import reference_of
+        from harness.runner import timeout_for
+        info = t["info"]
+        self.files = RunFiles(scratch, info.tag or "", scratch, t["run"])
+        self.executor = one_slot(t["run"])
+        records = t["records"]
+        self.runs = RunSite(files=self.files, run_info=info, budget=budget, timeout=timeout_for(budget),
+                            seal=seal, sealed=seal is not None, executor=self.executor,
+                            clock_reference=lambda: reference_of(records))
+
+    def check_stop(self) -> None:
+        pass
+
+    def refresh(self, force: bool = False) -> None:
+        pass
+
+
+def sealed_measure(t: dict, scratch: Path, budget: float):
+    """measure(commit, n, seed) -> Measurement: the loop's sealed run + the trusted evaluation."""
+    from agent import workspace
+    from agent.experiment import run_commit
+    from agent.judges.hierarchy import JudgeHierarchy
+    from agent.sealing import make_seal
+    info = t["info"]
+    env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{budget:g}")
+    described = workspace.describe_data(scratch, env, t["run"] / "report" / "prepare.log")
+    judge = JudgeHierarchy(budget=budget)
+    mode = "none" if info.sandbox_kind == "none" else "auto"
+    judge.seal = make_seal(t["run"], described, RunInfo.from_dict(info.to_dict()), mode, print)
+    host = _Host(scratch, t, budget, judge.seal)
+
+    def measure(commit: str, n: int, seed: int) -> Measurement:
+        gitops.git(scratch, "checkout", "-q", "--detach", commit)
+        out = judge.measure(commit, worktree=scratch, run_dir=t["run"], train=lambda c: run_commit(
+            host, n, c, f"validate-{c[:7]}-s{seed}.log", env={"AUTORESEARCH_SEED": str(seed)}))
+        return Measurement.of(out)
+    measure.close = host.executor.close
+    return measure
+
+
+def printed_measure(t: dict, scratch: Path, budget: float):
+    """measure(commit, n, seed) -> Measurement: an unsealed run, its printed val_bpb (simple reviewer)."""
+    from harness.runner import run_train
+
+    def measure(commit: str, n: int, seed: int) -> Measurement:
+        gitops.git(scratch, "checkout", "-q", "--detach", commit)
+        run = run_train(scratch, t["run"], n, budget, env={"AUTORESEARCH_SEED": str(seed)},
+                        log_name=f"validate-{commit[:7]}-s{seed}.log")
+        if run.crash_class is not None:
+            return Measurement(False, f"crashed: {run.crash_class}", None, str(run.log_path))
+        bpb = run.printed("val_bpb")
+        ok = isinstance(bpb, (int, float)) and math.isfinite(bpb)
+        return Measurement(ok, "printed val_bpb", float(bpb) if ok else None, str(run.log_path))
+    measure.close = lambda: None
+    return measure
+
+
+def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, make_measure=None) -> dict:
+    """Re-run the final best and the base at k x the budget; write and return report/validation.json's object."""
+    if not (k > 0 and math.isfinite(k)):
+        raise ValidateError(f"--validate wants a positive factor of the budget, got {k}")
+    if os.environ.get("AUTORESEARCH_STEPS"):
+        raise ValidateError("AUTORESEARCH_STEPS is set: runs train a fixed number of steps, so a longer "
+                            "budget changes nothing; unset it to validate")
+    t = terms(run_dir)
+    (Path(run_dir) / "report").mkdir(exist_ok=True)
+    budget = float(t["info"].budget) * k
+    out = {"k": k, "budget": budget, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),
+           "gain_short": t["gain_short"], "sealed": t["sealed"],
+           "final": {"commit": t["final"], "runs": [], "failed": []},
+           "base": {"commit": t["base"], "runs": [], "failed": []}}
+    if t["final"] == t["base"]:
+        out.update(verdict="unmeasured", reason="nothing was kept beyond the base: no gain to validate",
+                   gain_long=None, se_long=None)
+        write_json_atomic(Path(run_dir) / VALIDATION_JSON, out)
+        return out
+    scratch_root = Path(tempfile.mkdtemp(prefix="autoresearch-validate-"))
+    scratch = scratch_root / "wt"
+    gitops.git(t["run"], "worktree", "add", "--detach", str(scratch), t["final"])
+    measure = None
+    try:
+        measure = (make_measure or (sealed_measure if t["sealed"] else printed_measure))(t, scratch, budget)
+        for i, seed in enumerate(out["seeds"]):
+            for j, side in enumerate(("base", "final")):
+                m = measure(out[side]["commit"], VALIDATE_N0 + 2 * i + j, seed)
+                say(f"validate: {side} {out[side]['commit'][:7]} seed {seed} at {budget:g} s: "
+                    + (f"{m.bpb:.6f}" if m.ok and m.bpb is not None else f"no figure ({m.reason})"))
+                if m.ok and m.bpb is not None:
+                    out[side]["runs"].append(m.bpb)
+                else:
+                    out[side]["failed"].append(m.reason or "no figure")
+    finally:
+        if measure is not None:
+            measure.close()
+        gitops.git(t["run"], "worktree", "remove", "--force", str(scratch), check=False)
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    f, b = out["final"]["runs"], out["base"]["runs"]
+    gain = statistics.fmean(b) - statistics.fmean(f) if f and b else None
+    se = math.sqrt(statistics.variance(f) / len(f) + statistics.variance(b) / len(b)) \
+        if len(f) > 1 and len(b) > 1 else None
+    out["gain_long"], out["se_long"] = gain, se
+    out["verdict"], out["reason"] = verdict(t["gain_short"], gain, se)
+    write_json_atomic(Path(run_dir) / VALIDATION_JSON, out)
+    return out
+

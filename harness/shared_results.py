@@ -1,0 +1,147 @@
+"""What a run offers to share, typed for the report and the dashboard: where imported experiments
+came from (imported.json, agent/import_run.py), the final best checked at a longer budget
+(report/validation.json, agent/validate.py), and what each bpb gained cost (from the journal).
+
+Read from disk these are data: `read` never raises, and a value of the wrong type reads as None.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.figures import as_dict, as_str, fnum
+from harness.records import ExperimentRecord
+
+IMPORTED_JSON = "imported.json"
+VALIDATION_JSON = "report/validation.json"
+# Verdicts of a validation (agent/validate.py decides which).
+VERDICTS = ("holds", "shrinks", "reverses", "unmeasured")
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _floats(v) -> list[float]:
+    return [float(x) for x in v if fnum(x) is not None] if isinstance(v, list) else []
+
+
+@dataclass(frozen=True)
+class ImportedInfo:
+    """imported.json: the first `rows` experiments of the tag are another run's, imported."""
+    repo: str | None
+    branch: str | None
+    tip: str | None
+    rows: int
+    budget: float | None
+    missing_commits: list = field(default_factory=list)
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "ImportedInfo | None":
+        d = _read(Path(run_dir) / IMPORTED_JSON)
+        if d is None:
+            return None
+        rows = fnum(d.get("rows"))
+        missing = d.get("missing_commits")
+        return cls(as_str(d.get("repo")), as_str(d.get("branch")), as_str(d.get("tip")), int(rows or 0),
+                   fnum(d.get("budget")), [m for m in missing if isinstance(m, str)] if isinstance(missing, list) else [])
+
+    def line(self) -> str:
+        budget = f"{self.budget:g} s budget" if self.budget else "budget unknown"
+        gone = f"; {len(self.missing_commits)} discarded commit(s) no longer in the repository" \
+            if self.missing_commits else ""
+        return (f"experiments 1-{self.rows} are imported from {self.branch} ({self.repo}; {budget}){gone}: the "
+                "original run's figures, on its machine, unsealed and not re-evaluated; never compared with "
+                "this tag's own measurements, which start with its own baseline")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a validation: a commit and its runs' figures at the longer budget."""
+    commit: str | None
+    runs: list[float]
+    failed: list[str]                 # why a run gave no figure
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.runs) / len(self.runs) if self.runs else None
+
+    @classmethod
+    def of(cls, d) -> "Side":
+        d = as_dict(d)
+        failed = d.get("failed")
+        return cls(as_str(d.get("commit")), _floats(d.get("runs")),
+                   [f for f in failed if isinstance(f, str)] if isinstance(failed, list) else [])
+
+
+@dataclass(frozen=True)
+class Validation:
+    """report/validation.json: the final best and the base re-run at k x the budget."""
+    k: float | None
+    budget: float | None              # seconds per run at the longer budget
+    seeds: list
+    final: Side
+    base: Side
+    gain_short: float | None          # base - final in the run (the tag's own figures)
+    gain_long: float | None           # the same at k x the budget, mean over the seeds
+    se_long: float | None             # its standard error (None with one seed a side)
+    verdict: str                      # holds | shrinks | reverses | unmeasured
+    reason: str
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "Validation | None":
+        d = _read(Path(run_dir) / VALIDATION_JSON)
+        if d is None:
+            return None
+        verdict = as_str(d.get("verdict"))
+        seeds = d.get("seeds")
+        return cls(fnum(d.get("k")), fnum(d.get("budget")), seeds if isinstance(seeds, list) else [],
+                   Side.of(d.get("final")), Side.of(d.get("base")), fnum(d.get("gain_short")),
+                   fnum(d.get("gain_long")), fnum(d.get("se_long")),
+                   verdict if verdict in VERDICTS else "unmeasured", as_str(d.get("reason")) or "")
+
+    def line(self) -> str:
+        k = f"{self.k:g}x" if self.k else "?x"
+        long = f"{self.gain_long:+.6f}" if self.gain_long is not None else "-"
+        se = f" (se {self.se_long:.6f})" if self.se_long is not None else ""
+        short = f"{self.gain_short:+.6f}" if self.gain_short is not None else "-"
+        return (f"at {k} the budget ({self.budget or 0:g} s, {len(self.seeds)} seed(s) a side) the gain "
+                f"{self.verdict.upper()}: {long}{se} vs {short} in the run. {self.reason}")
+
+
+@dataclass(frozen=True)
+class CostPerGain:
+    """The tag's own experiments (imported ones left out): the gain from its baseline to its best
+    kept figure, and what it cost in LLM dollars and device-hours (training + trusted evaluation)."""
+    baseline: float | None
+    best: float | None
+    dollars: float
+    device_hours: float
+
+    @classmethod
+    def of(cls, records: list[ExperimentRecord]) -> "CostPerGain":
+        own = [r for r in records if not r.imported]
+        base = next((r.decision_bpb for r in own if r.is_baseline and r.status == "keep"), None)
+        if base is None:
+            base = next((r.decision_bpb for r in own if r.status == "keep"), None)
+        kept = [r.decision_bpb for r in own if r.status == "keep" and r.decision_bpb is not None]
+        seconds = sum((r.timing("run") or 0.0) + (r.timing("eval") or 0.0) for r in own)
+        return cls(base, min(kept) if kept else None, sum(r.cost() for r in own), seconds / 3600)
+
+    @property
+    def gain(self) -> float | None:
+        return self.baseline - self.best if self.baseline is not None and self.best is not None else None
+
+    def line(self) -> str:
+        spent = f"${self.dollars:.2f} of LLM and {self.device_hours:.2f} device-hours"
+        gain = self.gain
+        if gain is None or gain <= 0:
+            return f"{spent}; no bpb gained over the baseline, so no cost per bpb"
+        return (f"{spent} for {gain:.6f} bpb gained ({self.baseline:.6f} -> {self.best:.6f}): "
+                f"${self.dollars / gain:,.0f} and {self.device_hours / gain:,.1f} device-hours per bpb "
+                f"(${self.dollars / gain / 1000:,.2f} and {self.device_hours / gain / 1000:,.3f} h per 0.001)")

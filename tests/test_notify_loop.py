@@ -1,0 +1,89 @@
+"""--notify wired into the real loop: a tiny run (stand-in train.py) posts to a local webhook; a dead
+or stalled webhook neither stops nor holds the loop; the URL is written nowhere."""
+import threading
+
+from agent.cli import parse_args
+from harness.records import experiment_records
+from harness.results import read_journal
+from tests.loop_fixtures import fake_env, fake_repo, run_loop
+from tests.test_notify import Hook
+
+TOKEN = "secretpath123"   # in Hook.url's path: the part of a webhook URL that is its credential
+
+
+def _files_text(folder):
+    out = []
+    for p in folder.rglob("*"):
+        if p.is_file() and ".git" not in p.parts:
+            out.append(p.read_bytes().decode(errors="replace"))
+    return "\n".join(out)
+
+
+def test_flag_and_environment_give_the_url(monkeypatch):
+    monkeypatch.delenv("AUTORESEARCH_NOTIFY_URL", raising=False)
+    assert parse_args(["--tag", "t"]).notify is None
+    assert parse_args(["--tag", "t", "--notify", "https://h.example/x"]).notify == "https://h.example/x"
+    monkeypatch.setenv("AUTORESEARCH_NOTIFY_URL", "https://env.example/hook")
+    assert parse_args(["--tag", "t"]).notify == "https://env.example/hook"
+
+
+def test_a_bad_url_is_refused_before_anything_exists(tmp_path, capsys):
+    repo = fake_repo(tmp_path / "repo")
+    p = run_loop(repo, fake_env(tmp_path), "--tag", "n", "--notify", "ftp://x/y", "--max-experiments", "1")
+    assert p.returncode == 2 and "--notify wants an http(s) URL" in p.stderr
+    assert not (repo / ".autoresearch").exists()
+
+
+def test_a_loop_posts_its_best_and_its_stop(tmp_path):
+    hook = Hook()
+    try:
+        repo = fake_repo(tmp_path / "repo")
+        env = fake_env(tmp_path, AUTORESEARCH_NOTIFY_URL=hook.url)   # the environment's way
+        p = run_loop(repo, env, "--tag", "nt", "--budget", "1", "--max-experiments", "4")
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        hook.close()
+    run_dir = repo / ".autoresearch" / "nt"
+    records = experiment_records(read_journal(run_dir / "journal.jsonl")[0])
+    events = [b["event"] for b in hook.bodies]
+    assert events[0] == "baseline" and events[-1] == "stop", events
+    bests = [r for r in records if r.status == "keep" and not r.is_baseline]
+    assert events.count("new_best") == len(bests), (events, [r.status for r in records])
+    stop = hook.bodies[-1]["text"]
+    assert "stopped: reached --max-experiments 4" in stop and "nt" in stop
+    assert all(b["text"] == b["content"] for b in hook.bodies)
+    written = _files_text(run_dir) + p.stdout + p.stderr
+    assert TOKEN not in written and str(hook.server.server_port) not in _files_text(run_dir)
+
+
+def test_a_dead_endpoint_never_stops_the_loop(tmp_path):
+    hook = Hook()
+    hook.status = 404   # refuses every message at once (a 5xx is retried in the background: see below)
+    try:
+        repo = fake_repo(tmp_path / "repo")
+        p = run_loop(repo, fake_env(tmp_path), "--tag", "nd", "--budget", "1", "--max-experiments", "3",
+                     "--notify", hook.url)
+    finally:
+        hook.close()
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = repo / ".autoresearch" / "nd"
+    assert len(experiment_records(read_journal(run_dir / "journal.jsonl")[0])) == 3
+    assert hook.requests >= 1 and hook.bodies == []
+    assert p.stdout.count("did not take a message") == 1, p.stdout
+    assert TOKEN not in _files_text(run_dir) + p.stdout + p.stderr
+
+
+def test_a_stalled_endpoint_never_holds_the_loop(tmp_path):
+    hook = Hook()
+    hook.hold = threading.Event()   # answers nothing until the loop has finished
+    try:
+        repo = fake_repo(tmp_path / "repo")
+        p = run_loop(repo, fake_env(tmp_path), "--tag", "ns", "--budget", "1", "--max-experiments", "3",
+                     "--notify", hook.url, timeout=100)
+        assert p.returncode == 0, p.stdout + p.stderr
+        run_dir = repo / ".autoresearch" / "ns"
+        assert len(experiment_records(read_journal(run_dir / "journal.jsonl")[0])) == 3
+        assert hook.bodies == [] and hook.requests >= 1
+    finally:
+        hook.hold.set()
+        hook.close()
