@@ -111,3 +111,26 @@ def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):
             remeasure(lp, lp.last_kept, [42])   # train.py's own SEED: the baseline's first run
     finally:
         lp.stop()
+
+
+def test_bench_loop_counts_every_run_as_training_and_overhead_per_run():
+    spec = importlib.util.spec_from_file_location("bench_loop", REPO / "scripts" / "bench_loop.py")
+    bench_loop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_loop)
+    base = {"n": 1, "proposer": "baseline", "status": "keep", "log": "logs/exp-0001.rerun1.log",
+            "timings": {"training": 10.0, "total": 45.0, "git": 0.5, "proposal_wait": 0.0},
+            "verdicts": {"reruns": [{"log": "logs/exp-0001.log", "summary": {"training_seconds": 10.0}}]}}
+    # a candidate run twice, then the incumbent once: the record describes its second run
+    cand = {"n": 2, "proposer": "offline", "status": "discard", "log": "logs/exp-0002.rerun1.log",
+            "timings": {"training": 10.0, "total": 70.0, "git": 1.0, "proposal_wait": 2.0},
+            "verdicts": {"reruns": [{"log": "logs/exp-0002.log", "summary": {"training_seconds": 10.0}},
+                                    {"log": "logs/exp-0002.rerun1.log", "summary": {"training_seconds": 10.0}},
+                                    {"log": "logs/exp-0002.rerun2.incumbent.log", "summary": {"training_seconds": 10.0}}]}}
+    one = {"n": 3, "proposer": "offline", "status": "discard", "log": "logs/exp-0003.log",
+           "timings": {"training": 10.0, "total": 25.0, "git": 0.5, "proposal_wait": 0.0}, "verdicts": {}}
+    f = bench_loop.per_run_figures([base, cand, one], loop_wall=200.0)
+    assert f["runs"] == 6 and f["training"] == 60.0
+    assert f["duty_cycle"] == pytest.approx(60.0 / 200.0)
+    assert f["overhead_per_run"] == pytest.approx((45 + 70 + 25 - 60) / 6)
+    assert f["runs_per_decision"] == 2.0 and f["decisions"] == 2 and f["baseline_runs"] == 2
+    assert f["git_per_run"] == pytest.approx(2.0 / 6) and f["proposal_per_run"] == pytest.approx(2.0 / 6)
