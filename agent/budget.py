@@ -91,6 +91,11 @@ class Handovers:
         self._say(f"exp {n}: hand-over: {why}")
 
 
+def runs_done(history: list) -> int:
+    """Training runs of every decided record (--max-runs counts these)."""
+    return sum(r.training_runs for r in history if isinstance(r, ExperimentRecord) and r.is_experiment)
+
+
 def night_lines(records: list[ExperimentRecord], cap: float | None = None) -> list[str]:
     """What the end summary and the report say about the LLM's spend and the hand-overs."""
     exps = [r for r in records if r.is_experiment]

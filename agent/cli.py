@@ -92,12 +92,16 @@ def validate(parser, args) -> None:
     cap = getattr(args, "max_cost", None)
     if cap is not None and not (cap >= 0 and cap != float("inf")):
         parser.error(f"--max-cost must be a number of dollars >= 0, got {cap:g}")
-    at_least = {"--max-experiments": (args.max_experiments, 1), "--baseline-repeats": (args.baseline_repeats, 1),
+    at_least = {"--max-experiments": (args.max_experiments, 1), "--max-runs": (getattr(args, "max_runs", None), 1),
+                "--baseline-repeats": (args.baseline_repeats, 1),
                 "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0),
                 "--workers": (getattr(args, "workers", 1), 1), "--crash-streak": (getattr(args, "crash_streak", 0), 0)}
     for flag, (value, low) in at_least.items():
         if value is not None and value < low:
             parser.error(f"{flag} must be at least {low}, got {value}")
+    if getattr(args, "max_runs", None) is not None and (getattr(args, "workers", 1) > 1 or getattr(args, "screen", 1) > 1
+                                                        or getattr(args, "executor", "local") != "local"):
+        parser.error("--max-runs counts the full runs of one experiment at a time: use it with --workers 1, no --screen")
     if getattr(args, "workers", 1) > 1 and getattr(args, "screen", 1) > 1:
         parser.error("--screen K runs one experiment at a time: use it with --workers 1")
     gpus = getattr(args, "gpus", None)
@@ -272,6 +276,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None,
                    help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
     p.add_argument("--max-experiments", type=int, help="stop after N experiments (baseline included)")
+    p.add_argument("--max-runs", type=int, metavar="N",
+                   help="start no experiment once N training runs are done (the baseline's repeats, confirming "
+                        "runs, incumbent reruns and crashed tries count): arms compared at equal compute")
     p.add_argument("--until", help="start no experiment after this local time, HH:MM")
     p.add_argument("--proposer", choices=("claude", "offline"), default=None,
                    help="default: claude when ANTHROPIC_API_KEY is set, else offline")

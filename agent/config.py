@@ -19,6 +19,7 @@ class LoopConfig:
     tag: str
     budget: float                         # training seconds per run
     max_experiments: int | None = None    # stop after N experiments (the baseline counts)
+    max_runs: int | None = None           # stop after N training runs (repeats and confirmations count)
     until: str | None = None              # start no experiment after this local HH:MM
     proposer: str = "offline"             # claude | offline
     model: str | None = None              # the Claude model id (claude proposer)

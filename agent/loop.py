@@ -1,6 +1,6 @@
 """The research loop: propose an edit of train.py, commit it, train, judge, keep or reset. Forever.
 
-    uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--until HH:MM]
+    uv run agent/loop.py --tag may29 [--budget S] [--max-experiments N] [--max-runs N] [--until HH:MM]
         [--proposer claude|offline] [--offline-search local|tpe|cmaes|random] [--model M] [--resume]
         [--fix-tries 2] [--api-patience 600]
         [--seed 0] [--worktree-root DIR] [--baseline-repeats 5] [--screen K]
@@ -13,7 +13,7 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
     run.json, the seal (agent/sealing.py), the trusted compile cache; with --resume, reconcile
     what a stop left half done (agent/recovery.py)
  1. baseline: the unmodified train.py, run until it is kept (Loop.ensure_baseline)
- 2. stop? --max-experiments, --until, a signal (Ctrl-C, SIGTERM), a full disk (Loop.run)
+ 2. stop? --max-experiments, --max-runs, --until, a signal (Ctrl-C, SIGTERM), a full disk (Loop.run)
  3. between experiments: the human queue's decisions applied to the branch (reviewer.boundary),
     old artifacts pruned, the disk checked (Loop.check_space)
  4. propose: Claude or the offline search edits train.py (agent/proposing.py; --screen K picks
@@ -231,6 +231,10 @@ class Loop(Phased, LoopStatus):
                 break
             if deadline is not None and time.time() >= deadline:
                 self.stop_reason = f"reached --until {self.config.until}"
+                break
+            if self.config.max_runs is not None and budget.runs_done(self.history) >= self.config.max_runs:
+                self.stop_reason = (f"reached --max-runs {self.config.max_runs} "
+                                    f"({budget.runs_done(self.history)} training runs)")
                 break
             between.apply(self)                                       # 3. the human queue's decisions
             self.check_space()                                        # 3. disk

@@ -342,6 +342,17 @@ class ExperimentRecord(VerdictReads):
         out = [fnum(as_dict(r.get("summary")).get("total_seconds")) for r in self.reruns]
         return [v for v in out if v is not None]
 
+    @property
+    def training_runs(self) -> int:
+        """Training runs this decision took: its own run, the earlier runs of the same commit (the
+        baseline's repeats, confirming runs, disturbed runs run again), the incumbent's runs made
+        for it, and crashed tries a fix replaced. Each run writes a log of its own, so the distinct
+        logs count them (a record whose last run was the incumbent's, or crashed, describes a run
+        already among its reruns); a guard refusal ran nothing."""
+        logs = {self.log} | {as_str(r.get("log")) for r in self.reruns} | \
+            {as_str(as_dict(a).get("log")) for a in self.attempts}
+        return len({x for x in logs if x})
+
     def clock_runs(self) -> list[dict]:
         """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""
         return [c for c in [self.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]

@@ -1,0 +1,123 @@
+"""Re-measure a commit after the fact: its train.py through the loop's own run path, on fresh seeds.
+
+What a loop recorded as its best is the figure its decisions rested on (for the simple rule, the
+one run that happened to come out lowest); what a commit is really worth is what new runs of it
+give. `remeasure(loop, commit, seeds)` runs `commit`'s train.py through agent/experiment.py
+run_commit (the one way a run is assembled: the tag's seal, the sandbox, the loop's executor) with
+the trusted evaluation always on, whatever the loop's reviewer (the simple rule's loop runs
+unsealed and believes the printed figure; a re-measurement never does), once per seed, and returns
+the trusted val_bpb's mean and standard error.
+
+The seeds must be fresh: `fresh_seeds(k, used)` gives k seeds from FRESH_SEED_BASE on, and
+remeasure refuses any seed the loop can have used (agent/experiment.py seed_for over every
+experiment number and rerun, and train.py's own SEED): a re-measurement on a loop seed would
+replay the very draw a keep may have been lucky on. scripts/bench_research.py uses it after each
+night, for the night's final incumbent and the base.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+
+from agent.experiment import MAX_RERUNS, run_commit, seed_for
+from harness import gitops, knobs
+
+# Re-measurement seeds start here: far above every loop seed of a night (seed_for(n, r) is
+# 1000 + 16 (n - 1) + r - 1, so this is experiment ~62,000), and above the benches' own seed
+# ranges (bench_judge's calibration uses 5000 + ...).
+FRESH_SEED_BASE = 1_000_000
+# Experiment numbers the re-measurement jobs take (their artifact and log folders): above any
+# night's experiments, so no run of the loop's is overwritten.
+JOB_N_BASE = 90_000
+
+
+class SeedClash(ValueError):
+    """A re-measurement seed the loop may have used."""
+
+
+@dataclass
+class Remeasured:
+    commit: str
+    values: list[float] = field(default_factory=list)   # trusted val_bpb, one per seed that ran clean
+    seeds: list[int] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)     # why a run gave no trusted figure
+    seconds: float = 0.0                                # wall time of the runs, evaluations included
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def sd(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+    @property
+    def se(self) -> float | None:
+        return self.sd / math.sqrt(len(self.values)) if self.sd is not None else None
+
+    def as_dict(self) -> dict:
+        return {"commit": self.commit, "values": self.values, "seeds": self.seeds, "failed": self.failed,
+                "mean": self.mean, "sd": self.sd, "se": self.se, "seconds": round(self.seconds, 1)}
+
+
+def loop_seeds(max_n: int, own_seed: int | None = None) -> set[int]:
+    """Every AUTORESEARCH_SEED a loop of `max_n` experiments can give a run, and train.py's SEED."""
+    seeds = {seed_for(n, r) for n in range(1, max_n + 1) for r in range(MAX_RERUNS + 1)}
+    seeds.discard(None)
+    if own_seed is not None:
+        seeds.add(own_seed)
+    return seeds
+
+
+def fresh_seeds(k: int, used: set[int], start: int = FRESH_SEED_BASE) -> list[int]:
+    """k seeds from `start` on, none of them in `used`."""
+    out, s = [], start
+    while len(out) < k:
+        if s not in used:
+            out.append(s)
+        s += 1
+    return out
+
+
+class _Host:
+    """What run_commit needs of its caller: the loop's run site with the trusted evaluation on."""
+
+    def __init__(self, loop):
+        self.runs = replace(loop.runs, sealed=True)
+        self._loop = loop
+
+    def check_stop(self) -> None:
+        self._loop.check_stop()
+
+    def refresh(self, force: bool = False) -> None:
+        """Nothing to show: the loop's panel describes its own experiments."""
+
+
+def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
+    """`commit`'s train.py run once per seed through the loop's run path, sealed and evaluated by
+    the trusted evaluator. `loop`: a set-up agent/loop.py Loop (its seal, run info and executor;
+    its history says which seeds it used)."""
+    import time
+    max_n = max([r.n for r in loop.history if r.n is not None] + [loop.next_n()])
+    own = knobs.values(gitops.show_file(loop.files.repo, commit, "train.py")).pop("SEED", None)
+    clash = set(seeds) & loop_seeds(max_n + 1, own if isinstance(own, int) else None)
+    if clash:
+        raise SeedClash(f"re-measurement seeds {sorted(clash)} may be the loop's own")
+    host, out = _Host(loop), Remeasured(commit)
+    t0 = time.monotonic()
+    for i, seed in enumerate(seeds):
+        n = JOB_N_BASE + i
+        run = run_commit(host, n, commit, f"remeasure-{commit[:7]}-{seed}.log", {"AUTORESEARCH_SEED": str(seed)})
+        v = run.verified
+        if run.crash_class is not None or v is None or not v.ok or v.trusted_bpb is None:
+            why = run.crash_class or (v.reason if v is not None else "no trusted evaluation")
+            out.failed.append(f"seed {seed}: {why}")
+        else:
+            out.values.append(float(v.trusted_bpb))
+            out.seeds.append(seed)
+        if say is not None:
+            say(f"re-measure {commit[:7]} seed {seed}: "
+                + (f"{out.values[-1]:.6f}" if out.seeds and out.seeds[-1] == seed else out.failed[-1]))
+    out.seconds = time.monotonic() - t0
+    return out

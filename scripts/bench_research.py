@@ -1,0 +1,239 @@
+"""The research outcome: how much really better is the model a night ends with, per arm, at equal runs?
+
+    uv run scripts/bench_research.py [--nights 3] [--max-runs 30] [--reviewers simple,hierarchy]
+        [--searches local,tpe] [--bases tuned,handicapped] [--steps 16 | --wall-clock S]
+        [--remeasure-seeds 4] [--baseline-repeats N] [--out out/bench_research]
+
+One night is the real loop (agent/loop.py's Loop, offline proposer, the sandbox) in a throwaway
+repository of its own, stopped by --max-runs: every arm spends the same training runs (the
+baseline's repeats, confirming runs, incumbent reruns and crashed tries count; the last
+experiment may run past the limit by its own confirmations, and the table says how many runs each
+night took). An arm is a reviewer (`simple`: the reference protocol, one run per experiment, keep
+if lower; `hierarchy`: the judge hierarchy) and an offline search (local, tpe), from a base: the
+tuned base a new tag starts from (train.py at the tiny profile's values), or the handicapped one
+of scripts/bench_judge.py (LOGIT_SOFTCAP 3.0). Night k of every arm uses search seed k, and the
+arms' nights are interleaved, so a bench cut short has as many nights of every arm.
+
+After each night the final incumbent and the base are re-measured (agent/remeasure.py): runs of
+their train.py through the loop's own run path, sealed and evaluated by the trusted evaluator, on
+fresh seeds (never a seed the loop used; every re-measurement uses the same seeds, so a base and a
+final that share a train.py share their figure). Per arm it prints: the true gain over the base
+(re-measured base minus re-measured final, mean over nights with its standard error; with one
+night, the re-measurements' own standard error, marked), the honesty gap (the figure the loop
+recorded for its best minus the re-measured final: negative is a loop that believes itself better
+than it is), keeps, runs per decision (the experiments' runs over their decisions, baseline
+apart), and wall time per night. Fixed steps by default (AUTORESEARCH_STEPS: what a run learns
+depends on its seed, not the machine's load); `--wall-clock S` runs the loop's own wall-clock
+budget of S seconds instead. Writes <out>/bench_research.json after every night.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import bench_judge as bj  # noqa: E402
+from agent import budget  # noqa: E402
+from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
+from harness import knobs  # noqa: E402
+
+REVIEWERS = ("simple", "hierarchy")
+SEARCHES = ("local", "tpe")
+BASES = ("tuned", "handicapped")
+# A night's runs and the re-measurement's seeds by default: the issue's protocol (30 runs, 4 seeds).
+MAX_RUNS = 30
+REMEASURE_SEEDS = 4
+# The loop's --budget under fixed steps: it only sets the run's timeout (max(2x, budget + 300 s)).
+FIXED_STEPS_BUDGET = 60.0
+
+
+def base_sources(steps: int | None, bases) -> tuple[dict, dict[str, str]]:
+    """The runs' environment and each base's train.py (bench_judge's set-up: tiny profile, no key)."""
+    env, tuned = bj.bench_base(steps or bj.STEPS, handicap=False)
+    handicapped = knobs.set_knobs(tuned, {bj.HANDICAP[0]: bj.HANDICAP[1]})
+    if steps is None:   # wall-clock: the loop's own budget decides how long a run trains
+        os.environ.pop("AUTORESEARCH_STEPS", None)
+        env.pop("AUTORESEARCH_STEPS", None)
+    out = {"tuned": tuned, "handicapped": handicapped}
+    return env, {b: out[b] for b in bases}
+
+
+def _key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: int, max_runs: int,
+          budget_s: float, seeds: list[int], cache: dict[str, Remeasured], baseline_repeats: int | None = None,
+          say=print) -> dict:
+    """One night of the real loop until `max_runs` training runs, then its final incumbent and its
+    base re-measured on `seeds` (`cache`: train.py hash -> Remeasured, shared across nights)."""
+    from agent import loop as loopmod
+    from agent.console import Console
+    from harness import gitops
+    repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
+    argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", reviewer,
+            "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}", "--max-runs", str(max_runs)]
+    if baseline_repeats is not None:
+        argv += ["--baseline-repeats", str(baseline_repeats)]
+    loop = loopmod.Loop(loopmod.parse_args(argv))
+    loop.console.close()
+    loop.console = Console(loop.tag, loop.budget, live=False)
+    t0 = time.time()
+    measured = {}
+    try:
+        loop.run()
+        wall = time.time() - t0
+        base_commit = loop.run_info.base_commit
+        for role, commit in (("base", base_commit), ("final", loop.last_kept)):
+            key = _key(gitops.show_file(repo, commit, "train.py"))
+            if key not in cache:
+                cache[key] = remeasure(loop, commit, seeds, say=lambda m: say(f"  {m}"))
+            measured[role] = cache[key]
+    finally:
+        loop.stop()
+    return summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs)
+
+
+def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: float, max_runs: int) -> dict:
+    recs = [r for r in loop.history if r.is_experiment]
+    exps = [r for r in recs if r.proposer != "baseline"]
+    b, f = measured["base"], measured["final"]
+    recorded = loop.best["val_bpb"] if loop.best else None
+    same = b.values == f.values   # no keep (or a keep of the base's train.py): one figure, gain 0
+    se = 0.0 if same else math.hypot(b.se or 0.0, f.se or 0.0)
+    exp_runs = sum(r.training_runs for r in exps)
+    return {
+        "base": base, "reviewer": reviewer, "search": search, "seed": seed, "max_runs": max_runs,
+        "runs": budget.runs_done(recs), "baseline_runs": sum(r.training_runs for r in recs if r.proposer == "baseline"),
+        "experiments": len(exps), "keeps": sum(r.status == "keep" for r in exps),
+        "runs_per_decision": exp_runs / len(exps) if exps else None,
+        "one_run_decisions": sum(1 for r in exps if r.training_runs == 1),
+        "recorded_best": recorded, "base_true": b.mean, "final_true": f.mean,
+        "gain_true": (b.mean - f.mean) if b.mean is not None and f.mean is not None else None,
+        "gain_se": se, "honesty_gap": (recorded - f.mean) if recorded is not None and f.mean is not None else None,
+        "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
+        "stop_reason": loop.stop_reason,
+        "decisions": [{"n": r.n, "description": r.description, "status": r.status, "runs": r.training_runs,
+                       "val_bpb": r.trusted_bpb if r.trusted_bpb is not None else r.printed_bpb,
+                       "reason": r.decision_reason} for r in recs],
+    }
+
+
+def _mean_se(xs: list[float]) -> tuple[float | None, float | None]:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else None)
+
+
+def table(nights: list[dict]) -> list[dict]:
+    """Per arm (base, reviewer, search): the nights' figures, mean and standard error over nights."""
+    arms: dict[tuple, list[dict]] = {}
+    for n in nights:
+        arms.setdefault((n["base"], n["reviewer"], n["search"]), []).append(n)
+    rows = []
+    for (base, reviewer, search), ns in arms.items():
+        gain, gain_se = _mean_se([n["gain_true"] for n in ns])
+        if gain_se is None and len(ns) == 1:   # one night: the re-measurements' own error (marked)
+            gain_se = ns[0]["gain_se"]
+        gap, gap_se = _mean_se([n["honesty_gap"] for n in ns])
+        rows.append({"base": base, "reviewer": reviewer, "search": search, "nights": len(ns),
+                     "gain": gain, "gain_se": gain_se, "gain_se_over_nights": len(ns) > 1,
+                     "honesty_gap": gap, "honesty_gap_se": gap_se,
+                     "keeps": statistics.fmean(n["keeps"] for n in ns),
+                     "experiments": statistics.fmean(n["experiments"] for n in ns),
+                     "runs": statistics.fmean(n["runs"] for n in ns),
+                     "runs_per_decision": _mean_se([n["runs_per_decision"] for n in ns])[0],
+                     "wall_seconds": statistics.fmean(n["wall_seconds"] for n in ns)})
+    return rows
+
+
+def _f(x, fmt="+.4f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def render(rows: list[dict]) -> str:
+    out = [f"{'base':12s}{'reviewer':11s}{'search':8s}{'nights':>7s}{'true gain':>18s}{'honesty gap':>18s}"
+           f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}"]
+    for r in rows:
+        mark = "" if r["gain_se_over_nights"] else "*"
+        gain = f"{_f(r['gain'])} ± {_f(r['gain_se'], '.4f')}{mark}"
+        gap = f"{_f(r['honesty_gap'])} ± {_f(r['honesty_gap_se'], '.4f')}"
+        out.append(f"{r['base']:12s}{r['reviewer']:11s}{r['search']:8s}{r['nights']:7d}{gain:>18s}{gap:>18s}"
+                   f"{r['keeps']:7.1f}{r['experiments']:6.1f}{r['runs']:6.1f}{_f(r['runs_per_decision'], '.2f'):>9s}"
+                   f"{r['wall_seconds'] / 60:10.1f}m")
+    if any(not r["gain_se_over_nights"] for r in rows):
+        out.append("* one night: the standard error is the re-measurements' own, not the spread over nights")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nights", type=int, default=3, help="nights per arm (search seeds 0..N-1)")
+    p.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs per night (the loop's --max-runs)")
+    p.add_argument("--reviewers", default=",".join(REVIEWERS))
+    p.add_argument("--searches", default=",".join(SEARCHES))
+    p.add_argument("--bases", default=",".join(BASES))
+    p.add_argument("--steps", type=int, default=bj.STEPS, help="fixed optimizer steps per run (AUTORESEARCH_STEPS)")
+    p.add_argument("--wall-clock", type=float, metavar="S", help="a wall-clock budget of S seconds instead of fixed steps")
+    p.add_argument("--remeasure-seeds", type=int, default=REMEASURE_SEEDS)
+    p.add_argument("--baseline-repeats", type=int, default=None, help="the judge's (default: the loop's own)")
+    p.add_argument("--out", default=str(REPO / "out" / "bench_research"))
+    p.add_argument("--keep", action="store_true", help="keep the throwaway repositories and print where")
+    args = p.parse_args(argv)
+    pick = lambda s, allowed: [x for x in s.split(",") if x in allowed]   # noqa: E731
+    reviewers, searches, bases = pick(args.reviewers, REVIEWERS), pick(args.searches, SEARCHES), pick(args.bases, BASES)
+    env, sources = base_sources(None if args.wall_clock else args.steps, bases)
+    budget_s = args.wall_clock or FIXED_STEPS_BUDGET
+    seeds = fresh_seeds(args.remeasure_seeds, set())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="bench-research-"))
+    command = " ".join(["uv run scripts/bench_research.py", *(argv if argv is not None else sys.argv[1:])])
+    caches: dict[str, dict] = {b: {} for b in bases}
+    nights: list[dict] = []
+    t0 = time.time()
+    try:
+        for k in range(args.nights):
+            for base in bases:
+                for reviewer in reviewers:
+                    for search in searches:
+                        print(f"night {k + 1}/{args.nights}: {base} base, {reviewer}, {search} search, "
+                              f"{args.max_runs} runs", flush=True)
+                        n = night(root, base, sources[base], reviewer, search, k, args.max_runs, budget_s, seeds,
+                                  caches[base], args.baseline_repeats)
+                        nights.append(n)
+                        print(f"  {n['experiments']} experiments, {n['runs']} runs, {n['keeps']} keeps; recorded "
+                              f"{_f(n['recorded_best'], '.5f')}, true {_f(n['final_true'], '.5f')} vs base "
+                              f"{_f(n['base_true'], '.5f')}: gain {_f(n['gain_true'])}; {n['wall_seconds'] / 60:.1f} min",
+                              flush=True)
+                        rows = table(nights)
+                        (out / "bench_research.json").write_text(json.dumps(
+                            {"command": command, "steps": None if args.wall_clock else args.steps,
+                             "wall_clock": args.wall_clock, "profile": bj.PROFILE, "remeasure_seeds": seeds,
+                             "date": time.strftime("%Y-%m-%d %H:%M"), "wall_seconds": time.time() - t0,
+                             "table": rows, "nights": nights}, indent=1, default=str) + "\n")
+        print(render(table(nights)), flush=True)
+        print(f"wall time {(time.time() - t0) / 60:.1f} min; figures: {out / 'bench_research.json'}", flush=True)
+        return 0
+    finally:
+        if args.keep:
+            print(f"kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Arms compared at equal compute: --max-runs, the count of a decision's training runs, the
+re-measurement on fresh seeds (agent/remeasure.py) and scripts/bench_research.py on a tiny night."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from agent import budget
+from agent import loop as loop_mod
+from agent.remeasure import FRESH_SEED_BASE, SeedClash, fresh_seeds, loop_seeds, remeasure
+from harness import knobs
+from harness.experiment_record import ExperimentRecord
+from tests.loop_fixtures import REPO, fake_env, fake_repo, run_loop
+
+spec = importlib.util.spec_from_file_location("bench_research", REPO / "scripts" / "bench_research.py")
+bench_research = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_research)
+
+
+def _rec(log, reruns=(), attempts=(), proposer="offline"):
+    return ExperimentRecord(n=2, proposer=proposer, status="discard", log=log,
+                            verdicts={"reruns": [dict(r) for r in reruns]}, attempts=[dict(a) for a in attempts])
+
+
+def test_a_decisions_training_runs_are_counted_once_each():
+    assert _rec(None).training_runs == 0, "a guard refusal ran nothing"
+    assert _rec("logs/exp-0002.log").training_runs == 1
+    baseline = _rec("logs/exp-0001.rerun4.log", [{"log": f"logs/exp-0001{s}.log"} for s in
+                                                  ("", ".rerun1", ".rerun2", ".rerun3")], proposer="baseline")
+    assert baseline.training_runs == 5, "the baseline's repeats count"
+    # the last run was the incumbent's: the record describes the candidate's last run, already a rerun
+    inc_last = _rec("logs/exp-0002.rerun1.log", [{"log": "logs/exp-0002.log"}, {"log": "logs/exp-0002.rerun1.log"},
+                                                 {"log": "logs/exp-0002.rerun2.incumbent.log"}])
+    assert inc_last.training_runs == 3
+    fixed = _rec("logs/exp-0002.fix1.log", attempts=[{"log": "logs/exp-0002.log", "crash_class": "exception"}])
+    assert fixed.training_runs == 2, "a crashed try a fix replaced was a run"
+    assert budget.runs_done([baseline, inc_last, fixed, _rec(None)]) == 10
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--max-runs", "0"], "--max-runs must be at least 1"),
+    (["--max-runs", "5", "--workers", "2"], "--max-runs counts"),
+    (["--max-runs", "5", "--screen", "3"], "--max-runs counts"),
+])
+def test_bad_max_runs_is_refused(argv, msg, capsys):
+    with pytest.raises(SystemExit) as exc:
+        loop_mod.parse_args(["--tag", "t", *argv])
+    assert exc.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_the_loop_stops_after_max_runs(tmp_path):
+    repo = fake_repo(tmp_path / "repo")
+    p = run_loop(repo, fake_env(tmp_path), "--tag", "eq", "--budget", "1", "--max-runs", "3")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "reached --max-runs 3" in p.stdout
+    journal = repo / ".autoresearch" / "eq" / "journal.jsonl"
+    recs = [ExperimentRecord.from_dict(json.loads(x)) for x in journal.read_text().splitlines() if x.strip()]
+    recs = [r for r in recs if r.is_experiment]
+    assert budget.runs_done(recs) == 3 and [r.n for r in recs] == [1, 2, 3]
+
+
+def test_fresh_seeds_are_never_a_loop_seed():
+    used = loop_seeds(500, own_seed=42)
+    assert 42 in used and 1000 in used
+    seeds = fresh_seeds(4, used | {FRESH_SEED_BASE + 1})
+    assert len(set(seeds)) == 4 and not set(seeds) & used and FRESH_SEED_BASE + 1 not in seeds
+
+
+def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
+    """The real loop, real train.py at 2 steps: a simple-rule night and a judge night of 2 runs each,
+    the finals and the base re-measured sealed on 2 fresh seeds; the table reads the nights."""
+    monkeypatch.setenv("AUTORESEARCH_STEPS", "2")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    tuned, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
+    seeds = fresh_seeds(2, set())
+    cache: dict = {}
+    said: list[str] = []
+    simple = bench_research.night(tmp_path / "n", "tuned", tuned, "simple", "local", 0, 2, 60.0, seeds, cache,
+                                  say=said.append)
+    assert simple["runs"] == 2 and simple["experiments"] == 1 and simple["stop_reason"].startswith("reached --max-runs 2")
+    b = simple["base_remeasure"]
+    assert b["seeds"] == seeds and len(b["values"]) == 2 and not b["failed"], b
+    assert all(2.0 < v < 12.0 for v in b["values"]), "trusted val_bpb of a real run"
+    assert simple["gain_true"] == pytest.approx(simple["base_true"] - simple["final_true"])
+    assert simple["honesty_gap"] == pytest.approx(simple["recorded_best"] - simple["final_true"])
+    assert any("re-measure" in m for m in said)
+    judged = bench_research.night(tmp_path / "n", "tuned", tuned, "hierarchy", "local", 0, 2, 60.0, seeds, cache,
+                                  baseline_repeats=2)
+    assert judged["runs"] == 2 and judged["baseline_runs"] == 2 and judged["experiments"] == 0
+    assert judged["gain_true"] == 0.0 and judged["base_remeasure"] == b, "the same train.py: one re-measurement"
+    rows = bench_research.table([simple, judged])
+    assert [(r["reviewer"], r["nights"]) for r in rows] == [("simple", 1), ("hierarchy", 1)]
+    text = bench_research.render(rows)
+    assert "simple" in text and "hierarchy" in text and "one night" in text
+
+
+def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):
+    """A re-measurement on a seed a loop run had would replay that run's draw: refused before any run."""
+    from tests.loop_fixtures import make_repo, copy_real
+    monkeypatch.setenv("AUTORESEARCH_STEPS", "1")
+    repo = make_repo(tmp_path / "repo", copy_real())
+    lp = loop_mod.Loop(loop_mod.parse_args(["--tag", "s", "--repo", str(repo), "--budget", "60",
+                                            "--proposer", "offline", "--reviewer", "simple"]))
+    try:
+        lp.setup()
+        with pytest.raises(SeedClash):
+            remeasure(lp, lp.last_kept, [1000 + 2])   # the baseline's fourth run
+        with pytest.raises(SeedClash):
+            remeasure(lp, lp.last_kept, [42])   # train.py's own SEED: the baseline's first run
+    finally:
+        lp.stop()
+
+
+def test_bench_loop_counts_every_run_as_training_and_overhead_per_run():
+    spec = importlib.util.spec_from_file_location("bench_loop", REPO / "scripts" / "bench_loop.py")
+    bench_loop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_loop)
+    base = {"n": 1, "proposer": "baseline", "status": "keep", "log": "logs/exp-0001.rerun1.log",
+            "timings": {"training": 10.0, "total": 45.0, "git": 0.5, "proposal_wait": 0.0},
+            "verdicts": {"reruns": [{"log": "logs/exp-0001.log", "summary": {"training_seconds": 10.0}}]}}
+    # a candidate run twice, then the incumbent once: the record describes its second run
+    cand = {"n": 2, "proposer": "offline", "status": "discard", "log": "logs/exp-0002.rerun1.log",
+            "timings": {"training": 10.0, "total": 70.0, "git": 1.0, "proposal_wait": 2.0},
+            "verdicts": {"reruns": [{"log": "logs/exp-0002.log", "summary": {"training_seconds": 10.0}},
+                                    {"log": "logs/exp-0002.rerun1.log", "summary": {"training_seconds": 10.0}},
+                                    {"log": "logs/exp-0002.rerun2.incumbent.log", "summary": {"training_seconds": 10.0}}]}}
+    one = {"n": 3, "proposer": "offline", "status": "discard", "log": "logs/exp-0003.log",
+           "timings": {"training": 10.0, "total": 25.0, "git": 0.5, "proposal_wait": 0.0}, "verdicts": {}}
+    f = bench_loop.per_run_figures([base, cand, one], loop_wall=200.0)
+    assert f["runs"] == 6 and f["training"] == 60.0
+    assert f["duty_cycle"] == pytest.approx(60.0 / 200.0)
+    assert f["overhead_per_run"] == pytest.approx((45 + 70 + 25 - 60) / 6)
+    assert f["runs_per_decision"] == 2.0 and f["decisions"] == 2 and f["baseline_runs"] == 2
+    assert f["git_per_run"] == pytest.approx(2.0 / 6) and f["proposal_per_run"] == pytest.approx(2.0 / 6)
