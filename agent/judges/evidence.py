@@ -34,6 +34,7 @@ class Sample:
     within: str | None = None            # the run's own pace says it was disturbed
     disturbed: str | None = None         # why it is no evidence (set by screen())
     suspect: str | None = None           # a first run slower than the incumbent's FLOP rate
+    over: str | None = None              # over its clock limit, short of a cheat (harness/clock.py)
 
     @property
     def used(self) -> bool:
@@ -77,7 +78,7 @@ def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None
         # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
         # slowed from its first step pass when the commit's only other run wobbled.
         others = [o.pace_s for o in samples if o is not s and o.pace_s]
-        s.disturbed = s.within or pace.against_commit(s.pace_s, others)
+        s.disturbed = s.over or s.within or pace.against_commit(s.pace_s, others)
         s.suspect = None
     if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
         why = pace.against_incumbent(samples[0].flops_rate, [o.flops_rate for o in incumbent if o.used])

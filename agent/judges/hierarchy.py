@@ -36,7 +36,7 @@ from harness import gitops
 from harness.queue_store import QueueStore
 from harness.records import Basis, Decision, ExperimentRecord, RunInfo
 from harness import pinned
-from harness.clock import limit_for
+from harness import clock as harness_clock
 from harness.pinned import PinnedError, Seal
 from harness.verify import VerifyResult, eval_rows, verify
 
@@ -120,9 +120,9 @@ class JudgeHierarchy:
             note = f"the incumbent's run crashed ({run.crash_class}); not counted"
         else:
             v = self._verify(ictx, run, run.printed("val_bpb"))
-            over = self._over_budget(ctx, run)
-            if over or not v.ok:
-                note = f"the incumbent's run is no evidence ({over or v.reason}); not counted"
+            kind, over = self._over_budget(ctx, run)
+            if kind or not v.ok:
+                note = f"the incumbent's run is no evidence ({over if kind else v.reason}); not counted"
             else:
                 with self._decide:
                     self._samples.setdefault(inc, []).append(evidence.sample_of(ictx, run, v.trusted_bpb))
@@ -150,13 +150,14 @@ class JudgeHierarchy:
                         basis=Basis.CRASH)
 
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
-        over = self._over_budget(ctx, run)
-        if over and v.ok:
+        kind, over = self._over_budget(ctx, run)
+        if kind == "cheat" and v.ok:
             v.ok, v.reason = False, over
         if not v.ok:
             return self._integrity(ctx, v)
         samples = self._samples.setdefault(ctx.commit, [])
         samples.append(evidence.sample_of(ctx, run, v.trusted_bpb))
+        samples[-1].over = over or None   # over the limit by what the load explains: no evidence, rerun
         self._last_verify[ctx.commit] = v
         if ctx.best is None:
             return self._baseline(ctx, v, samples)
@@ -381,30 +382,24 @@ class JudgeHierarchy:
                 self._prepare = (Path(ctx.worktree) / "prepare.py").read_text()
         return self._prepare
 
-    def _over_budget(self, ctx, run) -> str | None:
-        """By the harness's clock (harness/clock.py), not train.py's own figure."""
+    def _over_budget(self, ctx, run) -> tuple[str | None, str]:
+        """(None | "over" | "cheat", why) by the harness's clock (harness/clock.py), not train.py's
+        own figure: "over" is no evidence (the run is rerun), "cheat" an integrity failure."""
         if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS"):
-            return None
+            return None, ""
         budget = self.budget or _run_info(ctx).budget
         if not budget:
-            return None
+            return None, ""
         clock = run.clock
         if clock is None or clock.startup_s is None:
             if run.sealed:
-                return ("the run printed no step lines (`step N | ...`): the harness cannot time its "
-                        "training, so it cannot be kept")
+                return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot time its "
+                                 "training, so it cannot be kept")
             if run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
-                return None
-            return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
-                    f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
-        limit = limit_for(budget)
-        if clock.charged_s <= limit:
-            return None
-        return (f"by the harness's clock the run trained {clock.charged_s:.1f}s for a {budget:g}s budget "
-                f"(limit {limit:.1f}s; step lines {clock.train_s:.1f}s, startup {clock.startup_s:.1f}s "
-                f"against the baseline's {clock.allowance_s:.1f}s, after the last step "
-                f"{clock.post_s or 0:.1f}s against {clock.post_allowance_s or 0:.1f}s): "
-                "it trained past the budget")
+                return None, ""
+            return "cheat", (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
+                             f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
+        return harness_clock.over_budget(clock, budget)
 
     def stop_llm(self, why: str) -> None:
         """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""
