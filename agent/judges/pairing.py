@@ -123,3 +123,61 @@ def compare(pairs: list[tuple[Run, Run]], noise: stats.Noise) -> stats.Compariso
     cmp.p_better = stats.t_cdf(cmp.t, df)
     cmp.margin = stats.t_ppf(stats.P_KEEP, df) * cmp.se
     return cmp
+
+
+# Runs of one paired decision at most, both sides, disturbed ones included (then undecided,
+# contested): MAX_PAIRS pairs and three runs that could not be paired or were no evidence.
+PAIRED_CAP = 2 * MAX_PAIRS + 3
+
+
+@dataclass
+class Plan:
+    """What the paired rule says for one decision: the call, why, and which side runs next."""
+    said: str                                 # keep | discard | more | undecided
+    why: str
+    comparison: stats.Comparison | None
+    next_side: str | None = None
+    pairs: int = 0
+    dropped: list | None = None
+
+    def as_dict(self) -> dict:
+        return {"call": self.said, "why": self.why, "pairs": self.pairs, "next": self.next_side,
+                "dropped": self.dropped or []}
+
+
+def _usable(s) -> bool:
+    """A run paired evidence may use: not over its clock limit, not slowed mid-run. (Slower than
+    its commit's fastest is what pairing answers, so that flag does not count here.)"""
+    return getattr(s, "over", None) is None and getattr(s, "within", None) is None
+
+
+def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts: int = 0) -> Plan | None:
+    """The paired rule for experiment `n` (evidence.Sample lists: the candidate's and the
+    incumbent's), or None where the unpaired rule holds: every used run's load comparable with
+    the others', or a first run that looks worse without running heavier than the incumbent's
+    runs (its one-run discard is fair). `attempts`: runs of this decision no sample records."""
+    used_c = [s for s in candidate if s.used]
+    used_i = [s for s in incumbent if s.used]
+    loads = [s.load for s in used_c + used_i]
+    if not any(loads) or not varies(loads):
+        return None
+    inc_loads = [s.load for s in used_i if s.load]
+    inc_mean = statistics.fmean(s.bpb for s in used_i) if used_i else None
+    if len(candidate) == 1 and used_c and inc_mean is not None and used_c[0].bpb >= inc_mean and inc_loads \
+            and (used_c[0].load or 0) <= LOAD_SAME * statistics.median(inc_loads):
+        return None
+    runs = [Run("candidate", s.bpb, s.at or 0.0, s.load) for s in candidate if _usable(s)]
+    runs += [Run("incumbent", s.bpb, s.at or 0.0, s.load) for s in incumbent if s.n == n and _usable(s)]
+    pairs, dropped = pairs_of(runs)
+    left = [{"candidate": c.value, "incumbent": i.value, "why": w} for c, i, w in dropped]
+    spent = len(candidate) + len([s for s in incumbent if s.n == n]) + attempts
+    cmp = compare(pairs, noise) if pairs else None
+    if cmp is not None and cmp.t is not None:
+        said, why = stats.call(cmp, runs=len(pairs))
+        why = f"paired over {len(pairs)} pair(s) (the machine's load varied): {why}"
+    else:
+        said, why = "more", "the machine's load varied: pairing the candidate's runs with the incumbent's"
+    if said == "more" and spent >= PAIRED_CAP:
+        said, why = "undecided", f"out of reruns after {spent} runs: {why}"
+    nxt = next_side(runs) if said == "more" else None
+    return Plan(said, why, cmp, nxt, len(pairs), left)
