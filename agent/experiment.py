@@ -288,6 +288,8 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     if decision.rerun and len(reruns) < MAX_RERUNS:
         reruns.append(done)
         raise Rerun(run, decision)
+    if decision.rerun and hasattr(loop.reviewer, "out_of_reruns"):   # never a silent discard
+        decision = loop.reviewer.out_of_reruns(ctx, decision, len(reruns) + 1)
     if incumbent:
         reruns.append(done)
     if reruns:

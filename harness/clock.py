@@ -11,15 +11,26 @@ as it comes and stamps each step line with its own monotonic clock. From those s
     charged_s  train_s + startup beyond the reference + post beyond the reference
                (silent steps are charged at the run's pace when that is more than the startup excess)
 
-The reference is the tag's baseline: the unmodified train.py's own measured startup and post
-(ClockReference, the median over its runs). Before one exists (the baseline's runs themselves,
-which run no proposed code) the generous first-run allowances hold. A run is within budget when
-charged_s <= budget + slack(budget), slack = max(SLACK_FRAC x budget, SLACK_MIN_S): that slack is
-all an honest run needs (its uncounted warm-up steps, the last step's overshoot, the stamps'
-granularity, a slower start on a loaded machine) and all a cheat can gain by training where the
-clock cannot see (before its first line, after its last, or in "steps" of its own numbering):
-at a 300 s budget, 15 s (5%). runtime.budget_spent() lets an honest train.py whose start is slow
-stop early enough (it is told the reference and the start through AUTORESEARCH_CLOCK).
+The reference is the tag's baseline: the unmodified train.py's own startup and post
+(ClockReference: the slowest of its runs, each divided by the load it ran under, so the reference
+is the idle machine's). Before one exists (the baseline's runs themselves, which run no proposed
+code) the generous first-run allowances hold.
+
+**The allowances follow the run's own load** (harness/load.py: the CPU the rest of the machine
+took during each phase, measured by the harness from /proc, never reported by the run): an honest
+run slowed F-fold starts, steps and saves F times slower, so its startup allowance is the
+reference's x F (that phase's F), its post allowance likewise, and its slack is
+SLACK_FRAC x budget x F (the training phase's F). Silent training in that wall time runs at the
+same slowed pace, so what it buys is at most SLACK_FRAC of the budget's work at every budget: no
+floor of fixed seconds (a floor above a smoke budget let a proposal train 1.75x a 10 s budget).
+
+The verdict (over_budget): charged_s <= limit (budget + slack): the run is evidence. Over the
+limit but within CHEAT_FACTOR of it: no evidence (the judge runs it again; the load meter can
+misjudge a phase, and an honest short run's startup varies by a fraction of a second), never an
+integrity failure. Beyond CHEAT_FACTOR x the limit: trained past the budget, an integrity failure.
+train.py is told only its start (AUTORESEARCH_CLOCK `{"started_at"}`) and knows its budget:
+runtime.budget_spent() stops it once the next step would pass the budget since its first step
+line. It is never told an allowance, so it cannot size silent training to fit one.
 """
 from __future__ import annotations
 
@@ -33,10 +44,17 @@ from harness.experiment_record import ExperimentRecord
 STEP_RE = re.compile(r"^step (\d+) \|")
 # Fields of a progress line shown on the console (and kept as the run's last figures).
 FIELD_RE = re.compile(r"(loss|tok/s|trained|dt)\s+([0-9.,]+)")
-# What a run may train beyond its budget by the harness clock: a fraction of the budget, never
-# less than a floor (smoke budgets of seconds on a loaded box need that much for their warm-up).
+from harness.load import MAX_LOAD, LoadMeter
+
+# What a run may train beyond its budget by the harness clock, as a fraction of the budget (times
+# the run's measured load): the last step's remainder and the stamps' granularity; all that
+# silent training before the first step line or after the last can buy.
 SLACK_FRAC = 0.05
-SLACK_MIN_S = 15.0
+# Charged beyond this factor of its limit a run trained past the budget (an integrity failure);
+# between the limit and this it is no evidence and runs again. An honest run's excess is its
+# startup's and save's jitter against the reference (a fraction of a second) and the load meter's
+# error on a short phase; a proposal that trains silently for 1.75x a 10 s budget is far beyond.
+CHEAT_FACTOR = 1.5
 # Allowances while no reference exists (the baseline itself): a cold GPU compile takes minutes,
 # saving a big model on a busy disk a minute.
 STARTUP_FIRST_S = 300.0
@@ -45,29 +63,47 @@ POST_FIRST_S = 60.0
 KILL_MARGIN_S = 30.0
 
 
-def slack(budget: float) -> float:
-    return max(SLACK_FRAC * budget, SLACK_MIN_S)
+def slack(budget: float, load: float = 1.0) -> float:
+    return SLACK_FRAC * budget * max(1.0, load)
 
 
-def limit_for(budget: float, pace: float = 0.0) -> float:
-    """Most charged seconds a run of `budget` may train (`pace` is accepted for old callers)."""
-    return budget + slack(budget)
+def limit_for(budget: float, load: float = 1.0) -> float:
+    """Most charged seconds a run of `budget` may train while the machine slowed it `load`-fold."""
+    return budget + slack(budget, load)
+
+
+def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
+    """(None | "over" | "cheat", why) for a run's figures: "over" is no evidence (run it again),
+    "cheat" is trained past the budget (an integrity failure)."""
+    limit = limit_for(budget, fig.load_train)
+    if fig.charged_s <= limit:
+        return None, ""
+    why = (f"by the harness's clock the run trained {fig.charged_s:.1f}s for a {budget:g}s budget (limit "
+           f"{limit:.1f}s at load x{fig.load_train:.2f}; step lines {fig.train_s:.1f}s, startup "
+           f"{fig.startup_s or 0:.1f}s against {fig.allowance_s:.1f}s allowed at load x{fig.load_startup:.2f}, "
+           f"after the last step {fig.post_s or 0:.1f}s against {fig.post_allowance_s:.1f}s at load "
+           f"x{fig.load_post:.2f})")
+    if fig.charged_s > CHEAT_FACTOR * limit:
+        return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit: it trained past the budget"
+    return "over", why + ": no evidence, run again"
 
 
 @dataclass(frozen=True)
 class ClockReference:
     """The tag's baseline: how long the unmodified train.py takes to start and to finish."""
-    startup_s: float | None = None
+    startup_s: float | None = None     # on an idle machine (each run's own divided by its load)
     post_s: float | None = None
 
     @classmethod
     def from_figures(cls, figures: list[dict]) -> "ClockReference":
-        """The median startup and post of a baseline's runs (their ClockFigures dicts)."""
-        def median(key):
-            vals = sorted(float(f[key]) for f in figures if isinstance(f, dict)
-                          and isinstance(f.get(key), (int, float)))
-            return vals[len(vals) // 2] if vals else None
-        return cls(median("startup_s"), median("post_s"))
+        """The slowest idle-equivalent startup and post of a baseline's runs (ClockFigures dicts):
+        the unmodified train.py's own jitter is allowed, not charged."""
+        def slowest(key, load_key):
+            vals = [float(f[key]) / max(1.0, float(f.get(load_key) or 1.0)) for f in figures
+                    if isinstance(f, dict) and isinstance(f.get(key), (int, float))
+                    and isinstance(f.get(load_key, 1.0), (int, float))]
+            return max(vals) if vals else None
+        return cls(slowest("startup_s", "load_startup"), slowest("post_s", "load_post"))
 
     def startup_allowance(self) -> float:
         return self.startup_s if self.startup_s is not None else STARTUP_FIRST_S
@@ -106,6 +142,9 @@ class ClockFigures:
     pace_s: float = 0.0           # mean seconds per step between the first and last lines
     post_allowance_s: float = POST_FIRST_S
     tok_s: float | None = None    # the median tok/s its step lines reported (a disturbed run is slow)
+    load_startup: float = 1.0     # the machine's load factor in each phase (harness/load.py)
+    load_train: float = 1.0
+    load_post: float = 1.0
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -131,16 +170,19 @@ class ClockFigures:
                    allowance_s=num("allowance_s", 0.0),
                    last_line=d.get("last_line") if isinstance(d.get("last_line"), str) else "",
                    post_s=num("post_s"), silent_steps=count("silent_steps") or 0, pace_s=num("pace_s", 0.0),
-                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), tok_s=num("tok_s"))
+                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), tok_s=num("tok_s"),
+                   load_startup=num("load_startup", 1.0), load_train=num("load_train", 1.0),
+                   load_post=num("load_post", 1.0))
 
 
 class LogClock:
     """Stamps step lines with the harness's monotonic clock as they arrive (feed() from the
     runner's reader thread; figures() and live_charge() from anywhere)."""
 
-    def __init__(self, started: float, reference: ClockReference | None = None):
+    def __init__(self, started: float, reference: ClockReference | None = None, meter: LoadMeter | None = None):
         self.started = started
         self.reference = reference or ClockReference()
+        self.meter = meter
         self.first_at = self.last_at = None
         self.first_step = self.last_step = None
         self.steps_seen, self.last_line = 0, ""
@@ -164,33 +206,45 @@ class LogClock:
                 self._tok_s.append(tok)
 
     def live_charge(self, now: float) -> float:
-        """Charged training if the run ended now, post allowance granted (for the runner's kill)."""
+        """Charged training if the run ended now, with the largest allowances any load could give
+        (for the runner's kill, which must never end an honest run on a busy machine)."""
+        s_allow = MAX_LOAD * self.reference.startup_allowance()
+        p_allow = MAX_LOAD * self.reference.post_allowance()
         with self._lock:
             if self.first_at is None:
-                return max(0.0, now - self.started - self.reference.startup_allowance())
+                return max(0.0, now - self.started - s_allow)
             startup = self.first_at - self.started
-            return (self.last_at - self.first_at) + max(0.0, startup - self.reference.startup_allowance()) \
-                + max(0.0, now - self.last_at - self.reference.post_allowance())
+            return (self.last_at - self.first_at) + max(0.0, startup - s_allow) \
+                + max(0.0, now - self.last_at - p_allow)
+
+    def _load(self, a, b) -> float:
+        return self.meter.factor(a, b) if self.meter is not None else 1.0
 
     def figures(self, ended: float | None = None) -> ClockFigures:
-        """The run's figures; `ended` (process exit) charges a post beyond the reference's."""
+        """The run's figures; `ended` (process exit) charges a post beyond the reference's. Each
+        allowance is the reference's times the load the meter saw in that phase."""
         ref = self.reference
         with self._lock:
-            if self.first_at is None:
-                return ClockFigures(None, 0.0, 0.0, 0, None, None, ref.startup_allowance(), "",
-                                    post_allowance_s=ref.post_allowance())
+            first_at, last_at = self.first_at, self.last_at
+        if first_at is None:
+            ls = self._load(self.started, ended)
+            return ClockFigures(None, 0.0, 0.0, 0, None, None, ref.startup_allowance() * ls, "",
+                                post_allowance_s=ref.post_allowance(), load_startup=ls)
+        ls, lt = self._load(self.started, first_at), self._load(first_at, last_at)
+        lp = self._load(last_at, ended) if ended is not None else 1.0
+        s_allow, p_allow = ref.startup_allowance() * ls, ref.post_allowance() * lp
+        with self._lock:
             startup = self.first_at - self.started
             train = self.last_at - self.first_at
             post = None if ended is None else max(0.0, ended - self.last_at)
             silent = max(0, (self.first_step or 1) - 1)
             pace = train / (self.last_step - self.first_step) if self.last_step > self.first_step else 0.0
-            charged = (train + max(silent * pace, max(0.0, startup - ref.startup_allowance()))
-                       + max(0.0, (post or 0.0) - ref.post_allowance()))
+            charged = (train + max(silent * pace, max(0.0, startup - s_allow))
+                       + max(0.0, (post or 0.0) - p_allow))
             toks = sorted(self._tok_s[1:] or self._tok_s)
             tok = toks[len(toks) // 2] if toks else None
             return ClockFigures(startup, train, charged, self.steps_seen, self.first_step, self.last_step,
-                                ref.startup_allowance(), self.last_line, post, silent, pace,
-                                ref.post_allowance(), tok)
+                                s_allow, self.last_line, post, silent, pace, p_allow, tok, ls, lt, lp)
 
 
 def progress_fields(line: str) -> dict:

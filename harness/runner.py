@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import bytecode
-from harness.clock import KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for, slack
+from harness.clock import CHEAT_FACTOR, KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for
+from harness.load import MAX_LOAD, LoadMeter
 from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
@@ -225,8 +226,8 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
     started = time.time()
     if sealed and not steps_mode:
-        child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started, "startup_ref": reference.startup_s,
-                                                     "slack": slack(budget)})
+        # its start and nothing else: never an allowance it could size silent training to
+        child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started})
     readonly, binds, hide = data_view(data, data_mode, stand_ins=stand_ins)
     view = View(cwd=folder, readonly=readonly + list(extra_readonly or []),
                 writable=[out_dir] + list(extra_writable or []), binds=binds,
@@ -238,12 +239,14 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
 
     t0 = time.monotonic()
     clock = LogClock(t0, reference)
-    kill_at = limit_for(budget) + KILL_MARGIN_S
+    kill_at = CHEAT_FACTOR * limit_for(budget, MAX_LOAD) + KILL_MARGIN_S   # past what any load explains
     timed_out = over_budget = False
     flood = None
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, start_new_session=own_session)
+        clock.meter = meter = LoadMeter(proc.pid)   # the machine's load while it runs (harness/load.py)
+        meter.sample(t0)
         pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),
                                         "started_at": started}))
@@ -257,6 +260,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
+                meter.sample(now)
                 if now - t0 > timeout:
                     timed_out = True
                     break
@@ -276,6 +280,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 shutil.rmtree(private_cache, ignore_errors=True)
             raise
         ended = time.monotonic()
+        meter.sample(ended)
         # The leader may be done while its children live on (or it timed out): end the group.
         _end(proc, own_session)
         reader.join(READER_JOIN_S)

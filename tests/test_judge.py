@@ -167,18 +167,25 @@ def test_a_run_far_past_its_budget_is_an_integrity_failure(tmp_path, monkeypatch
     monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
     h = JudgeHierarchy(budget=10)
     ctx = _ctx(tmp_path, 2, "c" * 40, {"val_bpb": 1.0})
-    assert h._over_budget(ctx, fake_run(wall_seconds=60)) is None
-    assert "trained past the budget" in h._over_budget(ctx, fake_run(wall_seconds=500))
+    assert h._over_budget(ctx, fake_run(wall_seconds=60)) == (None, "")
+    kind, why = h._over_budget(ctx, fake_run(wall_seconds=500))
+    assert kind == "cheat" and "trained past the budget" in why
     # with the harness clock, the wall clock (startup, evaluation) no longer counts: charged time does
     clock = {"startup_s": 200.0, "train_s": 10.5, "charged_s": 10.5, "allowance_s": 300.0, "pace_s": 0.1}
-    assert h._over_budget(ctx, fake_run(wall_seconds=500, extra={"clock": clock, "sealed": True})) is None
-    over = dict(clock, charged_s=40.0, train_s=40.0)   # beyond the budget + max(5%, 15 s)
-    assert "harness's clock" in h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": over}))
+    assert h._over_budget(ctx, fake_run(wall_seconds=500, extra={"clock": clock, "sealed": True})) == (None, "")
+    over = dict(clock, charged_s=40.0, train_s=40.0)   # beyond 1.5x the budget + 5%: trained past it
+    kind, why = h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": over}))
+    assert kind == "cheat" and "harness's clock" in why
+    near = dict(clock, charged_s=10.9, train_s=10.9)   # past the limit, short of a cheat: run it again
+    kind, why = h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": near}))
+    assert kind == "over" and "no evidence" in why
+    loaded = dict(near, load_train=2.0)                # the same run slowed 2x by the machine: in time
+    assert h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": loaded})) == (None, "")
     silent = {"startup_s": None}     # a sealed run without step lines cannot be timed, so not kept
-    assert "no step lines" in h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": silent,
-                                                                                             "sealed": True}))
+    kind, why = h._over_budget(ctx, fake_run(wall_seconds=40, extra={"clock": silent, "sealed": True}))
+    assert kind == "cheat" and "no step lines" in why
     monkeypatch.setenv("AUTORESEARCH_STEPS", "5")   # a step budget has no wall-clock limit
-    assert h._over_budget(ctx, fake_run(wall_seconds=500)) is None
+    assert h._over_budget(ctx, fake_run(wall_seconds=500)) == (None, "")
 
 
 SAVES = {"kv_bytes_per_token": 0.5, "decode_flops_per_token": 0.02}   # half the KV cache, same FLOPs

@@ -125,15 +125,18 @@ def test_silent_training_before_or_after_the_step_lines_is_charged(pre, post):
     assert honest.figures(ended=12.0 + 300 + 3.0).charged_s == pytest.approx(300.0)
 
 
-def test_an_honest_slow_start_stops_in_time(monkeypatch):
-    """runtime.budget_spent: an honest train.py whose start took longer than the baseline's
-    stops training once the harness's clock (not its own) has charged the budget plus half the slack."""
+def test_an_honest_run_stops_before_its_next_step_would_pass_the_budget(monkeypatch):
+    """runtime.budget_spent: told only its start (never an allowance), an honest train.py stops
+    once the time since its first step line plus one more step (the interval between its calls)
+    would pass the budget, so its step lines span at most the budget."""
     import runtime
-    budget, ref = 300.0, 10.0
-    monkeypatch.setenv(runtime.CLOCK_ENV, json.dumps({"started_at": 1000.0, "startup_ref": ref, "slack": 15.0}))
-    first_line = 1000.0 + ref + 30.0                    # 30 s slower to start than the baseline
-    assert not runtime.budget_spent(first_line, budget, now=first_line + 270.0)
-    assert runtime.budget_spent(first_line, budget, now=first_line + budget - 30.0 + 7.5)
+    budget = 10.0
+    monkeypatch.setenv(runtime.CLOCK_ENV, json.dumps({"started_at": 1000.0}))
+    first_line = 1003.0
+    calls = [first_line + 0.6 * k for k in range(1, 30)]   # a step every 0.6 s
+    stop = next(t for t in calls if runtime.budget_spent(first_line, budget, now=t))
+    assert stop - first_line <= budget and stop - first_line + 0.6 >= budget
+    assert set(json.loads(os.environ[runtime.CLOCK_ENV])) == {"started_at"}
     monkeypatch.delenv(runtime.CLOCK_ENV)               # outside the loop: never
     assert not runtime.budget_spent(first_line, budget, now=first_line + 10 * budget)
 
@@ -227,7 +230,8 @@ def test_loaded_machine_two_runs_side_by_side_no_false_positive(repo, tiny_cache
         t.join()
     for n, run in runs.items():
         assert run.crash_class is None, run.log_tail
-        assert h._over_budget(ctx_for(wt, base, SRC, commit=base), run) is None, run.extra["clock"]
+        kind, why = h._over_budget(ctx_for(wt, base, SRC, commit=base), run)
+        assert kind != "cheat", why   # at worst no evidence (run again), never an integrity failure
     ctx = ctx_for(wt, base, SRC, commit=base)
     ctx.best = None
     d = h.judge(ctx, runs[1])                                # the trusted evaluation passes it
@@ -237,7 +241,6 @@ def test_loaded_machine_two_runs_side_by_side_no_false_positive(repo, tiny_cache
 
 def test_live_kill_of_a_run_far_past_its_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(clock_mod, "POST_FIRST_S", 0.5)
-    monkeypatch.setattr(clock_mod, "SLACK_MIN_S", 0.5)
     monkeypatch.setattr(runner, "KILL_MARGIN_S", 0.5)
     wt = tmp_path / "wt"
     wt.mkdir()

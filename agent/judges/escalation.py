@@ -51,3 +51,15 @@ def note(ctx, status: str, reason: str, verdicts: dict) -> None:
     with contextlib.suppress(gitops.GitError, OSError):
         gitops.git(Path(ctx.worktree), *gitops._identity_args(Path(ctx.worktree)), "notes", "--ref",
                    JUDGE_NOTES_REF, "add", "-f", "-m", json.dumps(record, default=str, indent=1), ctx.commit)
+
+
+def out_of_reruns(ctx, decision: Decision, runs: int) -> Decision:
+    """A decision that still asks for a run when the loop has none left to give: contested, on the
+    human queue, never a silent discard (the journal keeps the judge's last figures)."""
+    reason = f"contested: out of reruns after {runs} runs, still undecided ({decision.reason})"
+    verdicts = dict(decision.verdicts)
+    jd = dict(decision.judge, status="discard", reason=reason)
+    verdicts["judge"] = jd
+    jd["escalations"] = [escalate(ctx, "contested", reason, "discard", verdicts, "")]
+    note(ctx, "discard", reason, verdicts)
+    return Decision("discard", reason, decision.trusted_bpb, verdicts, basis=decision.basis)

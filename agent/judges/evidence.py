@@ -11,15 +11,23 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.judges import pace, stats
 from agent.judges.judge import Opinion
+from harness import clock as harness_clock
 from harness.records import Basis, ExperimentRecord, finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
 DISTURBED_RERUNS = 2
+# Loads within this factor are one machine for the noise estimate (pairing.LOAD_SAME's figure).
+LOAD_BAND = 1.3
+# Without the harness clock (a run that printed no step lines), its wall clock may be this factor
+# of the budget plus this grace before it counts as trained past the budget (time-budget mode only).
+WALL_FACTOR = 1.5
+WALL_GRACE_S = 90.0
 
 
 @dataclass
@@ -34,6 +42,9 @@ class Sample:
     within: str | None = None            # the run's own pace says it was disturbed
     disturbed: str | None = None         # why it is no evidence (set by screen())
     suspect: str | None = None           # a first run slower than the incumbent's FLOP rate
+    over: str | None = None              # over its clock limit, short of a cheat (harness/clock.py)
+    load: float | None = None            # the machine's load factor while it trained (harness/load.py)
+    at: float | None = None              # when it was judged (the order of a decision's runs)
 
     @property
     def used(self) -> bool:
@@ -41,7 +52,7 @@ class Sample:
 
     def as_dict(self) -> dict:
         return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.pace_s,
-                "used": self.used, "why": self.disturbed}
+                "load": self.load, "used": self.used, "why": self.disturbed}
 
 
 def sample_of(ctx, run, bpb: float) -> Sample:
@@ -66,7 +77,26 @@ def sample_of(ctx, run, bpb: float) -> Sample:
     return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log,
                   pace_s=None if steps_mode else pace_s,
                   flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
-                  within=None if steps_mode else pace.within_run(pace.step_times(text)))
+                  within=None if steps_mode else pace.within_run(pace.step_times(text)),
+                  load=clock.load_train if clock is not None and clock.startup_s is not None and not steps_mode
+                  else None, at=time.time())
+
+
+def over_budget(run, budget: float | None) -> tuple[str | None, str]:
+    """(None | "over" | "cheat", why) by the harness's clock (harness/clock.py), not train.py's
+    own figure: "over" is no evidence (the run is rerun), "cheat" an integrity failure."""
+    if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS") or not budget:
+        return None, ""
+    clock = run.clock
+    if clock is None or clock.startup_s is None:
+        if run.sealed:
+            return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot time its "
+                             "training, so it cannot be kept")
+        if run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
+            return None, ""
+        return "cheat", (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
+                         f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
+    return harness_clock.over_budget(clock, budget)
 
 
 def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None:
@@ -77,7 +107,7 @@ def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None
         # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
         # slowed from its first step pass when the commit's only other run wobbled.
         others = [o.pace_s for o in samples if o is not s and o.pace_s]
-        s.disturbed = s.within or pace.against_commit(s.pace_s, others)
+        s.disturbed = s.over or s.within or pace.against_commit(s.pace_s, others)
         s.suspect = None
     if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
         why = pace.against_incumbent(samples[0].flops_rate, [o.flops_rate for o in incumbent if o.used])
@@ -94,7 +124,7 @@ def bar_values(commit: str, samples: list[Sample], noise: stats.Noise, side: str
     """A commit's values for a mean, its flagged outliers left out only where that makes a keep
     harder: the incumbent's high ones (a lower bar), the candidate's low ones (a worse mean)."""
     vals = stats.distinct(values(samples))
-    flagged = [v for c, v in noise.outliers if c == commit]
+    flagged = [v for c, v in noise.outliers if c.split("@")[0] == commit]
     if not flagged or len(vals) < 3:
         return vals
     rest = [v for v in vals if v not in flagged]
@@ -132,7 +162,16 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
 
 
 def noise_of(store: dict[str, list[Sample]]) -> stats.Noise:
-    return stats.pooled_noise({c: values(ss) for c, ss in store.items()})
+    """Sigma pooled over commits, a commit's runs grouped by the load they ran under (factors
+    within LOAD_BAND of each other share a group): sigma is the seed noise at one load, never the
+    spread a varying machine adds (that is what pairing answers, agent/judges/pairing.py)."""
+    groups: dict[str, list[float]] = {}
+    for c, ss in store.items():
+        for s in ss:
+            if s.used:
+                key = c if not s.load else f"{c}@{math.floor(math.log(max(1.0, s.load)) / math.log(LOAD_BAND))}"
+                groups.setdefault(key, []).append(s.bpb)
+    return stats.pooled_noise(groups)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import statistics
 import threading
 from pathlib import Path
 
-from agent.judges import evidence, metajudge, stats
+from agent.judges import evidence, metajudge, pairing, stats
 from agent.judges import escalation
 from agent.judges.evidence import Band
 from agent.judges.guard import diff_lines, guard as run_guard
@@ -36,7 +36,6 @@ from harness import gitops
 from harness.queue_store import QueueStore
 from harness.records import Basis, Decision, ExperimentRecord, RunInfo
 from harness import pinned
-from harness.clock import limit_for
 from harness.pinned import PinnedError, Seal
 from harness.verify import VerifyResult, eval_rows, verify
 
@@ -46,10 +45,6 @@ VERIFY_DIR = ".verify"
 DEFAULT_BASELINE_REPEATS = stats.BASELINE_RUNS
 # An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
 LLM_VETO_CONFIDENCE = 0.7
-# Without the harness clock (a run that printed no step lines), its wall clock may be this factor
-# of the budget plus this grace before it counts as trained past the budget (time-budget mode only).
-WALL_FACTOR = 1.5
-WALL_GRACE_S = 90.0
 # Runs of the incumbent one decision may ask for (stats.rerun_incumbent), crashed or failed ones
 # included: a broken incumbent run is not retried forever.
 INCUMBENT_TRIES = 3
@@ -120,9 +115,9 @@ class JudgeHierarchy:
             note = f"the incumbent's run crashed ({run.crash_class}); not counted"
         else:
             v = self._verify(ictx, run, run.printed("val_bpb"))
-            over = self._over_budget(ctx, run)
-            if over or not v.ok:
-                note = f"the incumbent's run is no evidence ({over or v.reason}); not counted"
+            kind, over = self._over_budget(ctx, run)
+            if kind or not v.ok:
+                note = f"the incumbent's run is no evidence ({over if kind else v.reason}); not counted"
             else:
                 with self._decide:
                     self._samples.setdefault(inc, []).append(evidence.sample_of(ictx, run, v.trusted_bpb))
@@ -150,13 +145,14 @@ class JudgeHierarchy:
                         basis=Basis.CRASH)
 
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
-        over = self._over_budget(ctx, run)
-        if over and v.ok:
+        kind, over = self._over_budget(ctx, run)
+        if kind == "cheat" and v.ok:
             v.ok, v.reason = False, over
         if not v.ok:
             return self._integrity(ctx, v)
         samples = self._samples.setdefault(ctx.commit, [])
         samples.append(evidence.sample_of(ctx, run, v.trusted_bpb))
+        samples[-1].over = over or None   # over the limit by what the load explains: no evidence, rerun
         self._last_verify[ctx.commit] = v
         if ctx.best is None:
             return self._baseline(ctx, v, samples)
@@ -230,20 +226,43 @@ class JudgeHierarchy:
         jd = {"best_before": statistics.fmean(bar) if bar else inc_bpb, "spread": noise.sigma,
               "runs": list(cand), "net_lines": lines["net"], "llm": None, "cost_usd": 0.0}
         verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
+        # where the machine's load varied between the runs, they are paired in time (steps mode and
+        # runs the harness did not measure carry no load: the unpaired rule, as ever)
+        paired = None if remembered else \
+            pairing.plan(samples, inc, ctx.n, noise,   # the incumbent's runs asked for and not counted
+                         max(0, self._incumbent_tries.get(ctx.n, 0) - sum(s.n == ctx.n for s in inc)))
+        if paired is not None:
+            ev["paired"] = paired.as_dict()
+            if paired.said == "more":
+                ask = inc_commit if paired.next_side == "incumbent" else None
+                if ask:
+                    self._incumbent_tries[ctx.n] = self._incumbent_tries.get(ctx.n, 0) + 1
+                ev.update(call="more", measure_incumbent=ask)
+                jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
+                mean = statistics.fmean([s.bpb for s in samples])
+                return Decision("discard", paired.why + ("; the incumbent runs next" if ask else "; the candidate runs next"),
+                                mean, verdicts, rerun=True, basis=Basis.METRIC, rerun_commit=ask)
         if not cand or not bar:
             if len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and cand == [] and bar:
                 jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 ev["call"] = "more"
                 return Decision("discard", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again",
                                 latest.bpb, verdicts, rerun=True, basis=Basis.METRIC)
-            reason = "no undisturbed run to decide on: every run was disturbed by the machine" if bar else \
-                "no measured incumbent to compare with"
+            reason = f"contested: out of reruns after {len(samples)} runs, every one disturbed by the machine " \
+                "(no evidence either way)" if bar else "no measured incumbent to compare with"
             jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
-            ev["call"] = "discard"
+            ev["call"] = "undecided" if bar else "discard"
+            if bar:   # a decision that runs out of reruns goes to a human, never a silent discard
+                jd["escalations"] = [escalation.escalate(ctx, "contested", reason, "discard", verdicts, "")]
             escalation.note(ctx, "discard", reason, verdicts)
             return Decision("discard", reason, latest.bpb, verdicts, basis=Basis.METRIC)
-        cmp = stats.compare(bar, cand, noise)
-        said, why = stats.call(cmp, runs=len(evidence.values(samples)))
+        if paired is not None:
+            cmp, said, why = paired.comparison, paired.said, paired.why
+        else:
+            cmp = stats.compare(bar, cand, noise)
+            said, why = stats.call(cmp, runs=len(evidence.values(samples)))
+        if cmp is None:   # paired, out of reruns before any pair: the unpaired figures, contested
+            cmp = stats.compare(bar, cand, noise)
         mean = statistics.fmean(cmp.candidate)
         band = evidence.Margin.of(noise.sigma, cmp.margin, stats.floor_for(bar))
         serving = serving_savings(*self._serving_costs(ctx, v))
@@ -252,10 +271,13 @@ class JudgeHierarchy:
         rule.confidence = cmp.p_better if cmp.p_better is not None else 0.5
         ev.update(comparison=cmp.as_dict(), call=said, why=why)
         jd.update(threshold=cmp.margin, improvement=cmp.gain, rule=rule.as_dict(), p_better=cmp.p_better)
-        if latest.disturbed and len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and said != "keep":
+        if paired is None and latest.disturbed and len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS \
+                and said != "keep":
             said, why = "more", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again"
+        elif said == "more" and len(samples) >= stats.MAX_RUNS + evidence.DISTURBED_RERUNS:
+            said, why = "undecided", f"out of reruns after {len(samples)} runs: {why}"
         tries = self._incumbent_tries.get(ctx.n, 0)
-        if said == "more" and not latest.disturbed and not remembered and inc_commit and tries < INCUMBENT_TRIES \
+        if said == "more" and paired is None and not latest.disturbed and not remembered and inc_commit and tries < INCUMBENT_TRIES \
                 and stats.rerun_incumbent(len(evidence.values(inc)), len(evidence.values(samples))):
             self._incumbent_tries[ctx.n] = tries + 1
             ev.update(call="more", measure_incumbent=inc_commit)
@@ -381,30 +403,12 @@ class JudgeHierarchy:
                 self._prepare = (Path(ctx.worktree) / "prepare.py").read_text()
         return self._prepare
 
-    def _over_budget(self, ctx, run) -> str | None:
-        """By the harness's clock (harness/clock.py), not train.py's own figure."""
-        if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS"):
-            return None
-        budget = self.budget or _run_info(ctx).budget
-        if not budget:
-            return None
-        clock = run.clock
-        if clock is None or clock.startup_s is None:
-            if run.sealed:
-                return ("the run printed no step lines (`step N | ...`): the harness cannot time its "
-                        "training, so it cannot be kept")
-            if run.wall_seconds <= WALL_FACTOR * budget + WALL_GRACE_S:
-                return None
-            return (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
-                    f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
-        limit = limit_for(budget)
-        if clock.charged_s <= limit:
-            return None
-        return (f"by the harness's clock the run trained {clock.charged_s:.1f}s for a {budget:g}s budget "
-                f"(limit {limit:.1f}s; step lines {clock.train_s:.1f}s, startup {clock.startup_s:.1f}s "
-                f"against the baseline's {clock.allowance_s:.1f}s, after the last step "
-                f"{clock.post_s or 0:.1f}s against {clock.post_allowance_s or 0:.1f}s): "
-                "it trained past the budget")
+    def _over_budget(self, ctx, run) -> tuple[str | None, str]:
+        """(None | "over" | "cheat", why) by the harness's clock (evidence.over_budget)."""
+        return evidence.over_budget(run, self.budget or _run_info(ctx).budget)
+
+    def out_of_reruns(self, ctx, decision: Decision, runs: int) -> Decision:
+        return escalation.out_of_reruns(ctx, decision, runs)
 
     def stop_llm(self, why: str) -> None:
         """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""

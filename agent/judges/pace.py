@@ -9,8 +9,11 @@ and the harness clock's pace (seconds per step between the first and last step l
   warm-up steps left out): a competing process that starts or stops mid-run shows here;
 - against the same commit's other runs: slower than the fastest of them by PACE_SLOW;
 - a commit's first run against the incumbent's runs, in FLOPs per second (so a bigger model is not
-  "slow"): slower by PACE_SLOW_OTHER makes it suspect, and the judge runs it again to tell the
-  machine from the code (a rerun at the same pace is the code's own speed).
+  "slow"): slower or faster by PACE_SLOW_OTHER makes it suspect, and the judge runs it again to
+  tell the machine from the code (a rerun at the same pace is the code's own speed).
+
+Where the machine's load (measured by the harness, agent/judges/pairing.py) differs between a
+comparison's runs in either direction, the judge pairs the runs in time instead.
 
 A run judged disturbed is neither a noise sample nor evidence for a decision; the judge reruns it.
 In steps mode (AUTORESEARCH_STEPS) the pace does not change what a run learns: no check applies.
@@ -82,11 +85,18 @@ def against_commit(pace: float | None, paces: list[float]) -> str | None:
 
 
 def against_incumbent(rate: float | None, incumbent_rates: list[float]) -> str | None:
-    """A new commit's FLOPs/s against the incumbent's best: a reason to run it again, or None."""
-    best = max([r for r in incumbent_rates if r and r > 0], default=None)
-    if not rate or not best:
+    """A new commit's FLOPs/s against the incumbent's runs, in either direction: slower than their
+    best, or faster than their slowest, by PACE_SLOW_OTHER (a first run in a quiet spell against an
+    incumbent measured under load measures the machine as much as one under load against a quiet
+    incumbent): a reason to run it again, or None."""
+    rates = [r for r in incumbent_rates if r and r > 0]
+    if not rate or not rates:
         return None
+    best, slowest = max(rates), min(rates)
     if rate * PACE_SLOW_OTHER < best:
         return (f"{rate / 1e9:.3g} GFLOP/s against {best / 1e9:.3g} in the incumbent's runs "
                 f"({best / rate:.1f}x slower > {PACE_SLOW_OTHER:g}x)")
+    if rate > PACE_SLOW_OTHER * slowest:
+        return (f"{rate / 1e9:.3g} GFLOP/s against {slowest / 1e9:.3g} in the incumbent's runs "
+                f"({rate / slowest:.1f}x faster > {PACE_SLOW_OTHER:g}x)")
     return None

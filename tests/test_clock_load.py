@@ -1,0 +1,167 @@
+"""The harness clock follows the run's own load: an honest run on a busy machine is never an
+integrity failure, and silent training still buys at most 5% of the budget at every budget.
+
+The real cases run the real tiny train.py sealed (harness.runner, bubblewrap) beside real
+CPU-burning processes, and a real edit of train.py that trains silently before its first step
+line; the bounds are checked on the clock's arithmetic with loads fed in."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import clock as clock_mod
+from harness import load
+from harness.clock import ClockReference, LogClock, over_budget
+from harness.sandbox import detect
+from tests.test_cheats import SRC, commit, ctx_for, repo  # noqa: F401  (fixture)
+from tests.test_sealed import run_sealed, sealed_setup
+
+BURN = "import time\nwhile True:\n    pass\n"
+
+
+def burners(k: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(k)]
+
+
+def stop(procs) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return int(rest[11]) + int(rest[12])
+
+
+class Fed(load.LoadMeter):
+    """A meter whose samples the test gives (the others' CPU seconds at each time)."""
+
+    def __init__(self, cores, samples):
+        super().__init__(None)
+        self.cores = cores
+        for t, other in samples:
+            self.add(t, other)
+
+
+def test_the_meter_counts_the_others_cpu_not_the_run_s_own():
+    """A burner outside the run's tree is the machine's load; the same burner inside the tree
+    (the run's own child: a cheat that spins to look loaded) is not."""
+    outside = burners(1)[0]
+    own = load.LoadMeter(os.getpid())      # the test process's tree holds the burner as its child
+    everyone = load.LoadMeter(None)        # counts every busy tick as the others'
+    t0 = ticks(outside.pid)
+    own.sample(0.0)
+    everyone.sample(0.0)
+    time.sleep(2.0)
+    own.sample(2.0)
+    everyone.sample(2.0)
+    burned = (ticks(outside.pid) - t0) / load._HZ
+    stop([outside])
+    assert burned > 0.2
+    assert everyone.samples[-1][1] - own.samples[-1][1] >= 0.8 * burned   # the child is the run's own
+    assert load.factor_of(0.0, 2) == 1.0 and load.factor_of(1.0, 2) == 2.0
+    assert load.factor_of(50.0, 2) == load.MAX_LOAD                       # bounded
+
+
+@pytest.mark.parametrize("budget", [1.0, 10.0, 60.0, 300.0])
+@pytest.mark.parametrize("cores_busy", [0.0, 1.0, 1.5])
+def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores_busy):
+    """At load F (the others keep `cores_busy` of 2 cores busy) an honest run starts, steps and
+    saves F times slower and is in time; one that trains silently before its first step line or
+    after its last for more than 5% of the budget's work (F x 5% x budget of slowed wall time) is
+    past the limit, and 1.75x the budget is past the integrity line."""
+    f = load.factor_of(cores_busy, 2)
+    ref = ClockReference(startup_s=4.0, post_s=1.0)         # the idle baseline's
+    honest_startup, honest_post = ref.startup_s * f, ref.post_s * f
+
+    def run(pre, post):
+        end = honest_startup + pre + budget + honest_post + post
+        meter = Fed(2, [(0.0, 0.0), (end, cores_busy * end)])
+        c = LogClock(0.0, ref, meter)
+        first = honest_startup + pre
+        steps = 50
+        for k in range(steps + 1):
+            c.feed(f"step {k + 1:05d} | loss 3.0", now=first + budget * k / steps)
+        return c.figures(ended=end)
+
+    fig = run(0.0, 0.0)
+    assert fig.load_train == pytest.approx(f) and over_budget(fig, budget)[0] is None
+    extra = 0.051 * budget * f                               # just over 5% of the budget's work, slowed
+    for pre, post in ((extra, 0.0), (0.0, extra), (extra / 2, extra / 2 + 0.001 * budget)):
+        assert over_budget(run(pre, post), budget)[0] is not None
+    assert over_budget(run(0.049 * budget * f, 0.0), budget)[0] is None
+    assert over_budget(run(0.75 * budget * f, 0.0), budget)[0] == "cheat"
+
+
+pytestmark = pytest.mark.skipif(not detect().sealed and not os.environ.get("CI"),
+                                reason="needs bubblewrap (apt-get install bubblewrap)")
+
+
+def reference_from(run) -> ClockReference:
+    return ClockReference.from_figures([run.extra["clock"]])
+
+
+def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure(repo, tiny_cache):
+    """The tag's baseline timed on the machine as it is, then the same train.py at a 6 s budget
+    beside one and then two CPU-burning processes per core pair (2 and 3x load on 2 cores): the
+    clock measures the load, scales the allowances, and no run is a cheat."""
+    wt, base = repo
+    seal, h = sealed_setup(wt)
+    h.budget = 6
+    ref_run = run_sealed(wt, seal, 1, 6)
+    assert ref_run.crash_class is None, ref_run.log_tail
+    ref = reference_from(ref_run)
+    seen = []
+    for n, k in ((2, 1), (3, 2)):
+        procs = burners(k)
+        try:
+            run = run_sealed(wt, seal, n, 6, clock_reference=ref)
+        finally:
+            stop(procs)
+        assert run.crash_class is None, run.log_tail
+        kind, why = h._over_budget(ctx_for(wt, base, SRC, commit=base), run)
+        fig = run.extra["clock"]
+        seen.append((k, kind, fig["load_startup"], fig["load_train"], fig["charged_s"]))
+        assert kind != "cheat", (why, fig)
+        assert fig["load_train"] > 1.0, fig             # the meter saw the burners
+    print("burners, verdict, load startup, load train, charged:", seen)
+
+
+def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cache):
+    """train.py edited to train its first 7.5 s without step lines (its numbering starting after
+    them) and to stop on the harness's clock alone: ~1.75x a 10 s budget. Before, it fit in a
+    15 s floor of slack; now it is past the limit and never evidence."""
+    wt, base = repo
+    seal, h = sealed_setup(wt)
+    h.budget = 10
+    ref_run = run_sealed(wt, seal, 1, 10)
+    assert ref_run.crash_class is None, ref_run.log_tail
+    ref = reference_from(ref_run)
+    cheat = SRC
+    for old, new in (
+        ("    t_train = time.time()\n", "    t_train = time.time()\n    hidden = 0\n"),
+        ("        dt = time.time() - t0\n", "        dt = time.time() - t0\n"
+         "        if time.time() - t_train < 7.5:\n            hidden = step + 1\n            step += 1\n"
+         "            continue\n"),
+        ('print(f"step {step:05d} |', 'print(f"step {step - hidden:05d} |'),
+        ('elapsed >= plan["budget"] or runtime.budget_spent(', 'runtime.budget_spent('),
+    ):
+        assert old in cheat, old
+        cheat = cheat.replace(old, new, 1)
+    sha = commit(wt, cheat)
+    run = run_sealed(wt, seal, 2, 10, clock_reference=ref)
+    assert run.crash_class is None, run.log_tail
+    fig = run.extra["clock"]
+    assert fig["first_step"] == 1                           # the hidden steps are not numbered
+    kind, why = h._over_budget(ctx_for(wt, base, cheat, commit=sha), run)
+    assert kind is not None, fig                            # never evidence
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
+    assert d.status != "keep", d.reason
+    print("cheat:", kind, json.dumps({k: fig[k] for k in ("startup_s", "train_s", "charged_s", "load_startup",
+                                                          "load_train", "allowance_s")}))
+    assert clock_mod.SLACK_FRAC == 0.05 and not hasattr(clock_mod, "SLACK_MIN_S")   # no floor of seconds

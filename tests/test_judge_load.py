@@ -1,0 +1,133 @@
+"""The judge under a changing load (agent/judges/pairing.py wired into agent/judges/hierarchy.py):
+pace compared in either direction, runs paired in time where the load varied, and a decision that
+runs out of reruns escalated as contested, never a silent discard. The runs are the judge's
+inputs as the harness hands them in (the trusted value and the clock's measured load)."""
+import random
+
+from agent.judges import escalation, pairing
+from agent.judges.hierarchy import JudgeHierarchy
+from harness.queue_store import QueueStore
+from harness.records import Decision
+from harness.verify import VerifyResult
+from tests.loop_fixtures import fake_run
+from tests.test_judge_stats import BASE, CAND, ctx, decide
+
+SIGMA = 0.005
+LOAD_COST = 0.05      # bpb a 2x load costs a run on a wall-clock budget (fewer steps)
+
+
+def clock(load, charged=10.0):
+    return {"startup_s": 1.0, "train_s": charged, "charged_s": charged, "load_train": load, "pace_s": 0.1}
+
+
+def cand_run(load, charged=10.0):
+    return fake_run(extra={"clock": clock(load, charged)}, summary={})
+
+
+def inc_run(bpb, load):
+    return fake_run(summary={}, extra={"clock": clock(load),
+                                       "verify_result": VerifyResult(True, "verified", bpb, bpb, True, 0.5)})
+
+
+def value(true, load, rng):
+    return true + LOAD_COST * (load - 1.0) + rng.gauss(0, SIGMA)
+
+
+def baseline(h, tmp_path, load, rng, true=1.40):
+    d = None
+    for _ in range(5):
+        d = decide(h, ctx(tmp_path, 1, BASE, None), value(true, load, rng), r=cand_run(load))
+    assert not d.rerun
+    return {"commit": BASE, "val_bpb": d.trusted_bpb}
+
+
+def drive(h, c, true_cand, true_inc, load_of, rng, limit=40):
+    """Run the decision to its end as the loop would: the candidate, or the incumbent when asked."""
+    asked, order = None, []
+    for k in range(limit):
+        load = load_of(k)
+        if asked is not None and asked.rerun_commit:
+            order.append("I")
+            d = h.judge_incumbent(c, inc_run(value(true_inc, load, rng), load))
+        else:
+            order.append("C")
+            d = decide(h, c, value(true_cand, load, rng), r=cand_run(load))
+        if not d.rerun:
+            return d, "".join(order)
+        asked = d
+    raise AssertionError(f"no decision after {limit} runs: {order}")
+
+
+def test_a_null_measured_in_a_quiet_spell_is_not_kept_against_an_incumbent_measured_under_load(tmp_path):
+    """The case seen: the incumbent's runs under load, the candidate's in a quiet spell. The unpaired
+    means would show a 10-sigma gain; the judge pairs the candidate's runs with fresh runs of the
+    incumbent under the same load and sees none."""
+    rng = random.Random(5)
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = baseline(h, tmp_path, 2.0, rng)
+    d, order = drive(h, ctx(tmp_path, 2, CAND, best), 1.40, 1.40, lambda k: 1.0, rng)
+    assert d.status != "keep", d.reason
+    assert "I" in order and order.startswith("CI"), order       # the incumbent was measured beside it
+    assert "paired" in d.reason or d.reason.startswith("contested"), d.reason
+
+
+def test_an_honest_gain_under_a_heavier_load_is_paired_not_discarded(tmp_path):
+    """The converse: a 6-sigma gain whose first run came under twice the baseline's load looks
+    worse; it is not discarded on that run (the load, not the edit), but paired and kept."""
+    rng = random.Random(7)
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = baseline(h, tmp_path, 1.0, rng)
+    loads = [2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]
+    d, order = drive(h, ctx(tmp_path, 2, CAND, best), 1.40 - 6 * SIGMA, 1.40, lambda k: loads[k], rng)
+    assert d.status == "keep", (d.reason, order)
+    assert order.startswith("CIIC"), order                      # C I, I C: one load hits both
+    assert d.verdicts["evidence"]["paired"]["pairs"] >= 2
+
+
+def test_pace_compared_in_either_direction():
+    assert pairing.comparable(1.0, 2.0) and pairing.comparable(2.0, 1.0)
+    from agent.judges import pace
+    assert pace.against_incumbent(1e9, [2.5e9]) and pace.against_incumbent(5e9, [2e9])   # slower, faster
+    assert pace.against_incumbent(2e9, [2e9, 2.5e9]) is None
+
+
+def test_steady_load_keeps_the_unpaired_rule(tmp_path):
+    """Same load everywhere (or steps mode, where no load is measured): no pairing, as before."""
+    rng = random.Random(9)
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = baseline(h, tmp_path, 1.0, rng)
+    d, order = drive(h, ctx(tmp_path, 2, CAND, best), 1.40 - 6 * SIGMA, 1.40, lambda k: 1.0, rng)
+    assert d.status == "keep" and "paired" not in (d.verdicts["evidence"] or {}), d.reason
+    assert "paired" not in d.reason
+
+
+def queued(tmp_path):
+    return QueueStore(tmp_path / "queue.sqlite").list() if (tmp_path / "queue.sqlite").exists() else []
+
+
+def test_a_decision_out_of_reruns_is_contested_and_escalated(tmp_path):
+    """Every confirming run past the clock's limit by a little (no evidence): when the reruns run
+    out the decision goes to the human queue as contested, not a plain discard."""
+    rng = random.Random(1)
+    h = JudgeHierarchy(baseline_repeats=5, budget=10)
+    best = baseline(h, tmp_path, 1.0, rng)
+    c = ctx(tmp_path, 2, CAND, best)
+    d = None
+    for k in range(20):
+        d = decide(h, c, value(1.37, 1.0, rng), r=cand_run(1.0, charged=10.9))
+        if not d.rerun:
+            break
+    assert d.reason.startswith("contested: out of reruns"), d.reason
+    esc = d.verdicts["judge"]["escalations"]
+    assert esc and esc[0]["kind"] == "contested" and esc[0].get("id") is not None, esc
+    assert any(i.kind == "contested" and i.experiment == 2 for i in queued(tmp_path))
+
+
+def test_the_loop_s_last_rerun_is_escalated_not_silently_discarded(tmp_path):
+    """agent/experiment.py's own cap: a decision still asking for a run when none is left."""
+    c = ctx(tmp_path, 3, CAND, {"commit": BASE, "val_bpb": 1.4})
+    asking = Decision("discard", "P(better) 0.97 after 4 run(s)", 1.39, {"judge": {"status": "discard"}},
+                      rerun=True)
+    d = escalation.out_of_reruns(c, asking, 13)
+    assert d.status == "discard" and not d.rerun and d.reason.startswith("contested: out of reruns after 13")
+    assert any(i.kind == "contested" and i.experiment == 3 for i in queued(tmp_path))
