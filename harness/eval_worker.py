@@ -1,26 +1,32 @@
 """The trusted evaluation, in a clean process: python -I eval_worker.py SPEC.json
 
-It never executes code of the experiment. harness/verify.py copies three trusted files into a
-fresh folder, this one, graph.py (harness/graph.py) and prepare.py as committed at the tag's base,
-and runs this in a sandbox that sees that folder, the pinned evaluation inputs and the artifact:
+It never executes code of the experiment. harness/verify.py copies four trusted files into a
+fresh folder, this one, graph.py and graph_ops.py (harness/) and prepare.py as committed at the
+tag's base, and runs this in a sandbox that sees that folder, the pinned evaluation inputs and
+the artifact:
 
 1. the artifact is read with torch.load(weights_only=True): tensors, strings, numbers, nothing
    that runs; its "graph" is the model as recorded operators (runtime.py), checked and replayed
-   by graph.py;
+   by graph.py as a pure, memory-safe function (docs/contracts.md "The trust boundary");
 2. prepare.evaluate_bpb measures the graph on the pinned validation data (the fixed metric);
-3. causality on the evaluation's own data: a quarter of the batches, and at least enough to hold
-   CHECK_MIN_CUTS rows (which ones, the cut positions and the donor rows are drawn from a fresh
-   secret seed), are run a second time with each row's future, from a random cut on, replaced by
-   another row's real validation text at the same positions; a logit before a cut that changes
-   beyond the graph's own run-to-run noise fails it. A model that peeks ahead at a fraction p of
-   positions escapes n cuts with probability (1 - p)^n (docs/contracts.md has n per profile);
+   every call's logits must be finite where the metric uses them (Checked._finite);
+3. causality, inside the metric's own pass: a quarter of its calls, and at least enough to hold
+   CHECK_MIN_CUTS rows (which ones, the cut positions, the donor rows and whether the spliced
+   batch runs before or after the metric's own are drawn from a fresh secret seed), also run
+   the batch with each row's future, from a random cut on, replaced by another row's real
+   validation text at the same positions; the spliced rows are scored too. A log-probability
+   before a cut that moves beyond the graph's own run-to-run noise (measured on one random call
+   run twice, itself bounded) fails it. A model that peeks ahead at a fraction p of positions
+   escapes n cuts with probability (1 - p)^n (docs/contracts.md has n per profile);
 4. the serving figures (KV bytes and decode FLOPs per token) of the graph itself.
 
+Every check fails closed: a NaN, an exception or a figure it cannot compute is a failure.
 The verdict is one JSON line on this process's original stdout, a pipe the harness reads: the
 file descriptor is set aside before anything else runs and fd 1 is pointed at stderr, so nothing
 else can write to it. SPEC: {"dir", "artifact", "rows", "train_sha", "eval_tokens"}.
 """
 import json
+import math
 import os
 import secrets
 import sys
@@ -31,12 +37,18 @@ import traceback
 # more evaluation), and never fewer than hold CHECK_MIN_CUTS rows (every batch when there are fewer).
 CHECK_FRACTION = 0.25
 CHECK_MIN_CUTS = 256
-# A logit before a cut may move by this much relative to the logits' scale, or by the graph's own
-# run-to-run difference on identical input, whichever is larger (fp32 CPU: exactly 0).
-LEAK_RTOL = 1e-6
+# The checks compare log-probabilities (what the metric uses) clipped at -LOGP_FLOOR nats: the
+# tolerances are then absolute, in the metric's units, and a graph's own values (a huge finite
+# sentinel, -inf for tokens it never predicts) cannot stretch them. A token given less than
+# e^-100 costs 100+ nats wherever it is the target, so a difference hidden below the floor cannot
+# lower the metric.
+LOGP_FLOOR = 100.0
+# A log-probability before a cut may move by this much (nats), or by the graph's own run-to-run
+# difference on identical input, whichever is larger (fp32 CPU: exactly 0)...
+LEAK_TOL = 1e-5
 # ...and that run-to-run difference may itself be at most this (else the evaluation is not a
 # measurement: nondeterministic kernels could hide a leak under their noise).
-NOISE_RTOL = 1e-4
+NOISE_MAX = 1e-3
 
 
 def main(spec_path):
@@ -81,12 +93,20 @@ def main(spec_path):
         checked = Checked(torch, model, secrets.randbits(63), steps)
         stage("evaluate")
         tokenizer = prepare.Tokenizer.from_directory()
+        digest = model.digest()
         with torch.no_grad():
-            out["trusted_bpb"] = float(prepare.evaluate_bpb(checked, tokenizer, rows))
+            bpb = float(prepare.evaluate_bpb(checked, tokenizer, rows))
+            checked.finish()
+        if not math.isfinite(bpb):
+            raise IntegrityError(f"the metric is not finite ({bpb}): a target token has probability 0 (-inf logit)")
+        out["trusted_bpb"] = bpb
         out["causality"] = checked.report()
         stage("serving")
         probe = torch.zeros(rows, T, dtype=torch.long, device=device)
         out["serving"] = G.serving_cost(model, probe)
+        if model.digest() != digest:
+            raise IntegrityError("the graph's weights, constants or nodes changed during the evaluation")
+        out["replay_digest"] = digest
         stage("done")
         out["ok"] = True
     except BaseException as e:  # any failure is a verdict, reported with its stage
@@ -110,17 +130,33 @@ def _tensors(d):
     return {str(k): v for k, v in d.items()} if isinstance(d, dict) else {}
 
 
+class IntegrityError(RuntimeError):
+    """A check of the replay failed (the message says which and by how much)."""
+
+
+def _num(v):
+    """A figure for the JSON verdict: finite floats as they are, anything else as its repr."""
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else repr(v)
+
+
 class Checked:
-    """The graph as the evaluation calls it, behind a copy of its input, with the splice check."""
+    """The graph as the evaluation calls it, behind a copy of its input, with the checks: every
+    call's logits are finite where the metric needs them, a random set of calls is also run with
+    rows' futures spliced (in random order with the metric's own call), and one random call is
+    run twice. Every comparison is written so that NaN fails it."""
 
     def __init__(self, torch, graph, seed, steps):
         self.torch, self.graph = torch, graph
         self.gen = torch.Generator().manual_seed(seed)
         want = min(steps, max(-(-steps // round(1 / CHECK_FRACTION)), -(-CHECK_MIN_CUTS // max(1, graph.rows))))
         self.chosen = set(torch.randperm(steps, generator=self.gen)[:want].tolist())
+        self.noise_step = int(torch.randint(steps, (1,), generator=self.gen))
         self.calls = self.checked_batches = self.checked_rows = 0
-        self.max_leak = self.scale = self.noise = 0.0
-        self.failure = None
+        self.max_leak = self.noise = 0.0
+        self.noise_measured = self.finished = False
+        self.spliced_nats = self.base_nats = 0.0
+        self.spliced_tokens = 0
+        self.failure = self.failure_kind = None
 
     # evaluate_bpb reads the device from parameters() or buffers() and switches train/eval
     def parameters(self):
@@ -139,26 +175,60 @@ class Checked:
     def train(self, mode=True):
         return self
 
+    def _fail(self, kind, why):
+        if self.failure is None:
+            self.failure, self.failure_kind = why, kind
+        raise IntegrityError(self.failure)
+
     def __call__(self, idx):
-        x = idx.clone()
-        logits = self.graph(x)
-        if self.calls == 0:              # the graph's own run-to-run difference, on identical input
-            again = self.graph(idx.clone())
-            self.noise = float((again.float() - logits.float()).abs().max())
-        if self.calls in self.chosen:
-            self._check(x, logits)
-        self.calls += 1
         if self.failure:
-            raise RuntimeError(self.failure)
+            raise IntegrityError(self.failure)
+        step = self.calls
+        self.calls += 1
+        x = idx.clone()
+        logits = self._checked(x) if step in self.chosen else self._run(x)
+        if step == self.noise_step:
+            self._noise(x, logits)
+        if not self.torch.equal(x, idx):
+            self._fail("integrity", "the replay changed its input")
         return logits
 
-    def _check(self, x, logits):
+    def _run(self, x):
+        logits = self.graph(x)
+        self._finite(logits, x)
+        return logits
+
+    def _finite(self, logits, x):
+        """Logits the metric can use: floating point, [B, T, V], no NaN, no +inf (nor beyond
+        float32, which the metric computes in), and a finite logit at every position. -inf is
+        accepted (a token the model rules out); as a target it makes the metric infinite: refused."""
+        torch = self.torch
+        if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+            self._fail("finite", f"the graph's output is not floating-point logits ({getattr(logits, 'dtype', logits)!r})")
+        if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(x.shape):
+            self._fail("finite", f"the graph's output is {tuple(logits.shape)}, not logits [B, T, V] for {tuple(x.shape)}")
+        bad = logits.isnan() | logits.isposinf()
+        if torch.finfo(logits.dtype).max > torch.finfo(torch.float32).max:
+            bad |= logits.abs() > torch.finfo(torch.float32).max
+            bad &= ~logits.isneginf()
+        if bool(bad.any()):
+            self._fail("finite", "the logits contain NaN or +inf (or values beyond float32): a model's logits "
+                                 "must be finite, or -inf for a token it rules out")
+        if not bool(logits.isfinite().any(-1).all()):
+            self._fail("finite", "a position has no finite logit (every token -inf)")
+
+    def _logp(self, z):
+        """Log-probabilities as the metric computes them, clipped at -LOGP_FLOOR (finite always)."""
+        return self.torch.log_softmax(z.float(), -1).clamp(min=-LOGP_FLOOR)
+
+    def _checked(self, x):
         torch = self.torch
         B, T = x.shape
         if B < 2 or T < 2:
-            return
+            return self._run(x)
         cuts = torch.randint(1, T, (B,), generator=self.gen).tolist()
         shift = int(torch.randint(1, B, (1,), generator=self.gen))
+        spliced_first = bool(torch.randint(2, (1,), generator=self.gen))
         x2 = x.clone()
         live = []
         for r, t in enumerate(cuts):
@@ -167,29 +237,68 @@ class Checked:
                 x2[r, t:] = x[donor, t:]
                 live.append((r, t))
         if not live:
-            return
-        spliced = self.graph(x2).float()
-        base = logits.float()
-        self.scale = max(self.scale, float(base.abs().max()))
-        worst = max(float((spliced[r, :t] - base[r, :t]).abs().max()) for r, t in live)
+            return self._run(x)
+        if spliced_first:
+            spliced = self._run(x2)
+            logits = self._run(x)
+        else:
+            logits = self._run(x)
+            spliced = self._run(x2)
+        worst = 0.0
+        for r, t in live:
+            moved = float((self._logp(spliced[r, :t]) - self._logp(logits[r, :t])).abs().max())
+            if not (moved <= max(LEAK_TOL, NOISE_MAX)):      # beyond any noise the graph may have
+                self.max_leak = max(self.max_leak, moved) if math.isfinite(moved) else moved
+                self._fail("causality", f"replacing each row's future from a cut on with other validation text "
+                                        f"moved log-probabilities before the cut by {moved:.3g} nats")
+            worst = max(worst, moved)
+            # the spliced row is scored like a metric row (targets: its own next tokens)
+            self.spliced_nats += float(torch.nn.functional.cross_entropy(
+                spliced[r, :T - 1].float(), x2[r, 1:], reduction="sum"))
+            self.base_nats += float(torch.nn.functional.cross_entropy(
+                logits[r, :T - 1].float(), x[r, 1:], reduction="sum"))
+            self.spliced_tokens += T - 1
+        if not (math.isfinite(self.spliced_nats) and math.isfinite(self.base_nats)):
+            self._fail("finite", "the loss on the checked rows is not finite (a target token has probability 0)")
         self.max_leak = max(self.max_leak, worst)
         self.checked_batches += 1
         self.checked_rows += len(live)
-        if self.noise > NOISE_RTOL * max(self.scale, 1.0):
-            self.failure = (f"the graph is not deterministic: the same batch twice differs by {self.noise:.3g} "
-                            f"(limit {NOISE_RTOL * max(self.scale, 1.0):.3g})")
-        elif worst > self.limit():
-            self.failure = (f"replacing each row's future from a cut on with other validation text moved "
-                            f"logits before the cut by {worst:.3g} (limit {self.limit():.3g})")
+        return logits
+
+    def _noise(self, x, logits):
+        """The graph's own run-to-run difference: the same batch again, compared as the leak is."""
+        again = self._run(x.clone())
+        noise = max(float((self._logp(again[r]) - self._logp(logits[r])).abs().max()) for r in range(x.shape[0]))
+        if not (noise <= NOISE_MAX):
+            self._fail("determinism", f"the graph is not deterministic: the same batch twice differs by "
+                                      f"{noise:.3g} nats (limit {NOISE_MAX:.3g})")
+        self.noise, self.noise_measured = noise, True
 
     def limit(self):
-        return max(LEAK_RTOL * max(self.scale, 1.0), self.noise)
+        return max(LEAK_TOL, self.noise)
+
+    def finish(self):
+        """After the metric's last call: the decisions that need every call's figures."""
+        if self.failure:
+            raise IntegrityError(self.failure)
+        if not self.noise_measured:
+            self._fail("determinism", "the run-to-run check never ran")
+        if self.checked_batches == 0:
+            self._fail("causality", "no batch could be checked")
+        if not (self.max_leak <= self.limit()):
+            self._fail("causality", f"replacing each row's future from a cut on with other validation text "
+                                    f"moved log-probabilities before the cut by {self.max_leak:.3g} nats "
+                                    f"(limit {self.limit():.3g})")
+        self.finished = True
 
     def report(self):
         return {"checked_batches": self.checked_batches, "checked_rows": self.checked_rows,
-                "batches": self.calls, "max_leak": self.max_leak,
-                "limit": self.limit(), "noise": self.noise, "scale": self.scale,
-                "causal": self.failure is None and self.checked_batches > 0, "failure": self.failure}
+                "batches": self.calls, "max_leak": _num(self.max_leak), "limit": _num(self.limit()),
+                "noise": _num(self.noise), "noise_max": NOISE_MAX, "logp_floor": LOGP_FLOOR,
+                "spliced_tokens": self.spliced_tokens, "spliced_nats": _num(self.spliced_nats),
+                "base_nats": _num(self.base_nats),
+                "causal": self.failure is None and self.finished and self.checked_batches > 0,
+                "failure": self.failure, "failure_kind": self.failure_kind}
 
 
 # After the verdict is written nothing is left to do: leave without Python's shutdown, which with

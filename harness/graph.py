@@ -4,64 +4,46 @@ The trusted evaluator (harness/eval_worker.py) imports this module and torch, ne
 the experiment. A graph is a list of aten operator calls; `load()` checks every one before
 anything runs:
 
-- the operator is one of ALLOWED (pure tensor arithmetic, reductions, shape and dtype changes,
-  matmuls, embeddings, norms, attention kernels, factories without randomness), resolved as
+- the operator is one of graph_ops.ALLOWED (each with its reason), resolved as
   `torch.ops.aten.<name>.<overload>`; no operator with an `out=` argument, a Generator, or
-  randomness (`nondeterministic_seeded`); nothing outside the aten namespace (a custom kernel,
-  a higher-order op, Python code) is accepted;
+  randomness (`nondeterministic_seeded`), no raw-stride view, no in-place view; nothing outside
+  the aten namespace (a custom kernel, a higher-order op, Python code) is accepted;
 - every reference names the input, a weight, a constant or an earlier node; literals are
   numbers, strings, lists or the typed literals of the format; devices become the evaluator's;
 - the input is int64 [rows, seq_len] as the caller expects, the output an earlier node.
 
-While it runs, an in-place operator may write only into the graph's own intermediates, never into
-the input, a weight or a constant (checked by storage on every call), so the model carries no
-state from one batch to the next. Values are freed after their last use, as in eager mode.
+Every call is a pure function of its input (docs/contracts.md "The trust boundary"):
+- an in-place operator may write only into storage that an earlier node of the same call
+  allocated (checked by storage identity before each write; an empty storage has one too);
+- every tensor a node returns lies inside its storage (sizes, strides, offset: graph_ops.within_storage);
+- after the call every weight and constant still has its sizes, strides, offset, storage and
+  bytes (compared with a private copy the graph cannot reach); sha256 digests of the same bytes
+  are taken at load and when the evaluation ends (`digest()`).
+Values are freed after their last use, as in eager mode.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 
 import torch
 
+if __package__:           # harness.graph, or graph beside graph_ops in the evaluator's folder
+    from . import graph_ops as ops
+else:
+    import graph_ops as ops
+
+GraphError = ops.GraphError
+ATTENTION_OPS = ops.ATTENTION_OPS
 GRAPH_FORMAT = "autoresearch-graph/1"
 # Hard limits on what a graph may be: far beyond any model this harness trains.
 MAX_GRAPH_BYTES = 64 << 20
 MAX_NODES = 500_000
 OP_RE = re.compile(r"^aten\.([a-z_][a-z0-9_]*)\.([A-Za-z0-9_]+)$")
-# Operators a transformer needs, by aten name (their in-place `name_` forms are allowed too,
-# under the storage check). Every other operator is refused: a graph that needs one fails its
-# evaluation with that operator's name, and a human can decide to add it here.
-ALLOWED = frozenset("""
-abs acos acosh add addcdiv addcmul addmm addmv addbmm alias alias_copy all amax amin any arange
-argmax argmin as_strided as_strided_copy asin asinh atan atan2 atanh baddbmm bitwise_and
-bitwise_not bitwise_or bitwise_xor bmm broadcast_to cat ceil chunk clamp clamp_max clamp_min clone
-constant_pad_nd contiguous convolution cos cosh cumprod cumsum detach detach_copy diag diagonal
-div dot einsum elu embedding eq erf erfc erfinv exp exp2 expand expand_as expand_copy expm1 eye
-fill flatten flip floor floor_divide fmod frac full full_like gather ge gelu glu group_norm gt
-hardsigmoid hardswish hardtanh index index_select isinf isnan layer_norm le leaky_relu lerp lift_fresh
-lift_fresh_copy linear linspace log log10 log1p log2 log_sigmoid log_softmax logaddexp logical_and
-logical_not logical_or logical_xor logit logsumexp lt masked_fill matmul max maximum mean min
-minimum mish mm mul mv nan_to_num narrow native_group_norm native_layer_norm ne neg new_full
-new_ones new_zeros norm linalg_vector_norm ones ones_like pad permute permute_copy pow prod
-reciprocal relu relu6 remainder repeat repeat_interleave reshape rms_norm roll round rsqrt rsub
-scalar_tensor scaled_dot_product_attention scatter select select_copy selu sigmoid sign silu sin
-sinh slice slice_copy softmax softplus split split_with_sizes sqrt square squeeze squeeze_copy
-stack std sub sum t t_copy tanh tensor_split tile to topk transpose transpose_copy tril triu
-true_divide trunc type_as unbind unflatten unfold unsqueeze unsqueeze_copy var var_mean view
-view_as view_copy where xlogy zeros zeros_like
-_assert_tensor_metadata _log_softmax _reshape_alias _softmax _to_copy _unsafe_view
-_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu
-_scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention _fused_rms_norm
-""".split())
-ATTENTION_OPS = frozenset(n for n in ALLOWED if "attention" in n)
 TYPED = {"dtype": lambda v: _torch_enum(v, torch.dtype), "layout": lambda v: _torch_enum(v, torch.layout),
          "memory_format": lambda v: _torch_enum(v, torch.memory_format)}
-
-
-class GraphError(ValueError):
-    """The graph is malformed or asks for something the evaluator refuses (the message says what)."""
 
 
 def _torch_enum(name, kind):
@@ -76,36 +58,38 @@ def resolve(op: str):
     m = OP_RE.match(op) if isinstance(op, str) else None
     if m is None:
         raise GraphError(f"operator {op!r} is not an aten operator")
-    name, overload = m.groups()
-    base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
-    if base not in ALLOWED:
-        raise GraphError(f"operator aten.{name} is not on the evaluator's list (harness/graph.py ALLOWED)")
-    packet = getattr(torch.ops.aten, name, None)
-    target = getattr(packet, overload, None) if packet is not None else None
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        raise GraphError(f"operator {op} does not exist in this torch")
-    schema = target._schema
-    if any(a.is_out for a in schema.arguments):
-        raise GraphError(f"operator {op} writes into an out= argument")
-    if any("Generator" in str(a.type) for a in schema.arguments):
-        raise GraphError(f"operator {op} is random")
-    if torch.Tag.nondeterministic_seeded in target.tags:
-        # Attention kernels are tagged random for their dropout: accepted in their default form,
-        # with dropout_p checked to be 0 where the node is (check_dropout).
-        if base not in ATTENTION_OPS or overload != "default":
-            raise GraphError(f"operator {op} is random")
-    return target
+    return ops.check_op(op, *m.groups())
 
 
-def check_dropout(node: dict, op) -> None:
-    """An attention call must not drop anything: its dropout_p is absent or the literal 0."""
-    names = [a.name for a in op._schema.arguments]
-    if "dropout_p" not in names:
-        return
-    i = names.index("dropout_p")
-    p = node["args"][i] if i < len(node["args"]) else node["kwargs"].get("dropout_p", 0.0)
-    if p != 0 and p != 0.0:
-        raise GraphError(f"node {node['name']} ({node['op']}) uses dropout (p={p!r}): the evaluation is deterministic")
+class Seal:
+    """What a replay may not change: each weight's and constant's metadata and storage bytes."""
+
+    def __init__(self, tensors: dict):
+        self.meta = {k: _meta(t) for k, t in tensors.items()}
+        self.bytes = {}
+        for t in tensors.values():
+            sid = ops.storage_id(t)
+            if sid not in self.bytes:
+                self.bytes[sid] = _storage_bytes(t).clone()     # private: no reference reaches it
+
+    def verify(self, tensors: dict) -> None:
+        for k, t in tensors.items():
+            if _meta(t) != self.meta[k]:
+                raise GraphError(f"the replay changed {k}'s sizes, strides or storage: a model may not keep "
+                                 "state between batches")
+        for k, t in tensors.items():
+            if not torch.equal(_storage_bytes(t), self.bytes[ops.storage_id(t)]):
+                raise GraphError(f"the replay changed the bytes of {k}: a model may not keep state between batches")
+
+
+def _meta(t):
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device, ops.storage_id(t),
+            t.untyped_storage().nbytes())
+
+
+def _storage_bytes(t):
+    """The whole storage under t (beyond its view too) as uint8."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 class Graph(torch.nn.Module):
@@ -119,23 +103,26 @@ class Graph(torch.nn.Module):
         self.output = spec["output"]
         self.ops = [resolve(n["op"]) for n in self.nodes]
         for node, op in zip(self.nodes, self.ops):
-            check_dropout(node, op)
+            ops.check_node(node, op)
         self.writes = [tuple(i for i, a in enumerate(op._schema.arguments)
                              if a.alias_info is not None and a.alias_info.is_write) for op in self.ops]
         used = _references(self.nodes, self.output)
         self.tensors = {}
-        for key in used:
+        for key in sorted(used):
             if key.startswith(("w:", "c:")):
                 pool = weights if key.startswith("w:") else constants
                 name = key[2:] if key.startswith("w:") else key
                 t = pool.get(name)
                 if not isinstance(t, torch.Tensor):
                     raise GraphError(f"the graph uses {key}, which the artifact does not have")
+                if not ops.within_storage(t):
+                    raise GraphError(f"{key} addresses memory outside its storage")
                 self.tensors[key] = t.to(self.device)
         # registered as buffers, so the evaluation finds the model's device the usual way
         for i, t in enumerate(self.tensors.values()):
             self.register_buffer(f"t{i}", t, persistent=False)
-        self.protected = {t.untyped_storage().data_ptr() for t in self.tensors.values()} - {0}
+        self.seal = Seal(self.tensors)
+        self.spec = spec
         self.last_use = _last_uses(self.nodes, self.output)
 
     def forward(self, tokens):
@@ -143,22 +130,42 @@ class Graph(torch.nn.Module):
             raise GraphError(f"the graph was recorded for int64 [{self.rows}, {self.seq_len}], "
                              f"got {tokens.dtype} {tuple(tokens.shape)}")
         values = {"input": tokens}
-        protected = self.protected | ({tokens.untyped_storage().data_ptr()} - {0})
-        for i, (node, op) in enumerate(zip(self.nodes, self.ops)):
-            args = [self._value(a, values) for a in node["args"]]
-            kwargs = {k: self._value(v, values) for k, v in node["kwargs"].items()}
-            for w in self.writes[i]:
-                target = args[w] if w < len(args) else kwargs.get(op._schema.arguments[w].name)
-                if isinstance(target, torch.Tensor) and target.untyped_storage().data_ptr() in protected:
-                    raise GraphError(f"node {node['name']} ({node['op']}) writes into the input, a weight "
-                                     "or a constant: a model may not keep state between batches")
-            values[node["name"]] = op(*args, **kwargs)
-            for name in self.last_use.get(i, ()):
-                values.pop(name, None)
-        out = self._value(self.output, values)
+        held = {ops.storage_id(t) for t in self.tensors.values()} | {ops.storage_id(tokens)}
+        fresh = set()      # storages this call allocated: the only ones an in-place op may write
+        try:
+            for i, (node, op) in enumerate(zip(self.nodes, self.ops)):
+                args = [self._value(a, values) for a in node["args"]]
+                kwargs = {k: self._value(v, values) for k, v in node["kwargs"].items()}
+                for w in self.writes[i]:
+                    target = args[w] if w < len(args) else kwargs.get(op._schema.arguments[w].name)
+                    if not isinstance(target, torch.Tensor) or ops.storage_id(target) not in fresh:
+                        raise GraphError(f"node {node['name']} ({node['op']}) writes into the input, a weight or a "
+                                         "constant (storage this call did not allocate): a model may not "
+                                         "keep state between batches")
+                result = op(*args, **kwargs)
+                for t in ops.tensors_in(result):
+                    if not ops.within_storage(t):
+                        raise GraphError(f"node {node['name']} ({node['op']}) made a view outside its storage")
+                    sid = ops.storage_id(t)
+                    if sid not in held:
+                        fresh.add(sid)
+                values[node["name"]] = result
+                for name in self.last_use.get(i, ()):
+                    values.pop(name, None)
+            out = self._value(self.output, values)
+        finally:
+            self.seal.verify(self.tensors)
         if not isinstance(out, torch.Tensor):
             raise GraphError("the graph's output is not a tensor")
         return out
+
+    def digest(self) -> str:
+        """sha256 of the graph's spec and of every weight's and constant's metadata and bytes."""
+        h = hashlib.sha256(_spec_sha(self.spec).encode())
+        for k, t in self.tensors.items():
+            h.update(repr((k, tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype))).encode())
+            h.update(_storage_bytes(t).cpu().numpy().tobytes())
+        return h.hexdigest()
 
     def _value(self, a, values):
         if isinstance(a, dict):
@@ -207,6 +214,10 @@ def _check_literal(a, where: str, known: set) -> None:
         return
     if not (a is None or isinstance(a, (bool, int, str)) or (isinstance(a, float) and math.isfinite(a))):
         raise GraphError(f"{where}: literal of type {type(a).__name__} is not allowed")
+
+
+def _spec_sha(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
 def _references(nodes, output) -> set:

@@ -2,8 +2,8 @@
 
 train.py is written by the proposer, so anything it computes is a claim. In loop mode it saves
 its model with runtime.save_model: the weights and the forward pass as recorded aten operators.
-`verify()` copies three trusted files into a fresh folder (harness/eval_worker.py,
-harness/graph.py, and prepare.py as committed at the tag's base), starts
+`verify()` copies four trusted files into a fresh folder (harness/eval_worker.py,
+harness/graph.py, harness/graph_ops.py, and prepare.py as committed at the tag's base), starts
 `python -I eval_worker.py` there in a sandbox that sees that folder, the pinned evaluation inputs
 and the artifact (nothing writable), and reads the verdict back from the worker's stdout pipe:
 
@@ -36,7 +36,7 @@ from harness.procs import kill_group
 from harness.sandbox import Sandbox, View, detect, gpus_of
 
 HERE = Path(__file__).parent
-WORKER_FILES = (HERE / "eval_worker.py", HERE / "graph.py")
+WORKER_FILES = (HERE / "eval_worker.py", HERE / "graph.py", HERE / "graph_ops.py")
 # The worker's process group while it runs, in the run folder (next to the runner's child.pid).
 VERIFY_PID_FILE = "verify.pid"
 # The printed val_bpb may differ from the trusted one by this much (absolute, or relative to the
@@ -202,32 +202,53 @@ def _run_group(box: Sandbox, argv, view: View, env: dict, timeout_s: float, cwd:
     return proc.returncode, b"".join(chunks).decode(errors="replace"), tail, timed_out
 
 
+def _check_figures(check: dict) -> str:
+    """Why the worker's causality figures do not show a pass ('' when they do): written so that a
+    missing, non-numeric or NaN figure fails."""
+    nums = {k: check.get(k) for k in ("max_leak", "limit")}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in nums.values()):
+        return f"max_leak {nums['max_leak']!r}, limit {nums['limit']!r} are not finite numbers"
+    if not (nums["max_leak"] <= nums["limit"]):
+        return f"max_leak {nums['max_leak']} is above the limit {nums['limit']}"
+    rows = check.get("checked_rows")
+    if not (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):
+        return f"{rows!r} rows checked"
+    return ""
+
+
 def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float, sealed: bool = False) -> VerifyResult:
     """Turn the worker's JSON into a verdict: every check must pass."""
     details = {k: out.get(k) for k in ("timings", "causality", "serving", "sha_match", "stage", "error")}
     trusted = out.get("trusted_bpb")
     if not isinstance(trusted, (int, float)) or isinstance(trusted, bool):
         trusted = None
-    check = out.get("causality") or {}
+    check = out.get("causality")
+    check = check if isinstance(check, dict) else {}
     causal = check.get("causal") if check else None
     r = VerifyResult(False, "", trusted, printed_bpb, causal, seconds, details)
-    if not out.get("ok"):
+    if out.get("ok") is not True:
         r.trusted_bpb = None
         error = str(out.get("error") or "")
-        if check and check.get("causal") is False and check.get("failure"):
-            r.reason = f"causality check failed: {check['failure']}"
+        if check.get("failure"):
+            what = "causality check" if check.get("failure_kind") == "causality" else "integrity check"
+            r.reason = f"{what} failed: {check['failure']}"
         else:
             r.reason = f"trusted evaluation failed at {out.get('stage')}: {error}"
         return r
-    if not out.get("sha_match"):
+    if out.get("sha_match") is not True:
         r.reason = "the artifact's train_py_sha is not the committed train.py: the run used other code"
         return r
     if trusted is None or not math.isfinite(trusted):
         r.reason = f"trusted val_bpb is {trusted}"
         return r
-    if not causal:
+    if causal is not True:
         r.reason = (f"causality check did not pass ({check.get('checked_batches', 0)} batches checked, "
                     f"largest change before a cut {check.get('max_leak')}, limit {check.get('limit')})")
+        return r
+    figures = _check_figures(check)
+    if figures:
+        r.causal = False
+        r.reason = f"causality check's figures do not hold: {figures}"
         return r
     if sealed:   # loop mode: nothing printed to compare; this evaluation is the result
         r.ok = True
