@@ -517,8 +517,6 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
     return rec
 
 
-
-
 def _num(x) -> float:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
 

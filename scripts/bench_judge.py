@@ -3,6 +3,8 @@
     uv run scripts/bench_judge.py --quick          # 20 null edits, 10 gains of 3 and 5 sigma
     uv run scripts/bench_judge.py                  # 24 null edits, 16 gains of 1, 2, 3 and 5 sigma
         [--steps 16] [--calibrate] [--out out/bench_judge] [--keep]
+    uv run scripts/bench_judge.py --load --budget 10 [--load-procs 1]   # a wall-clock budget under a
+        changing load (scripts/bench_load.py: CPU burners that start and stop during the bench)
 
 (scripts/bench_proposers.py uses the same handicapped baseline to compare the offline searches.)
 
@@ -55,6 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
+from scripts import bench_load  # noqa: E402
 from harness.executors.base import FIXED_SOURCES  # noqa: E402
 from harness import knobs  # noqa: E402
 from harness.records import ExperimentRecord  # noqa: E402
@@ -442,6 +445,7 @@ def main(argv=None) -> int:
     p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
+    bench_load.add_args(p)
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.nulls is not None:
@@ -471,8 +475,11 @@ def main(argv=None) -> int:
         def gains(sigma: float) -> dict[int, Edit]:
             planned.update(plan_gains(cfg, curve, sigma, start))
             return planned
-        records, unit = run_loop(repo, nulls, base_source, 60.0, gains, start + sum(cfg["gains"].values()) - 1)
+        with bench_load.background(args) as load:
+            records, unit = run_loop(repo, nulls, base_source, args.budget if args.load else 60.0, gains,
+                                     start + sum(cfg["gains"].values()) - 1)
         s = summarize(records, {**nulls, **planned}, curve, unit, time.time() - t0)
+        bench_load.report(s, records, {**nulls, **planned}, load)
         s.update(command=" ".join(["uv run scripts/bench_judge.py", *(argv if argv is not None else sys.argv[1:])]),
                  steps=args.steps, profile=PROFILE, handicap=list(HANDICAP))
         out = Path(args.out)

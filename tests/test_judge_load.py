@@ -131,3 +131,18 @@ def test_the_loop_s_last_rerun_is_escalated_not_silently_discarded(tmp_path):
     d = escalation.out_of_reruns(c, asking, 13)
     assert d.status == "discard" and not d.rerun and d.reason.startswith("contested: out of reruns after 13")
     assert any(i.kind == "contested" and i.experiment == 3 for i in queued(tmp_path))
+
+
+def test_workers_beside_each_other_are_compared_with_an_incumbent_measured_the_same_way(tmp_path):
+    """--workers 2 on one CPU: the baseline was measured alone (load 1), every candidate beside
+    another worker's run (load 2: the meter counts the other run as the machine's). An honest
+    5-sigma gain looks 5 sigma worse than the baseline on its first run; it is paired with runs of
+    the incumbent made in its own worker slot beside the other worker (load 2 too) and kept."""
+    rng = random.Random(13)
+    h = JudgeHierarchy(baseline_repeats=5)
+    best = baseline(h, tmp_path, 1.0, rng)
+    d, order = drive(h, ctx(tmp_path, 2, CAND, best), 1.40 - 5 * SIGMA, 1.40, lambda k: 2.0, rng)
+    assert d.status == "keep", (d.reason, order)
+    assert order.startswith("CI"), order
+    ev = d.verdicts["evidence"]
+    assert all(r["load"] == 2.0 for r in ev["incumbent"]["runs"] if r["n"] == 2)

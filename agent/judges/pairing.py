@@ -164,8 +164,8 @@ def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts:
     inc_loads = [s.load for s in used_i if s.load]
     inc_mean = statistics.fmean(s.bpb for s in used_i) if used_i else None
     if len(candidate) == 1 and used_c and inc_mean is not None and used_c[0].bpb >= inc_mean and inc_loads \
-            and (used_c[0].load or 0) <= LOAD_SAME * statistics.median(inc_loads):
-        return None
+            and (used_c[0].load or 0) <= LOAD_SAME * min(inc_loads):
+        return None   # worse, and no heavier than the lightest of the bar's runs: the load did not do it
     runs = [Run("candidate", s.bpb, s.at or 0.0, s.load) for s in candidate if _usable(s)]
     runs += [Run("incumbent", s.bpb, s.at or 0.0, s.load) for s in incumbent if s.n == n and _usable(s)]
     pairs, dropped = pairs_of(runs)
