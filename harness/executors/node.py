@@ -71,6 +71,15 @@ def swap_in(run, staging: Path, out_dir: Path):
     return run
 
 
+def clear_staging(run_dir: Path) -> list[str]:
+    """Remove the staging folders of runs a stop cut short (--resume); their names."""
+    folder = Path(run_dir) / "artifacts"
+    gone = sorted(p.name for p in folder.glob(f"exp-*{STAGING_SUFFIX}")) if folder.is_dir() else []
+    for name in gone:
+        shutil.rmtree(folder / name, ignore_errors=True)
+    return gone
+
+
 def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extra_env: dict | None = None,
             on_tick=None, should_stop=None) -> JobResult:
     """Train `job` in `folder` (replaced by the job's files) with logs and artifacts in `run_dir`.
