@@ -179,9 +179,9 @@ def discard_unstarted(repo: Path, tag: str, worktree: Path) -> bool:
 def given_options(argv=None) -> set[str]:
     """The dests of the options written on the command line (not left to their defaults)."""
     p = parser()
+    p._defaults.clear()   # no option counts as given by a default
     for action in p._actions:
         action.default = argparse.SUPPRESS
-    p.set_defaults(**{a.dest: argparse.SUPPRESS for a in p._actions})
     args, _ = p.parse_known_args(argv)
     return set(vars(args))
 

@@ -75,6 +75,7 @@ from harness.clock import ClockReference, reference_of
 from harness.records import DataInfo, ExperimentRecord, best_of
 from harness.sandbox import DataView
 from harness.runner import timeout_for
+from harness.executors.node import clear_staging
 
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
@@ -191,7 +192,7 @@ class Loop(Phased, LoopStatus):
             found = reconcile(self.files, self.run_info.base_commit)   # the tag's state, as recorded
             self.history, self.last_kept, self.best = found.history, found.last_kept, found.best
             notes = found.notes + [f"removed the leftover folder {name} of a run or an evaluation"
-                                   for name in clear_leftovers(self.run_dir)]
+                                   for name in clear_leftovers(self.run_dir) + clear_staging(self.run_dir)]
             for note in notes:
                 self.console.event(f"resume: {note}")
             rerun = found.rerun

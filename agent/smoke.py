@@ -3,8 +3,9 @@
 `--smoke` is the shortest loop that does everything a night does, sized for a laptop: the tiny
 profile (a 1M-parameter model on a 64-token context), a fixed number of optimizer steps instead
 of a wall-clock budget (so a busy machine makes it slower, never different), two baseline runs,
-the offline proposer and three experiments in all (the baseline and two judged ones). Every value
-it sets is a default: an option given on the command line wins.
+the offline proposer, one torch thread per run, and three experiments in all (the baseline and two
+judged ones). Every value it sets is a default: an option (or AUTORESEARCH_STEPS,
+AUTORESEARCH_THREADS) given explicitly wins.
 
 The estimate said at startup counts what the first rows really cost: each run's training, its
 startup (imports, model build) and its trusted evaluation, times the runs the judge needs (the
@@ -23,6 +24,10 @@ SMOKE_PROFILE = "tiny"
 # Optimizer steps per run: ~6 s of training on 2 idle cores (0.2 s a step, measured), enough
 # for the knobs the offline search moves to show in val_bpb (~2.7 bpb after 30 steps).
 SMOKE_STEPS = 30
+# Torch threads per run. One: on a busy 2-core machine two threads wait on each other at every
+# operation (measured under load 10: 30 tiny steps took 277 s with 2 threads, 30 s with 1), and the
+# tiny model's matrices are too small to gain much from a second core on an idle one.
+SMOKE_THREADS = 1
 # The preset's option values; each one only where the option was not given.
 SMOKE_DEFAULTS = {"budget": 10.0,            # nominal: steps mode ends a run, not the clock
                   "max_experiments": 3,      # the baseline and two judged experiments
@@ -31,8 +36,9 @@ SMOKE_DEFAULTS = {"budget": 10.0,            # nominal: steps mode ends a run, n
 # Seconds of one smoke run besides its training, on 2 idle cores: the sandboxed train.py's
 # imports and model build (~4 s) and the trusted evaluation's own process (~6 s), measured.
 SMOKE_OVERHEAD_S = 10.0
-# Seconds per training step of the tiny profile on 2 idle cores (measured: 50 steps in 10.5 s).
-SMOKE_STEP_S = 0.21
+# Seconds per training step of the tiny profile on one thread of an idle-ish core (measured: 50
+# steps in 10.5 s on 2 threads at load 2; one thread is somewhat slower when the machine is idle).
+SMOKE_STEP_S = 0.3
 # A run on a time budget: its wall time per budget second (startup and the harness's slack).
 RUN_WALL_PER_BUDGET = 1.1
 # The trusted evaluation, in tokens per second on 2 busy cores (prepare.py's cpu profile note:
@@ -47,10 +53,11 @@ EVAL_TOKENS_MIN = 8192
 
 def apply_environment(smoke: bool) -> None:
     """The preset's environment, in this process before anything reads it (prepare.py reads the
-    profile at import; the runs inherit the steps)."""
+    profile at import; the runs inherit the steps: AUTORESEARCH_STEPS, if set, is kept)."""
     if smoke:
         os.environ["AUTORESEARCH_PROFILE"] = SMOKE_PROFILE
-        os.environ["AUTORESEARCH_STEPS"] = str(SMOKE_STEPS)
+        os.environ.setdefault("AUTORESEARCH_STEPS", str(SMOKE_STEPS))   # a step count already set wins
+        os.environ.setdefault("AUTORESEARCH_THREADS", str(SMOKE_THREADS))
 
 
 def eval_tokens_for(profile_tokens: int | None, budget: float) -> int | None:

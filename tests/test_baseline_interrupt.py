@@ -30,8 +30,11 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     wt = repo / ".autoresearch" / "b"
     rerun_log = wt / "logs" / "exp-0001.rerun1.log"
     deadline = time.time() + 400
+    rerun_seen = None
     while time.time() < deadline and not (rerun_log.exists() and "step 00001" in rerun_log.read_text()):
         assert proc.poll() is None, proc.stdout.read()
+        if rerun_seen is None and rerun_log.exists():
+            rerun_seen = time.time()
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
@@ -42,6 +45,10 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0].val_bpb, abs=1e-6)
     assert "interrupted during repeat run 2" in rec["decision_reason"]
     assert rec["verdicts"]["judge"]["baseline_values"] == [rec["trusted_bpb"]]
+    # the kept baseline's model survives the interrupted repeat (a rerun stages, then swaps in)
+    model = wt / "artifacts" / "exp-0001" / "model.pt"
+    assert model.is_file() and model.stat().st_size > 0
+    assert model.stat().st_mtime < (rerun_seen or time.time()), "the first run's model, not the cut one's"
     # --resume goes on from it: the baseline is not measured again (nothing left to run at -max 1)
     p = run_loop(repo, env, *args, "--max-experiments", "1", "--resume", timeout=400)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -49,6 +56,7 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     records = [r for r in records if r.get("kind", "experiment") == "experiment"]
     assert [r["proposer"] for r in records] == ["baseline"]
     assert not list((wt / "logs").glob("exp-0002*")) and len(read_results(wt / "results.tsv").rows) == 1
+    assert model.is_file() and not list((wt / "artifacts").glob("*.staging")), "the cut run's staging is gone"
     # the branch is the tag's base: the user's commit plus the one writing the tiny profile's knobs
     assert git(repo, "rev-parse", "autoresearch/b^") == git(repo, "rev-parse", "master")
     assert git(repo, "log", "-1", "--format=%s", "autoresearch/b") == "baseline: the tiny profile's knob values"

@@ -28,6 +28,8 @@ from harness.verify import VerifyResult, verify
 NODE_PIN_ROOT = Path(tempfile.gettempdir()) / "autoresearch-pinned"
 # The trusted evaluation's folders, inside the run folder (agent/judges/hierarchy.VERIFY_DIR).
 VERIFY_DIR = ".verify"
+# A run's artifacts folder while it trains (artifacts/exp-NNNN.staging), swapped in when it is done.
+STAGING_SUFFIX = ".staging"
 
 
 def materialise(files: dict, folder: Path) -> Path:
@@ -52,6 +54,32 @@ def expand_env(env: dict, src: Path, out: Path) -> dict:
     return {k: str(v).replace("{src}", str(src)).replace("{out}", str(out)) for k, v in env.items()}
 
 
+def swap_in(run, staging: Path, out_dir: Path):
+    """A run that trained (no crash, its model saved) replaces the experiment's artifacts folder;
+    any other leaves the folder as it was and its own staging goes. Returns `run` pointing there."""
+    if run.crash_class is None and run.artifact is not None and Path(run.artifact).is_file():
+        old = out_dir.with_name(out_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(staging, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        run.artifact = out_dir / Path(run.artifact).name
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+        run.artifact = None
+    return run
+
+
+def clear_staging(run_dir: Path) -> list[str]:
+    """Remove the staging folders of runs a stop cut short (--resume); their names."""
+    folder = Path(run_dir) / "artifacts"
+    gone = sorted(p.name for p in folder.glob(f"exp-*{STAGING_SUFFIX}")) if folder.is_dir() else []
+    for name in gone:
+        shutil.rmtree(folder / name, ignore_errors=True)
+    return gone
+
+
 def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extra_env: dict | None = None,
             on_tick=None, should_stop=None) -> JobResult:
     """Train `job` in `folder` (replaced by the job's files) with logs and artifacts in `run_dir`.
@@ -61,7 +89,11 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     started = time.time()
     materialise(job.files, folder)
     out_dir = run_dir / "artifacts" / f"exp-{job.n:04d}"
-    env = expand_env(job.env, folder, out_dir)
+    # The run writes a staging folder, swapped in only once it trained: a rerun of a kept experiment
+    # (a baseline repeat) that is stopped midway leaves the kept run's model where it was.
+    staging = out_dir.with_name(out_dir.name + STAGING_SUFFIX)
+    shutil.rmtree(staging, ignore_errors=True)
+    env = expand_env(job.env, folder, staging)
     env.update(extra_env or {})
     try:
         box = detect("bwrap") if job.sandbox == "bwrap" else detect("none")
@@ -72,7 +104,8 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     run = run_train(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, log_name=job.log_name,
                     on_tick=on_tick, sandbox=box, data=data, sealed=job.sealed, data_mode=job.data_mode,
                     clock_reference=ClockReference(**(job.clock_reference or {})), stand_ins=job.stand_ins,
-                    eval_rows=rows, pid_name=f"child-{slot}.pid")
+                    eval_rows=rows, pid_name=f"child-{slot}.pid", out_dir=staging)
+    run = swap_in(run, staging, out_dir)
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
                        wall_seconds=run.wall_seconds, timed_out=run.timed_out,
                        log_text=run.log_path.read_text(errors="replace"), log_tail=run.log_tail,
@@ -81,7 +114,8 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
                        extra=dict(run.extra, node=socket.gethostname(), slot=slot,
                                   gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))),
                        meta=dict(job.meta))
-    result.outputs = {name: str(out_dir / name) for name in job.fetch if (out_dir / name).is_file()}
+    result.outputs = {name: str(out_dir / name) for name in job.fetch
+                      if run.artifact is not None and (out_dir / name).is_file()}
     if job.evaluation is not None and run.crash_class is None and not (should_stop and should_stop()):
         v = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
         result.verify = v.as_dict()

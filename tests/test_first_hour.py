@@ -1,0 +1,174 @@
+"""The first hour of a new user, with real parts: the --smoke preset on the real train.py (tiny
+profile, sealed runs, the trusted evaluation, the judge hierarchy), then `--resume` alone; a data
+shard deleted while the loop runs; two loops started at once on one new tag; a wrong tag."""
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from agent import cli
+from agent.smoke import SMOKE_DEFAULTS
+from harness.results import read_journal, read_results
+from tests.loop_fixtures import (copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
+                                 run_loop)
+
+
+def _own_cache(tiny_cache, tmp: Path) -> dict:
+    """A copy of the session's tiny cache (never modified) and the environment that uses it."""
+    cache = tmp / "cache"
+    shutil.copytree(tiny_cache["AUTORESEARCH_CACHE"], cache)
+    env = dict(tiny_cache, AUTORESEARCH_CACHE=str(cache))
+    env.pop("ANTHROPIC_API_KEY", None)
+    return env
+
+
+def _records(wt: Path) -> list[dict]:
+    records, problems = read_journal(wt / "journal.jsonl")
+    assert problems == []
+    return [r for r in records if r.get("kind", "experiment") == "experiment"]
+
+
+def test_the_smoke_preset_fills_what_was_not_given(monkeypatch):
+    monkeypatch.delenv("AUTORESEARCH_TIME_BUDGET", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    c = cli.parse_args(["--tag", "s", "--smoke"])
+    assert c.smoke and c.budget == SMOKE_DEFAULTS["budget"] and c.max_experiments == 3
+    assert c.baseline_repeats == 2 and c.proposer == "offline" and c.reviewer == "hierarchy"
+    given = cli.parse_args(["--tag", "s", "--smoke", "--max-experiments", "5", "--baseline-repeats", "3"])
+    assert given.max_experiments == 5 and given.baseline_repeats == 3   # an option given wins
+    assert not cli.parse_args(["--tag", "s"]).smoke and cli.parse_args(["--tag", "s"]).max_experiments is None
+    assert cli.given_options(["--tag", "s", "--smoke", "--budget", "5"]) == {"tag", "smoke", "budget"}
+
+
+def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
+    """The README's first command, on the real train.py: a baseline and two judged experiments,
+    the idea and the evaluation said while they run, an estimate at startup; then `--resume`
+    with no other option continues the tag with its own settings."""
+    files = copy_real()
+    repo = make_repo(tmp_path / "repo", files)
+    env = _own_cache(tiny_cache, tmp_path)
+    env.pop("AUTORESEARCH_PROFILE", None)     # the preset sets the tiny profile itself
+    env["AUTORESEARCH_STEPS"] = "3"           # a step count already set wins over the preset's (test speed)
+    p = subprocess.run(loop_cmd("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    wt = repo / ".autoresearch" / "smoke"
+    records = _records(wt)
+    assert [r["n"] for r in records] == [1, 2, 3] and records[0]["proposer"] == "baseline"
+    assert all(r["proposer"] == "offline" for r in records[1:])
+    for r in records:
+        if r["status"] != "crash":
+            assert r["summary"]["profile"] == "tiny" and r["summary"]["num_steps"] == 3
+            assert r["trusted_bpb"] is not None and r["verdicts"]["verify"]["ok"]   # the trusted evaluation
+    assert len(records[0]["verdicts"]["judge"]["baseline_values"]) == 2   # two baseline runs
+    # what a newcomer reads: the estimate first, then each idea, the evaluation, reruns as notes
+    est = next(line for line in out.splitlines() if line.startswith("estimate:"))
+    assert "trusted evaluation" in est and "2 baseline run(s)" in est and "--max-experiments 3" in est
+    assert "exp 1: trying baseline (unmodified train.py)" in out
+    for r in records[1:]:
+        assert f"exp {r['n']}: trying {r['description']} -- hypothesis: {r['hypothesis']}" in out
+    assert "exp 1: run 2 of 2 (measuring the noise)" in out
+    assert "exp 1: evaluating" in out, "the trusted evaluation is said, not a training clock"
+    assert "exp 1 keep: baseline run" not in out, "an interim call is never shown as a verdict"
+    assert "exp 1: not decided yet: baseline run 1/2" in out
+    settings = json.loads((wt / "run.json").read_text())["settings"]
+    assert settings["smoke"] is True and settings["max_experiments"] == 3 and settings["budget"] == 10.0
+    state = json.loads((wt / "state.json").read_text())
+    assert state["phase"] == "stopped" and state["idea"] is None
+    # --resume alone: run.json's settings are its defaults (budget, preset, --max-experiments)
+    again = subprocess.run(loop_cmd("--tag", "smoke", "--resume"), cwd=repo, env=env, capture_output=True,
+                           text=True, timeout=600)
+    said = again.stdout + again.stderr
+    assert again.returncode == 0, said
+    assert "refusing" not in said and "exp None" not in said
+    assert "reached --max-experiments 3" in said
+    assert [r["n"] for r in _records(wt)] == [1, 2, 3]
+
+
+def test_a_shard_deleted_mid_run_stops_the_loop_and_resume_loses_nothing(tiny_cache, tmp_path):
+    """The training shard goes while experiment 2 starts (its train.py waits for the test at a
+    gate, then finds no data): no crash is recorded, the loop stops with one line saying what to
+    run and a distinct status; with the shard back, --resume runs experiment 2 again."""
+    files = copy_real()
+    gate = tmp_path / "gate"
+    files["train.py"] = files["train.py"].replace(
+        "    loader = prepare.make_dataloader(",
+        "    while 'exp-0002' in os.environ.get('AUTORESEARCH_ARTIFACT', '') and not os.path.exists("
+        f"{str(gate)!r}):\n        time.sleep(0.1)\n    loader = prepare.make_dataloader(", 1)
+    assert str(gate) in files["train.py"]
+    repo = make_repo(tmp_path / "repo", files)
+    env = _own_cache(tiny_cache, tmp_path)
+    env["AUTORESEARCH_STEPS"] = "2"
+    args = ("--tag", "d", "--budget", "2", "--max-experiments", "3", "--reviewer", "simple",
+            "--sandbox", "none", "--fix-tries", "0")
+    proc = subprocess.Popen(loop_cmd(*args), cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wt = repo / ".autoresearch" / "d"
+    log = wt / "logs" / "exp-0002.log"
+    deadline = time.time() + 400
+    while time.time() < deadline and not (log.exists() and "params" in log.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    recorded = json.loads((wt / "run.json").read_text())["inventory"]["data"]
+    shards = [p for p in Path(env["AUTORESEARCH_CACHE"]).rglob("shard_*.parquet")
+              if p.name in recorded and p.name != "shard_06542.parquet"]   # the training shards, not validation
+    assert shards
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for shard in shards:
+        shutil.move(shard, kept / shard.name)
+    gate.write_text("go")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 78, out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "uv run prepare.py" in lines[0] and "--tag d --resume" in lines[0], err
+    assert "missing" in lines[0] or "no training shard" in lines[0]
+    assert [r["n"] for r in _records(wt)] == [1], "the environment fault is no crash of experiment 2"
+    assert (wt / "pending.json").exists(), "experiment 2 stays pending for --resume"
+    # --resume refuses while the shard is missing, the same way
+    still = run_loop(repo, env, "--tag", "d", "--resume", timeout=300)
+    assert still.returncode == 78 and "uv run prepare.py" in still.stderr
+    for shard in shards:
+        shutil.move(kept / shard.name, shard)
+    done = run_loop(repo, env, "--tag", "d", "--resume", timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = _records(wt)
+    assert [r["n"] for r in records] == [1, 2, 3] and all(r["status"] != "crash" for r in records)
+    rows = read_results(wt / "results.tsv").rows
+    assert len(rows) == 3
+
+
+def test_two_loops_started_at_once_on_a_new_tag(tmp_path):
+    """One wins, the other exits cleanly having touched nothing, and the tag stays usable."""
+    repo = fake_repo(tmp_path / "repo")
+    env = fake_env(tmp_path, FAKE_SLEEP="0.5")
+    cmd = loop_cmd("--tag", "twin", "--budget", "1", "--max-experiments", "3")
+    procs = [subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], results
+    loser = results[[p.returncode for p in procs].index(2)]
+    assert "another loop is running tag twin" in loser[1] and "Traceback" not in loser[1]
+    wt = repo / ".autoresearch" / "twin"
+    assert [r["n"] for r in _records(wt)] == [1, 2, 3]
+    again = run_loop(repo, env, "--tag", "twin", "--resume", "--max-experiments", "4")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [r["n"] for r in _records(wt)] == [1, 2, 3, 4]
+
+
+def test_resume_takes_the_budget_of_run_json_and_a_wrong_tag_lists_the_tags(tmp_path):
+    repo = fake_repo(tmp_path / "repo")
+    env = fake_env(tmp_path)
+    env.pop("AUTORESEARCH_TIME_BUDGET", None)
+    assert run_loop(repo, env, "--tag", "may29", "--budget", "1", "--max-experiments", "2").returncode == 0
+    p = run_loop(repo, env, "--tag", "may29", "--resume", "--max-experiments", "3")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "refusing" not in p.stderr and "budget 1s" in p.stdout
+    wrong = run_loop(repo, env, "--tag", "may2", "--resume")
+    assert wrong.returncode == 2 and "no tag 'may2'" in wrong.stderr and "the tags here: may29" in wrong.stderr
+    mixed = run_loop(repo, env, "--tag", "may29", "--resume", "--budget", "5")
+    assert mixed.returncode == 2 and "refusing --budget 5" in mixed.stderr   # one tag never mixes budgets
+    assert git(repo, "branch", "--list", "autoresearch/may2") == ""
