@@ -366,7 +366,7 @@ class Loop(Phased, LoopStatus):
         self.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.idea, self.run_of = None, None   # decided: the panel no longer shows it as in flight
         self.console.decision(rec)
-        self.notify.record(rec, self.history, self.last_decision)
+        self.notify.record(rec, self.history, self.coord.in_flight)
         capped = budget.cap_reason(self.history, self.config.max_cost)
         if capped and self.proposers.llm:
             self.proposers.announce(capped, rec.n + 1)   # the judge stops calling the LLM at once

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 import urllib.error
@@ -224,12 +225,13 @@ class LoopNotify:
     def of(cls, loop) -> "LoopNotify":
         return cls(loop.config.notify, loop.tag, loop.console.event)
 
-    def record(self, rec: ExperimentRecord, history: list[ExperimentRecord], running: str = "") -> None:
+    def record(self, rec: ExperimentRecord, history: list[ExperimentRecord], in_flight=()) -> None:
+        """After each recorded decision; `in_flight`: the experiment numbers still running (--workers)."""
         if self.watch is None:
             return
         try:   # a notification must never stop the loop
             self.watch.record(rec, history)
-            self.watch.tick(running)
+            self.watch.tick(", ".join(f"exp {n}" for n in sorted(n for n in in_flight if n != rec.n)))
         except Exception as exc:
             self.notifier.say(f"notify: skipped a message ({type(exc).__name__})")
 
@@ -240,8 +242,10 @@ class LoopNotify:
         self._stopped = True
         try:
             from agent import summary
-            reason = loop.stop_reason or summary.interrupted_reason(getattr(loop, "interim", None),
-                                                                    [r.n for r in loop.history])
+            exc = sys.exc_info()[1]   # stop() runs inside the loop's `except` when an error ended it
+            reason = loop.stop_reason or (
+                f"error: {type(exc).__name__}: {exc}" if exc is not None and not isinstance(exc, KeyboardInterrupt)
+                else summary.interrupted_reason(getattr(loop, "interim", None), [r.n for r in loop.history]))
             text = summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
                                                 cap=loop.config.max_cost))
             self.watch.stopped(reason, text)

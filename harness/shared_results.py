@@ -111,7 +111,7 @@ class Validation:
         se = f" (se {self.se_long:.6f})" if self.se_long is not None else ""
         short = f"{self.gain_short:+.6f}" if self.gain_short is not None else "-"
         return (f"at {k} the budget ({self.budget or 0:g} s, {len(self.seeds)} seed(s) a side) the gain "
-                f"{self.verdict.upper()}: {long}{se} vs {short} in the run. {self.reason}")
+                f"{self.verdict.upper()}: {long}{se} vs {short} in the run. {self.reason[:1].upper()}{self.reason[1:]}.")
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,18 @@ def test_a_stalled_endpoint_never_holds_the_loop(tmp_path):
     finally:
         hook.hold.set()
         hook.close()
+
+
+def test_a_stop_by_an_error_says_the_error(tmp_path):
+    hook = Hook()
+    try:
+        repo = fake_repo(tmp_path / "repo")
+        env = fake_env(tmp_path)
+        assert run_loop(repo, env, "--tag", "ne", "--budget", "1", "--max-experiments", "1").returncode == 0
+        p = run_loop(repo, env, "--tag", "ne", "--budget", "2", "--max-experiments", "2", "--resume",
+                     "--notify", hook.url)   # refused: one tag never mixes budgets
+    finally:
+        hook.close()
+    assert p.returncode == 2 and "refusing --budget 2" in p.stderr
+    assert [b["event"] for b in hook.bodies] == ["stop"]
+    assert "stopped: error: SetupError: tag ne was run with --budget 1" in hook.bodies[0]["text"]
