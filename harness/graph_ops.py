@@ -104,11 +104,15 @@ def _arg(node: dict, op, name: str, default):
 
 
 def check_node(node: dict, op) -> None:
-    """Arguments refused whatever their values: attention dropout, and an output size that a
-    kernel would trust instead of computing (repeat_interleave on a GPU does not check it)."""
+    """Arguments refused whatever their values: attention dropout, the attention's debug mask
+    (memory a kernel may leave unwritten: it could hold a previous call's bytes), and an output
+    size that a kernel would trust instead of computing (repeat_interleave on a GPU does not check it)."""
     p = _arg(node, op, "dropout_p", 0.0)
     if p != 0 and p != 0.0:
         raise GraphError(f"node {node['name']} ({node['op']}) uses dropout (p={p!r}): the evaluation is deterministic")
+    if _arg(node, op, "return_debug_mask", False) is not False:
+        raise GraphError(f"node {node['name']} ({node['op']}) asks for the attention's debug mask: refused, its "
+                         "memory is not always written")
     if _arg(node, op, "output_size", None) is not None:
         raise GraphError(f"node {node['name']} ({node['op']}) states its own output size: refused, torch "
                          "does not check it on every device")

@@ -87,6 +87,13 @@ LOAD_REFUSED = {
     "set_ onto another storage": ([("aten.set_.source_Tensor", [ref("c:empty"), ref("c:big")], {})],
                                   "not on the evaluator's list"),
     "a resize": ([("aten.resize_.default", [ref("c:empty"), [8]], {})], "not on the evaluator's list"),
+    "the attention's debug mask": ([("aten.unsqueeze.default", [ref("n0"), 1], {}),
+                                    ("aten._scaled_dot_product_flash_attention.default",
+                                     [ref("n1"), ref("n1"), ref("n1"), 0.0, True, True], {}),
+                                    ("aten.clone.default", [ref("n2", 0)], {})], "debug mask"),
+    "an output size a kernel would trust": ([("aten.repeat_interleave.self_int", [ref("n0"), 2],
+                                              {"dim": 0, "output_size": 2}),
+                                             ("aten.clone.default", [ref("n1")], {})], "output size"),
     "copy_ into a buffer": ([("aten.copy_.default", [ref("c:mem"), ref("n0")], {})], "not on the evaluator's list"),
 }
 
