@@ -149,7 +149,7 @@ def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cac
          "        if time.time() - t_train < 7.5:\n            hidden = step + 1\n            step += 1\n"
          "            continue\n"),
         ('print(f"step {step:05d} |', 'print(f"step {step - hidden:05d} |'),
-        ('elapsed >= plan["budget"] or runtime.budget_spent(', 'runtime.budget_spent('),
+        ('((local_steps > STARTUP_STEPS and elapsed >= plan["budget"])\n                                  or ', '('),
     ):
         assert old in cheat, old
         cheat = cheat.replace(old, new, 1)

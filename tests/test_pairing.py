@@ -89,3 +89,42 @@ def test_paired_null_keeps_at_most_the_false_rate():
 def test_no_pairs_no_comparison():
     cmp = pairing.compare([], noise_of(0.01, 4))
     assert cmp.t is None
+
+
+def test_one_pair_discards_only_a_clearly_worse_candidate():
+    from types import SimpleNamespace as S
+    noise = noise_of(0.01, 10)
+
+    def sample(bpb, at, load, n=2, commit="c"):
+        return S(bpb=bpb, at=at, load=load, n=n, used=True, over=None, within=None)
+
+    inc = [sample(1.40, 0, 1.0, n=1), sample(1.40, 1, 1.0, n=1)]          # the bar ran quiet
+    first = pairing.plan([sample(1.43, 2, 2.0)], inc, 2, noise)           # worse, but under a heavier load
+    assert first.said == "more" and first.next_side == "incumbent"        # paired, not discarded
+    slightly = pairing.plan([sample(1.435, 2, 2.0)], inc + [sample(1.43, 3, 2.0)], 2, noise)
+    assert slightly.said == "more" and slightly.next_side == "incumbent", slightly.why   # I C next
+    clearly = pairing.plan([sample(1.48, 2, 2.0)], inc + [sample(1.43, 3, 2.0)], 2, noise)
+    assert clearly.said == "discard", clearly.why
+
+
+def test_a_faded_gain_is_called_on_three_pairs_unless_it_is_behind():
+    from types import SimpleNamespace as S
+    noise = noise_of(0.01, 10)
+
+    def sample(bpb, at, load, n=2):
+        return S(bpb=bpb, at=at, load=load, n=n, used=True, over=None, within=None)
+
+    inc0 = [sample(1.40, 0, 1.0, n=1), sample(1.40, 1, 1.0, n=1)]
+
+    def plan(diffs):   # pairs C I, I C ... at load 2, incumbent 1.43, candidate 1.43 - d
+        cand, inc, t = [], list(inc0), 2
+        for k, d in enumerate(diffs):
+            first, second = ("c", "i") if k % 2 == 0 else ("i", "c")
+            for side in (first, second):
+                (cand if side == "c" else inc).append(sample(1.43 - d if side == "c" else 1.43, t, 2.0))
+                t += 1
+        return pairing.plan(cand, inc, 2, noise)
+
+    assert plan([0.005, 0.004]).said == "more"                 # t ~0.4 on two pairs: one more pair
+    assert plan([-0.02, -0.03]).said == "discard"               # behind: called now
+    assert plan([0.005, 0.004, 0.003]).said == "discard"        # faded on three pairs

@@ -73,8 +73,8 @@ def test_a_scaled_clock_is_caught_by_the_harness_clock(fake_anthropic, repo, tin
     """train.py's own clock runs 12.5x slow, and it no longer asks runtime.budget_spent (which
     would have stopped it at the budget plus half the slack): the harness clock charges it all."""
     wt, base = repo
-    old = ('        if not plan["steps"] and local_steps > STARTUP_STEPS and (\n'
-           '                elapsed >= plan["budget"] or runtime.budget_spent(first_line_at, plan["budget"])):\n')
+    old = ('        if not plan["steps"] and ((local_steps > STARTUP_STEPS and elapsed >= plan["budget"])\n'
+           '                                  or runtime.budget_spent(first_line_at, plan["budget"])):\n')
     new = '        if not plan["steps"] and local_steps > STARTUP_STEPS and elapsed * 0.08 >= plan["budget"]:\n'
     cheat = propose(fake_anthropic, wt, old, new, "tighter step timing")
     seal, h = sealed_setup(wt)

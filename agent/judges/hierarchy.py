@@ -146,6 +146,8 @@ class JudgeHierarchy:
 
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
         kind, over = self._over_budget(ctx, run)
+        if kind == "cheat" and ctx.best is None:   # the baseline runs no proposed code: never a cheat
+            kind = "over"
         if kind == "cheat" and v.ok:
             v.ok, v.reason = False, over
         if not v.ok:

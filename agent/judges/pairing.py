@@ -37,6 +37,14 @@ LOAD_SAME = 1.3
 PAIR_SAME = 1.5
 # Pairs at most for one decision (as the unpaired test's runs): then undecided, contested.
 MAX_PAIRS = stats.MAX_RUNS
+# One pair discards only a candidate this many se worse than its partner: a pair's difference
+# has twice a run's variance, so stats' first-run rule (t < 0) would drop a 3-sigma gain 1.7% of
+# the time on one pair; at -1 it is 0.1%, and a null goes on to a second pair 84% of the time.
+FIRST_PAIR_DISCARD_T = -1.0
+# The futility discard (stats.FUTILITY_T: the gain faded) waits for this many pairs unless the
+# candidate is behind (t < 0): two pairs have the se of one unpaired run, and a 3-sigma gain fell
+# under t 1 on them ~2% of the time (scripts/judge_load_sim.py); on three, ~0.4%.
+FUTILITY_PAIRS = 3
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,10 @@ def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts:
     cmp = compare(pairs, noise) if pairs else None
     if cmp is not None and cmp.t is not None:
         said, why = stats.call(cmp, runs=len(pairs))
+        if said == "discard" and len(pairs) == 1 and cmp.t > FIRST_PAIR_DISCARD_T:
+            said, why = "more", f"one pair, t {cmp.t:.2f}: not clearly worse yet, pairing again"
+        elif said == "discard" and 1 < len(pairs) < FUTILITY_PAIRS and cmp.t >= 0:
+            said, why = "more", f"{len(pairs)} pairs, t {cmp.t:.2f}: pairing again before calling it faded"
         why = f"paired over {len(pairs)} pair(s) (the machine's load varied): {why}"
     else:
         said, why = "more", "the machine's load varied: pairing the candidate's runs with the incumbent's"
