@@ -4,13 +4,14 @@ shard deleted while the loop runs; two loops started at once on one new tag; a w
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from agent import cli
 from agent.smoke import SMOKE_DEFAULTS
 from harness.results import read_journal, read_results
-from tests.loop_fixtures import (copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
+from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
                                  run_loop)
 
 
@@ -21,6 +22,11 @@ def _own_cache(tiny_cache, tmp: Path) -> dict:
     env = dict(tiny_cache, AUTORESEARCH_CACHE=str(cache))
     env.pop("ANTHROPIC_API_KEY", None)
     return env
+
+
+def _bare(*args) -> list[str]:
+    """The loop's command line exactly as a user types it (loop_cmd adds test defaults)."""
+    return [sys.executable, str(REPO / "agent" / "loop.py"), *args]
 
 
 def _records(wt: Path) -> list[dict]:
@@ -50,7 +56,7 @@ def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
     env = _own_cache(tiny_cache, tmp_path)
     env.pop("AUTORESEARCH_PROFILE", None)     # the preset sets the tiny profile itself
     env["AUTORESEARCH_STEPS"] = "3"           # a step count already set wins over the preset's (test speed)
-    p = subprocess.run(loop_cmd("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
+    p = subprocess.run(_bare("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
                        text=True, timeout=900)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -78,7 +84,7 @@ def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["idea"] is None
     # --resume alone: run.json's settings are its defaults (budget, preset, --max-experiments)
-    again = subprocess.run(loop_cmd("--tag", "smoke", "--resume"), cwd=repo, env=env, capture_output=True,
+    again = subprocess.run(_bare("--tag", "smoke", "--resume"), cwd=repo, env=env, capture_output=True,
                            text=True, timeout=600)
     said = again.stdout + again.stderr
     assert again.returncode == 0, said
