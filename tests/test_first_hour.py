@@ -178,3 +178,32 @@ def test_resume_takes_the_budget_of_run_json_and_a_wrong_tag_lists_the_tags(tmp_
     mixed = run_loop(repo, env, "--tag", "may29", "--resume", "--budget", "5")
     assert mixed.returncode == 2 and "refusing --budget 5" in mixed.stderr   # one tag never mixes budgets
     assert git(repo, "branch", "--list", "autoresearch/may2") == ""
+
+
+def test_a_short_budget_is_evaluated_on_a_share_of_the_tokens():
+    """A 30 s run is not measured for minutes: the trusted evaluation's tokens follow the budget
+    below the reference 300 s (never under EVAL_TOKENS_MIN), and reach the evaluation job."""
+    from agent.smoke import EVAL_TOKENS_MIN, eval_tokens_for
+    from harness.executors import eval_spec
+    assert eval_tokens_for(128 * 1024, 30) == 13107
+    assert eval_tokens_for(128 * 1024, 300) is None and eval_tokens_for(128 * 1024, 600) is None
+    assert eval_tokens_for(8192, 10) is None, "the tiny profile's evaluation is already the minimum"
+    assert eval_tokens_for(128 * 1024, 10) == EVAL_TOKENS_MIN and eval_tokens_for(40 * 524288, 1) == 69905
+    spec = eval_spec(None, prepare_source="", train_source="", profile="cpu", eval_tokens=13107)
+    assert spec.eval_tokens == 13107
+
+
+def test_prepare_sees_a_missing_training_shard_of_several(tiny_cache, tmp_path):
+    """`uv run prepare.py`, the command the loop's stop names, must write a deleted shard again:
+    our own data's manifest says how many training shards its documents fill."""
+    import prepare
+    data = next(Path(tiny_cache["AUTORESEARCH_CACHE"]).glob("data/*/manifest.json")).parent
+    mine = tmp_path / "data"
+    shutil.copytree(data, mine)
+    assert prepare._shards_ok(mine)
+    manifest = json.loads((mine / "manifest.json").read_text())
+    manifest["docs"]["train"] = prepare.DOCS_PER_SHARD + 1   # two training shards' worth
+    (mine / "manifest.json").write_text(json.dumps(manifest))
+    assert not prepare._shards_ok(mine), "shard_00001 is missing"
+    shutil.copy(mine / "shard_00000.parquet", mine / "shard_00001.parquet")
+    assert prepare._shards_ok(mine)
