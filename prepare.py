@@ -437,10 +437,18 @@ def list_shards(split, data_dir=None):
 
 
 def _shards_ok(data_dir):
+    """Every shard readable, and for our own shards every one the manifest's documents fill (one
+    deleted training shard of several must not pass for prepared data: prepare writes it again)."""
     try:
-        return all(_parquet_ok(p) for p in list_shards("val", data_dir) + list_shards("train", data_dir))
+        shards = list_shards("val", data_dir) + list_shards("train", data_dir)
     except PrepareError:
         return False
+    train_docs = ((_read_json(Path(data_dir) / "manifest.json") or {}).get("docs") or {}).get("train")
+    if isinstance(train_docs, int) and train_docs > 0:
+        wanted = {f"shard_{i:05d}.parquet" for i in range(math.ceil(train_docs / DOCS_PER_SHARD))}
+        if not wanted <= {p.name for p in shards}:
+            return False
+    return all(_parquet_ok(p) for p in shards)
 
 
 def _texts(path):

@@ -205,8 +205,6 @@ def resumed(config: LoopConfig, given: set[str], saved: dict | None) -> LoopConf
         return config
     known = {f.name for f in fields(LoopConfig)}
     take = {k: v for k, v in saved.items() if k in REMEMBERED and k in known and k not in given}
-    if "budget" in take and "budget" in given:
-        take.pop("budget")
     return replace(config, **take)
 
 

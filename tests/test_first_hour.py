@@ -4,13 +4,14 @@ shard deleted while the loop runs; two loops started at once on one new tag; a w
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from agent import cli
 from agent.smoke import SMOKE_DEFAULTS
 from harness.results import read_journal, read_results
-from tests.loop_fixtures import (copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
+from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
                                  run_loop)
 
 
@@ -21,6 +22,11 @@ def _own_cache(tiny_cache, tmp: Path) -> dict:
     env = dict(tiny_cache, AUTORESEARCH_CACHE=str(cache))
     env.pop("ANTHROPIC_API_KEY", None)
     return env
+
+
+def _bare(*args) -> list[str]:
+    """The loop's command line exactly as a user types it (loop_cmd adds test defaults)."""
+    return [sys.executable, str(REPO / "agent" / "loop.py"), *args]
 
 
 def _records(wt: Path) -> list[dict]:
@@ -50,7 +56,7 @@ def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
     env = _own_cache(tiny_cache, tmp_path)
     env.pop("AUTORESEARCH_PROFILE", None)     # the preset sets the tiny profile itself
     env["AUTORESEARCH_STEPS"] = "3"           # a step count already set wins over the preset's (test speed)
-    p = subprocess.run(loop_cmd("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
+    p = subprocess.run(_bare("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
                        text=True, timeout=900)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -78,7 +84,7 @@ def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["idea"] is None
     # --resume alone: run.json's settings are its defaults (budget, preset, --max-experiments)
-    again = subprocess.run(loop_cmd("--tag", "smoke", "--resume"), cwd=repo, env=env, capture_output=True,
+    again = subprocess.run(_bare("--tag", "smoke", "--resume"), cwd=repo, env=env, capture_output=True,
                            text=True, timeout=600)
     said = again.stdout + again.stderr
     assert again.returncode == 0, said
@@ -172,3 +178,32 @@ def test_resume_takes_the_budget_of_run_json_and_a_wrong_tag_lists_the_tags(tmp_
     mixed = run_loop(repo, env, "--tag", "may29", "--resume", "--budget", "5")
     assert mixed.returncode == 2 and "refusing --budget 5" in mixed.stderr   # one tag never mixes budgets
     assert git(repo, "branch", "--list", "autoresearch/may2") == ""
+
+
+def test_a_short_budget_is_evaluated_on_a_share_of_the_tokens():
+    """A 30 s run is not measured for minutes: the trusted evaluation's tokens follow the budget
+    below the reference 300 s (never under EVAL_TOKENS_MIN), and reach the evaluation job."""
+    from agent.smoke import EVAL_TOKENS_MIN, eval_tokens_for
+    from harness.executors import eval_spec
+    assert eval_tokens_for(128 * 1024, 30) == 13107
+    assert eval_tokens_for(128 * 1024, 300) is None and eval_tokens_for(128 * 1024, 600) is None
+    assert eval_tokens_for(8192, 10) is None, "the tiny profile's evaluation is already the minimum"
+    assert eval_tokens_for(128 * 1024, 10) == EVAL_TOKENS_MIN and eval_tokens_for(40 * 524288, 1) == 69905
+    spec = eval_spec(None, prepare_source="", train_source="", profile="cpu", eval_tokens=13107)
+    assert spec.eval_tokens == 13107
+
+
+def test_prepare_sees_a_missing_training_shard_of_several(tiny_cache, tmp_path):
+    """`uv run prepare.py`, the command the loop's stop names, must write a deleted shard again:
+    our own data's manifest says how many training shards its documents fill."""
+    import prepare
+    data = next(Path(tiny_cache["AUTORESEARCH_CACHE"]).glob("data/*/manifest.json")).parent
+    mine = tmp_path / "data"
+    shutil.copytree(data, mine)
+    assert prepare._shards_ok(mine)
+    manifest = json.loads((mine / "manifest.json").read_text())
+    manifest["docs"]["train"] = prepare.DOCS_PER_SHARD + 1   # two training shards' worth
+    (mine / "manifest.json").write_text(json.dumps(manifest))
+    assert not prepare._shards_ok(mine), "shard_00001 is missing"
+    shutil.copy(mine / "shard_00000.parquet", mine / "shard_00001.parquet")
+    assert prepare._shards_ok(mine)

@@ -55,16 +55,17 @@ def expand_env(env: dict, src: Path, out: Path) -> dict:
 
 
 def swap_in(run, staging: Path, out_dir: Path):
-    """A run that trained (no crash, its model saved) replaces the experiment's artifacts folder;
-    any other leaves the folder as it was and its own staging goes. Returns `run` pointing there."""
-    if run.crash_class is None and run.artifact is not None and Path(run.artifact).is_file():
+    """A run that finished without a crash replaces the experiment's artifacts folder; a crashed
+    one leaves the folder as it was and its own staging goes. Returns `run` pointing there."""
+    if run.crash_class is None:
         old = out_dir.with_name(out_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if out_dir.exists():
             os.replace(out_dir, old)
         os.replace(staging, out_dir)
         shutil.rmtree(old, ignore_errors=True)
-        run.artifact = out_dir / Path(run.artifact).name
+        if run.artifact is not None:
+            run.artifact = out_dir / Path(run.artifact).name
     else:
         shutil.rmtree(staging, ignore_errors=True)
         run.artifact = None
@@ -115,7 +116,7 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
                                   gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))),
                        meta=dict(job.meta))
     result.outputs = {name: str(out_dir / name) for name in job.fetch
-                      if run.artifact is not None and (out_dir / name).is_file()}
+                      if run.crash_class is None and (out_dir / name).is_file()}
     if job.evaluation is not None and run.crash_class is None and not (should_stop and should_stop()):
         v = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
         result.verify = v.as_dict()
