@@ -30,7 +30,7 @@ import argparse
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):   # run as a script: the project root on the path
@@ -78,7 +78,6 @@ class Plan:
     rows: list[Row]
     results: Path
     budget: float
-    notes: list[str] = field(default_factory=list)
 
 
 def read_rows(results: Path) -> list[tuple[int, ResultRow]]:

@@ -57,16 +57,14 @@ def write_png(run_dir: Path, path: Path, title: str, imported: int = 0) -> Path 
         kept = [p for p in measured if p["status"] == "keep"]
         ax.scatter([p["n"] for p in disc], [p["bpb"] for p in disc], s=14, color="#9ca3af", label="discarded", zorder=2)
         ax.scatter([p["n"] for p in kept], [p["bpb"] for p in kept], s=30, color="#16a34a", label="kept", zorder=3)
-        best = running_best(pts)
-        last_n = pts[-1]["n"]
-        for era_imported in (True, False):
-            seg = [(n, b) for (n, b) in best if any(p["n"] == n and p["imported"] == era_imported for p in pts)]
+        best, last_n, labelled = running_best(pts), pts[-1]["n"], False
+        for era_imported in (True, False):   # one step line per era: imported, then the tag's own
+            seg = [(n, b) for (n, b) in best if (n <= imported) == era_imported]
             if seg:
-                end = imported if era_imported else last_n
-                xs = [n for n, _ in seg] + [max(end, seg[-1][0])]
-                ys = [b for _, b in seg] + [seg[-1][1]]
-                ax.step(xs, ys, where="post", color="#15803d", linewidth=1.5,
-                        label="running best" if not era_imported or not any(not p["imported"] for p in pts) else None)
+                end = max(imported if era_imported else last_n, seg[-1][0])
+                ax.step([n for n, _ in seg] + [end], [b for _, b in seg] + [seg[-1][1]], where="post",
+                        color="#15803d", linewidth=1.5, label=None if labelled else "running best")
+                labelled = True
         for p in kept:
             ax.annotate(p["description"][:LABEL_CHARS], (p["n"], p["bpb"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=6, color="#166534")

@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 
 from agent import hardware
-from agent.report_progress import write_png
+from agent.report_progress import points, write_png
 from harness import gitops
 from harness.records import ExperimentRecord, RunInfo
 from harness.shared_results import CostPerGain, ImportedInfo, Validation
@@ -44,7 +44,10 @@ def extend(md: str, data: dict, s: dict, out: Path, branches: bool = False, vali
     lines = md.split("\n")
     lines.insert(1, "\n" + terms_line(info, hw, imported))
     section = ["", HEADING, ""]
-    title = (f"autoresearch {s['tag']}: {s['experiments']} experiments, {len(s['changes'])} kept changes; "
+    pts = points(run, imported.rows if imported else 0)
+    title = (f"autoresearch {s['tag']}: {len(pts)} experiments"
+             + (f" ({imported.rows} imported)" if imported else "")
+             + f", {sum(p['status'] == 'keep' for p in pts)} kept; "
              f"{hw['name']}, {info.budget or (imported.budget if imported else 0) or 0:g} s budget")
     png = write_png(run, Path(out) / PNG, title, imported.rows if imported else 0)
     section.append(f"- {PNG}: every experiment's val_bpb, kept steps, discarded points, the running best"

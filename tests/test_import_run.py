@@ -1,6 +1,7 @@
 """agent/import_run.py on a repository made in the reference's loop shape: a branch of train.py
 commits (discards reset away) and its 5-column results.tsv; imported, shown, resumed by the real
 loop; bad input refused with nothing changed."""
+import json
 import subprocess
 import sys
 
@@ -150,3 +151,47 @@ def test_an_existing_tag_is_refused(tmp_path):
     before = _state(repo)
     p = _import("--repo", repo, "--branch", "autoresearch/mar5", "--results", results, "--tag", "x")
     assert p.returncode == 2 and "exists" in p.stderr and _state(repo) == before
+
+
+def test_a_real_tiny_train_py_imported_and_resumed_under_the_judge(tiny_cache, tmp_path):
+    """The real train.py on the tiny profile: the reference-shape branch (two knob edits, one kept),
+    imported, then resumed by the loop with the judge hierarchy (sealed runs, trusted evaluation)
+    for its first experiment: its own baseline on the imported best, run twice for the noise."""
+    from harness import knobs
+    from tests.loop_fixtures import copy_real, loop_cmd, make_repo
+    files = copy_real()
+    files["train.py"] = knobs.set_knobs(files["train.py"], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
+                                                            "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
+    repo = make_repo(tmp_path / "repo", files)
+    git(repo, "checkout", "-q", "-b", "autoresearch/mar5")
+    base = git(repo, "rev-parse", "--short", "HEAD")
+    kept = _edit(repo, "WARMDOWN_RATIO = 0.5", "WARMDOWN_RATIO = 0.4", "warmdown 0.4")
+    dropped = _edit(repo, "WEIGHT_DECAY = 0.2", "WEIGHT_DECAY = 0.3", "wd 0.3")
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    git(repo, "checkout", "-q", "master")
+    results = repo / "results.tsv"
+    results.write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"
+                       f"{base}\t3.900000\t0.1\tkeep\tbaseline\n{kept}\t3.890000\t0.1\tkeep\twarmdown 0.4\n"
+                       f"{dropped}\t3.950000\t0.1\tdiscard\twd 0.3\n")
+    p = _import("--repo", repo, "--branch", "autoresearch/mar5", "--results", results, "--tag", "real")
+    assert p.returncode == 0, p.stderr
+    env = dict(tiny_cache, AUTORESEARCH_STEPS="4")   # steps mode: a busy shared machine disturbs no run
+    env.pop("ANTHROPIC_API_KEY", None)
+    p = subprocess.run(loop_cmd("--tag", "real", "--resume", "--budget", "2", "--reviewer", "hierarchy",
+                                "--baseline-repeats", "2", "--max-experiments", "4"),
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = repo / ".autoresearch" / "real"
+    recs = experiment_records(read_journal(run / "journal.jsonl")[0])
+    assert [r.n for r in recs] == [1, 2, 3, 4] and all(r.imported for r in recs[:3])
+    own = recs[3]
+    assert own.is_baseline and own.sealed and own.trusted_bpb is not None and not own.imported
+    assert len(own.noise_band().values) == 2, "the judge measured its noise on this machine"
+    tip = git(repo, "rev-parse", "autoresearch/mar5")
+    assert git(repo, "merge-base", tip, own.commit) == tip and own.commit != tip
+    assert "WARMDOWN_RATIO = 0.4" in gitops.show_file(repo, own.commit, "train.py")
+    info = json.loads((run / "run.json").read_text())
+    assert info["base_commit"] == own.commit and info["profile"] == "tiny" and info["sandbox"]["kind"] == "bwrap"
+    report.report(run)
+    md = (run / "report" / "report.md").read_text()
+    assert "1 experiments; baseline" in md and "- imported: experiments 1-3 are imported" in md
