@@ -167,6 +167,7 @@ def summarize(data: dict) -> dict:
             "crashes": dict(crashes.most_common()), "tokens": tokens, "cost_usd": cost, "gpu_seconds": gpu,
             "wall_seconds": wall, "final": final["commit"] if final else data["base"],
             "night": budget.night_lines(recs), "runs": runs_total(recs),
+            "source": data["source"] if "source" in data else "journal.jsonl",
             "final_bpb": final["bpb"] if final else (bpb_of(baseline) if baseline else None)}
 
 
@@ -345,6 +346,8 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
     lines = [f"# Morning report: {s['tag']}", "",
              f"{s['experiments']} experiments; baseline {_f(s['baseline_bpb'])} -> final best {_f(s['final_bpb'])} "
              f"(commit {str(s['final'])[:7]}); {len(s['changes'])} kept change(s).", ""]
+    if s["source"] == "results.tsv":
+        lines += ["Read from results.tsv alone (no journal.jsonl here): no diffs, hypotheses, judge figures or costs.", ""]
     if figure:
         lines += [f"![progress]({figure})", ""]
     lines += ["## Kept changes, in order", ""]

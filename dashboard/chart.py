@@ -1,8 +1,9 @@
 """The progress chart, drawn server-side as SVG (no JS library, no CDN).
 
 Like the reference's progress.png: x is the experiment number, y is val_bpb (lower is better).
-Every experiment is a point: kept ones highlighted and labelled with their description,
-discarded ones faded, crashes marked with a cross along the top. The running best is a step
+Every experiment with a figure is a point: kept ones highlighted and labelled with their
+description, discarded ones faded; crashes and rows without a figure (a discard written `nan`, or
+0.0 by an older writer) are marked with a cross along the top, never drawn at 0. The running best is a step
 line; the baseline is a dashed line inside its noise band.
 """
 

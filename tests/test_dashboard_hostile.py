@@ -85,7 +85,7 @@ def _get_all(c, n_rows, extra=()):
 ROWS = [
     "abc1230\tinf\t44.0\tkeep\tplus infinity",
     "abc1231\t-inf\t44.0\tkeep\tminus infinity",
-    "abc1232\tnan\t44.0\tdiscard\tnot a number",
+    "abc1232\tnan\t44.0\tkeep\tnot a number (a kept row needs a figure)",
     "abc1233\tNaN\tinf\tkeep\tNaN and inf memory",
     "abc1234\t\t44.0\tkeep\tempty value",
     "abc1235\tgarbage\t44.0\tkeep\tgarbage value",

@@ -142,6 +142,7 @@ def test_torn_and_unparseable_rows_are_replaced_in_place_by_resume(tmp_path):
     p = run_loop(repo, env, "--tag", "t", "--budget", "1", "--max-experiments", "5", "--resume")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "results.tsv: replaced the malformed row of experiment 3 from the journal" in p.stdout
+    assert "(left as is)" not in p.stdout
     assert res.read_text() == before, "every row back as the loop wrote it, none appended"
     check(run, tmp_path)
 
