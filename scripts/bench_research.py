@@ -181,7 +181,9 @@ def render(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--nights", type=int, default=3, help="nights per arm (search seeds 0..N-1)")
+    p.add_argument("--nights", type=int, default=3, help="nights per arm (search seeds from --first-night on)")
+    p.add_argument("--first-night", type=int, default=0,
+                   help="the first night's search seed (a bench split over processes or sessions)")
     p.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs per night (the loop's --max-runs)")
     p.add_argument("--reviewers", default=",".join(REVIEWERS))
     p.add_argument("--searches", default=",".join(SEARCHES))
@@ -192,7 +194,17 @@ def main(argv=None) -> int:
     p.add_argument("--baseline-repeats", type=int, default=None, help="the judge's (default: the loop's own)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_research"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repositories and print where")
+    p.add_argument("--table", nargs="+", metavar="JSON", help="no nights: the table of the nights in these "
+                   "bench_research.json files (a bench split over processes), written to --out")
     args = p.parse_args(argv)
+    if args.table:
+        nights = [n for path in args.table for n in json.loads(Path(path).read_text())["nights"]]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_research.json").write_text(json.dumps({"merged": args.table, "table": table(nights),
+                                                             "nights": nights}, indent=1, default=str) + "\n")
+        print(render(table(nights)))
+        return 0
     pick = lambda s, allowed: [x for x in s.split(",") if x in allowed]   # noqa: E731
     reviewers, searches, bases = pick(args.reviewers, REVIEWERS), pick(args.searches, SEARCHES), pick(args.bases, BASES)
     env, sources = base_sources(None if args.wall_clock else args.steps, bases)
@@ -206,11 +218,11 @@ def main(argv=None) -> int:
     nights: list[dict] = []
     t0 = time.time()
     try:
-        for k in range(args.nights):
+        for k in range(args.first_night, args.first_night + args.nights):
             for base in bases:
                 for reviewer in reviewers:
                     for search in searches:
-                        print(f"night {k + 1}/{args.nights}: {base} base, {reviewer}, {search} search, "
+                        print(f"night {k + 1 - args.first_night}/{args.nights} (seed {k}): {base} base, {reviewer}, {search} search, "
                               f"{args.max_runs} runs", flush=True)
                         n = night(root, base, sources[base], reviewer, search, k, args.max_runs, budget_s, seeds,
                                   caches[base], args.baseline_repeats)

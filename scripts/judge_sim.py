@@ -12,6 +12,13 @@ Pure Python, seconds. Runs are Normal(true value, 1): gains are in sigma. Two si
 - a night of 100 runs: proposals whose true effects are 60% harmful (1-6 sigma worse), 25% null,
   15% real gains (1-6 sigma): the new rule against the old one (2 baseline runs, keep when the gain
   beats 2 x their spread, one confirming run inside that band, the best = the kept figure).
+
+`--variants --night-runs 30` (slow: minutes per line): nights of that many runs for the reference
+protocol (karpathy/autoresearch: one run per experiment, keep if lower than the best figure so
+far) and for variants of this rule (a first run that must be further below the bar before it is
+confirmed, fewer baseline runs, no incumbent reruns, a lower P_KEEP), each with its bench's null
+and gain keep rates: what scripts/bench_research.py measures through the real loop, on a
+synthetic landscape.
 """
 from __future__ import annotations
 
@@ -112,6 +119,67 @@ def night_old(rng, budget=100):
     return best_mu, false, true, n
 
 
+def night_simple(rng, budget: int):
+    """The reference protocol: one run per experiment, kept when its one figure beats the best one."""
+    best_mu, best, runs, false, true, n = 0.0, rng.gauss(0.0, 1.0), 1, 0, 0, 0
+    while runs < budget:
+        n += 1
+        mu = best_mu + effect(rng)
+        y = rng.gauss(-mu, 1.0)
+        runs += 1
+        if y < best:
+            false, true = false + (mu <= best_mu), true + (mu > best_mu)
+            best_mu, best = mu, y
+    return best_mu, false, true, n
+
+
+def night_rule(rng, budget: int, baseline_runs: int):
+    """This module's rule, as night_new, with `baseline_runs` baseline runs and a night of `budget` runs."""
+    store = {"base": [rng.gauss(0.0, 1.0) for _ in range(baseline_runs)]}
+    inc, inc_mu, runs, false, true, i = "base", 0.0, baseline_runs, 0, 0, 0
+    while runs < budget:
+        mu = inc_mu + effect(rng)
+        name, i = f"c{i}", i + 1
+        kept, k = judge(rng, store, inc, mu, name, inc_mu)
+        runs += k
+        if kept:
+            false, true = false + (mu <= inc_mu), true + (mu > inc_mu)
+            inc, inc_mu = name, mu
+    return inc_mu, false, true, i
+
+
+# (label, FIRST_RUN_MIN_T, baseline runs, incumbent reruns, P_KEEP) of --variants.
+VARIANTS = [("the rule (default)", 0.0, 5, True, 0.99), ("first run t >= 0.5", 0.5, 5, True, 0.99),
+            ("first run t >= 1", 1.0, 5, True, 0.99), ("3 baseline runs", 0.0, 3, True, 0.99),
+            ("no incumbent reruns", 0.0, 5, False, 0.99), ("t >= 0.5, no incumbent reruns", 0.5, 5, False, 0.99),
+            ("P_KEEP 0.95", 0.0, 5, True, 0.95), ("P_KEEP 0.9", 0.0, 5, True, 0.9)]
+
+
+def variants(budget: int, nights: int, benches: int, seed: int) -> None:
+    global INCUMBENT_RERUNS
+    rng = random.Random(7)
+    out = [night_simple(rng, budget) for _ in range(nights)]
+    print(f"{'reference (one run, keep if lower)':34s} {budget} runs: final true gain {statistics.fmean(o[0] for o in out):5.2f} "
+          f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "
+          f"experiments {statistics.fmean(o[3] for o in out):.1f}", flush=True)
+    saved = (stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS)
+    try:
+        for label, first_t, base_runs, inc_reruns, p_keep in VARIANTS:
+            stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS = first_t, p_keep, inc_reruns
+            rng = random.Random(seed)
+            res = [bench(rng, base_runs) for _ in range(benches)]
+            nulls = statistics.fmean(f for f, _, _ in res) / 20
+            g3 = statistics.fmean(k for _, gs, _ in res for g, k in gs if g == 3)
+            goal = statistics.fmean((f <= 1) and sum(k for g, k in gs if g >= 3) >= 9 for f, gs, _ in res)
+            out = [night_rule(rng, budget, base_runs) for _ in range(nights)]
+            print(f"{label:34s} {budget} runs: final true gain {statistics.fmean(o[0] for o in out):5.2f} sigma, false "
+                  f"keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "
+                  f"experiments {statistics.fmean(o[3] for o in out):.1f} | bench: nulls kept {nulls:.2%}, 3 sigma "
+                  f"{g3:.1%}, goal met {goal:.0%}", flush=True)
+    finally:
+        stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS = saved
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--benches", type=int, default=300)
@@ -120,7 +188,13 @@ def main(argv=None) -> int:
     p.add_argument("--baseline-runs", type=int, default=stats.BASELINE_RUNS)
     p.add_argument("--no-incumbent-runs", action="store_true",
                    help="never run the incumbent again for a contested candidate (the rule before stats.INCUMBENT_RUNS)")
+    p.add_argument("--variants", action="store_true",
+                   help="nights of --night-runs runs: the reference protocol and variants of this rule")
+    p.add_argument("--night-runs", type=int, default=100)
     args = p.parse_args(argv)
+    if args.variants:
+        variants(args.night_runs, args.nights, args.benches, args.seed)
+        return 0
     global INCUMBENT_RERUNS
     INCUMBENT_RERUNS = not args.no_incumbent_runs
     rng = random.Random(args.seed)

@@ -134,3 +134,26 @@ def test_bench_loop_counts_every_run_as_training_and_overhead_per_run():
     assert f["overhead_per_run"] == pytest.approx((45 + 70 + 25 - 60) / 6)
     assert f["runs_per_decision"] == 2.0 and f["decisions"] == 2 and f["baseline_runs"] == 2
     assert f["git_per_run"] == pytest.approx(2.0 / 6) and f["proposal_per_run"] == pytest.approx(2.0 / 6)
+
+
+def _night(reviewer, gain, gap, seed):
+    return {"base": "tuned", "reviewer": reviewer, "search": "local", "seed": seed, "gain_true": gain,
+            "gain_se": 0.004, "honesty_gap": gap, "keeps": 2, "experiments": 10, "runs": 20,
+            "runs_per_decision": 1.5, "wall_seconds": 600.0}
+
+
+def test_the_table_is_the_mean_over_nights_with_its_standard_error(tmp_path, capsys):
+    nights = [_night("simple", 0.10, -0.02, 0), _night("simple", 0.14, -0.04, 1), _night("hierarchy", 0.05, 0.001, 0)]
+    rows = {r["reviewer"]: r for r in bench_research.table(nights)}
+    assert rows["simple"]["nights"] == 2 and rows["simple"]["gain"] == pytest.approx(0.12)
+    assert rows["simple"]["gain_se"] == pytest.approx(0.02) and rows["simple"]["gain_se_over_nights"]
+    assert rows["simple"]["honesty_gap"] == pytest.approx(-0.03) and rows["simple"]["honesty_gap_se"] == pytest.approx(0.01)
+    assert rows["hierarchy"]["gain_se"] == 0.004 and not rows["hierarchy"]["gain_se_over_nights"], "one night: marked"
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"nights": nights[:2]}))
+    b.write_text(json.dumps({"nights": nights[2:]}))
+    assert bench_research.main(["--table", str(a), str(b), "--out", str(tmp_path / "merged")]) == 0
+    out = capsys.readouterr().out
+    assert "+0.1200 ± 0.0200" in out and "+0.0500 ± 0.0040*" in out
+    merged = json.loads((tmp_path / "merged" / "bench_research.json").read_text())
+    assert len(merged["nights"]) == 3 and len(merged["table"]) == 2
