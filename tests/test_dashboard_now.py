@@ -14,7 +14,7 @@ from harness.records import ExperimentRecord, RunState
 from harness.results import write_state
 from tests.dashboard_fixtures import HEADER, client
 from tests.test_dashboard_browser import server  # noqa: F401  (the real app.py on a port)
-from tests.test_results_analysis import integrity_records
+from tests.test_results_analysis import crashing_run, integrity_records
 
 IDEA = {"description": "deeper: DEPTH 4 -> 6", "hypothesis": "more layers fit more in the same budget",
         "proposer": "offline"}
@@ -95,6 +95,20 @@ def test_a_one_point_chart_has_distinct_y_labels(tmp_path):
     ticks = y_ticks(svg)
     assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
     assert svg.count('class="pt keep"') == 1
+
+
+def test_a_real_run_with_a_failed_baseline_try(tmp_path):
+    """The loop's own folder: the baseline's first try crashed (journal only), an experiment
+    crashed. The table starts at the kept baseline, the chart has no point at 0, and the row's page
+    names the experiment number the console printed."""
+    _, run, _ = crashing_run(tmp_path)
+    _, c = client(run)
+    svg = c.get("/t/c/chart.svg").get_data(as_text=True)
+    assert svg.count('class="pt keep"') == 1 and svg.count('class="pt crash"') == 1
+    assert "baseline 1.0200" in svg and not any(float(t) < 0.9 for t in y_ticks(svg))
+    page = c.get("/t/c/e/1").get_data(as_text=True)
+    assert "baseline (unmodified train.py)" in page and "is experiment 2 in the journal" in page
+    assert c.get("/t/c/e/5").status_code == 404, "4 rows for 5 journal records"
 
 
 def test_the_now_panel_in_chromium_follows_the_loop_live(server):  # noqa: F811
