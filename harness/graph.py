@@ -106,6 +106,7 @@ class Graph(torch.nn.Module):
             ops.check_node(node, op)
         self.writes = [tuple(i for i, a in enumerate(op._schema.arguments)
                              if a.alias_info is not None and a.alias_info.is_write) for op in self.ops]
+        _only_attention_outputs(self.nodes, self.ops, self.output)
         used = _references(self.nodes, self.output)
         self.tensors = {}
         for key in sorted(used):
@@ -218,6 +219,25 @@ def _check_literal(a, where: str, known: set) -> None:
 
 def _spec_sha(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _only_attention_outputs(nodes, node_ops, output) -> None:
+    """An attention kernel's auxiliary results (log-sum-exp, RNG state, debug mask) may be left
+    unwritten by some kernels, holding whatever an earlier call left in that memory: a graph may
+    use only a kernel's attention output (index 0)."""
+    multi = {n["name"] for n, op in zip(nodes, node_ops)
+             if ops.base_name(op._schema.name.split("::")[1]) in ATTENTION_OPS and len(op._schema.returns) > 1}
+
+    def walk(a, where):
+        if isinstance(a, dict) and a.get("ref") in multi and a.get("index") != 0:
+            raise GraphError(f"{where} uses an attention kernel's auxiliary result ({a}): only its output (index 0)")
+        if isinstance(a, list):
+            for x in a:
+                walk(x, where)
+    for n in nodes:
+        walk(n["args"], n["name"])
+        walk(list(n["kwargs"].values()), n["name"])
+    walk(output, "the output")
 
 
 def _references(nodes, output) -> set:
