@@ -117,7 +117,7 @@ class Graph(torch.nn.Module):
                 if not isinstance(t, torch.Tensor):
                     raise GraphError(f"the graph uses {key}, which the artifact does not have")
                 if not ops.within_storage(t):
-                    raise GraphError(f"{key} addresses memory outside its storage")
+                    raise GraphError(f"{key} is not a plain strided tensor inside its storage")
                 self.tensors[key] = t.to(self.device)
         # registered as buffers, so the evaluation finds the model's device the usual way
         for i, t in enumerate(self.tensors.values()):
