@@ -353,7 +353,7 @@ class _Spy:
             T = k.shape[-2]
             span = T - 1
             if isinstance(mask, torch.Tensor) and mask.shape[-2:] == (T, T):
-                allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
+                allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)   # NaN counts as seen
                 i = torch.arange(T, device=mask.device)
                 look = (i[:, None] - i[None, :]).masked_fill(~allowed.reshape(-1, T, T).any(0), -1)
                 span = int(look.max().item())
