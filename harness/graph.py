@@ -106,6 +106,7 @@ class Graph(torch.nn.Module):
             ops.check_node(node, op)
         self.writes = [tuple(i for i, a in enumerate(op._schema.arguments)
                              if a.alias_info is not None and a.alias_info.is_write) for op in self.ops]
+        _only_attention_outputs(self.nodes, self.ops, self.output)
         used = _references(self.nodes, self.output)
         self.tensors = {}
         for key in sorted(used):
@@ -116,7 +117,7 @@ class Graph(torch.nn.Module):
                 if not isinstance(t, torch.Tensor):
                     raise GraphError(f"the graph uses {key}, which the artifact does not have")
                 if not ops.within_storage(t):
-                    raise GraphError(f"{key} addresses memory outside its storage")
+                    raise GraphError(f"{key} is not a plain strided tensor inside its storage")
                 self.tensors[key] = t.to(self.device)
         # registered as buffers, so the evaluation finds the model's device the usual way
         for i, t in enumerate(self.tensors.values()):
@@ -218,6 +219,25 @@ def _check_literal(a, where: str, known: set) -> None:
 
 def _spec_sha(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _only_attention_outputs(nodes, node_ops, output) -> None:
+    """An attention kernel's auxiliary results (log-sum-exp, RNG state, debug mask) may be left
+    unwritten by some kernels, holding whatever an earlier call left in that memory: a graph may
+    use only a kernel's attention output (index 0)."""
+    multi = {n["name"] for n, op in zip(nodes, node_ops)
+             if ops.base_name(op._schema.name.split("::")[1]) in ATTENTION_OPS and len(op._schema.returns) > 1}
+
+    def walk(a, where):
+        if isinstance(a, dict) and a.get("ref") in multi and a.get("index") != 0:
+            raise GraphError(f"{where} uses an attention kernel's auxiliary result ({a}): only its output (index 0)")
+        if isinstance(a, list):
+            for x in a:
+                walk(x, where)
+    for n in nodes:
+        walk(n["args"], n["name"])
+        walk(list(n["kwargs"].values()), n["name"])
+    walk(output, "the output")
 
 
 def _references(nodes, output) -> set:
@@ -333,7 +353,7 @@ class _Spy:
             T = k.shape[-2]
             span = T - 1
             if isinstance(mask, torch.Tensor) and mask.shape[-2:] == (T, T):
-                allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
+                allowed = mask if mask.dtype == torch.bool else ~torch.isneginf(mask)   # NaN counts as seen
                 i = torch.arange(T, device=mask.device)
                 look = (i[:, None] - i[None, :]).masked_fill(~allowed.reshape(-1, T, T).any(0), -1)
                 span = int(look.max().item())

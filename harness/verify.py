@@ -259,7 +259,7 @@ def judge_worker_output(out: dict, printed_bpb: float | None, seconds: float, se
         r.reason = f"printed val_bpb is {printed_bpb}; trusted is {trusted:.6f}"
         return r
     gap = abs(printed_bpb - trusted)
-    if gap > tolerance(trusted):
+    if not (gap <= tolerance(trusted)):        # written so that NaN fails
         r.reason = (f"printed val_bpb {printed_bpb:.6f} disagrees with the trusted evaluation "
                     f"{trusted:.6f} (gap {gap:.6f} > tolerance {tolerance(trusted):.6f})")
         return r
