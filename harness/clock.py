@@ -27,7 +27,8 @@ floor of fixed seconds (a floor above a smoke budget let a proposal train 1.75x 
 The verdict (over_budget): charged_s <= limit (budget + slack): the run is evidence. Over the
 limit but within CHEAT_FACTOR of it: no evidence (the judge runs it again; the load meter can
 misjudge a phase, and an honest short run's startup varies by a fraction of a second), never an
-integrity failure. Beyond CHEAT_FACTOR x the limit: trained past the budget, an integrity failure.
+integrity failure. Beyond CHEAT_FACTOR x the limit plus one step at the run's pace: trained past
+the budget, an integrity failure (the baseline, which runs no proposed code, never is one).
 train.py is told only its start (AUTORESEARCH_CLOCK `{"started_at"}`) and knows its budget:
 runtime.budget_spent() stops it once the next step would pass the budget since its first step
 line. It is never told an allowance, so it cannot size silent training to fit one.
@@ -83,8 +84,11 @@ def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
            f"{fig.startup_s or 0:.1f}s against {fig.allowance_s:.1f}s allowed at load x{fig.load_startup:.2f}, "
            f"after the last step {fig.post_s or 0:.1f}s against {fig.post_allowance_s:.1f}s at load "
            f"x{fig.load_post:.2f})")
-    if fig.charged_s > CHEAT_FACTOR * limit:
-        return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit: it trained past the budget"
+    # one step at the run's own pace more before a cheat: a step is the granularity of an honest
+    # stop, and on a saturated machine one step can outlast a short budget (it is visible training:
+    # such a run is no evidence, never kept)
+    if fig.charged_s > CHEAT_FACTOR * limit + fig.pace_s:
+        return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit and a step: it trained past the budget"
     return "over", why + ": no evidence, run again"
 
 

@@ -165,3 +165,14 @@ def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cac
     print("cheat:", kind, json.dumps({k: fig[k] for k in ("startup_s", "train_s", "charged_s", "load_startup",
                                                           "load_train", "allowance_s")}))
     assert clock_mod.SLACK_FRAC == 0.05 and not hasattr(clock_mod, "SLACK_MIN_S")   # no floor of seconds
+
+
+def test_one_step_longer_than_a_short_budget_is_no_evidence_not_a_cheat():
+    """A saturated machine (seen: 25 s steps at a 15 s budget): the honest run's second step line
+    comes 26 s after its first. No evidence, run again; never an integrity failure."""
+    c = LogClock(0.0, ClockReference(8.0, 2.0), Fed(2, [(0.0, 0.0), (70.0, 280.0)]))
+    c.feed("step 00001 | loss 6.2", now=30.0)
+    c.feed("step 00002 | loss 6.0", now=56.2)
+    fig = c.figures(ended=63.0)
+    assert fig.charged_s == pytest.approx(26.2) and fig.pace_s == pytest.approx(26.2)
+    assert over_budget(fig, 15.0)[0] == "over"

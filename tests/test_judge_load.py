@@ -146,3 +146,25 @@ def test_workers_beside_each_other_are_compared_with_an_incumbent_measured_the_s
     assert order.startswith("CI"), order
     ev = d.verdicts["evidence"]
     assert all(r["load"] == 2.0 for r in ev["incumbent"]["runs"] if r["n"] == 2)
+
+
+def test_steps_mode_is_never_paired(tmp_path, monkeypatch):
+    """AUTORESEARCH_STEPS: the load does not change what a run learns; no load is recorded for a
+    run, no decision is paired, and the runs are judged as before whatever the meter said."""
+    monkeypatch.setenv("AUTORESEARCH_STEPS", "16")
+    rng = random.Random(4)
+    h = JudgeHierarchy(baseline_repeats=5)
+    d = None
+    for k in range(5):
+        d = decide(h, ctx(tmp_path, 1, BASE, None), 1.40 + rng.gauss(0, SIGMA),
+                   r=fake_run(extra={"clock": clock(1.0 + k % 2), "steps_mode": True}, summary={}))
+    best = {"commit": BASE, "val_bpb": d.trusted_bpb}
+    c = ctx(tmp_path, 2, CAND, best)
+    for k in range(5):
+        d = decide(h, c, 1.40 - 6 * SIGMA + rng.gauss(0, SIGMA),
+                   r=fake_run(extra={"clock": clock(4.0), "steps_mode": True}, summary={}))
+        assert "paired" not in d.verdicts["evidence"] and not d.rerun_commit
+        if not d.rerun:
+            break
+    assert d.status == "keep", d.reason
+    assert all(r["load"] is None for r in d.verdicts["evidence"]["candidate"]["runs"])

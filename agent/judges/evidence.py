@@ -124,7 +124,7 @@ def bar_values(commit: str, samples: list[Sample], noise: stats.Noise, side: str
     """A commit's values for a mean, its flagged outliers left out only where that makes a keep
     harder: the incumbent's high ones (a lower bar), the candidate's low ones (a worse mean)."""
     vals = stats.distinct(values(samples))
-    flagged = [v for c, v in noise.outliers if c.split("@")[0] == commit]
+    flagged = [v for c, v in noise.outliers if c == commit]
     if not flagged or len(vals) < 3:
         return vals
     rest = [v for v in vals if v not in flagged]
@@ -171,7 +171,10 @@ def noise_of(store: dict[str, list[Sample]]) -> stats.Noise:
             if s.used:
                 key = c if not s.load else f"{c}@{math.floor(math.log(max(1.0, s.load)) / math.log(LOAD_BAND))}"
                 groups.setdefault(key, []).append(s.bpb)
-    return stats.pooled_noise(groups)
+    noise = stats.pooled_noise(groups)
+    noise.outliers = [(c.split("@")[0], v) for c, v in noise.outliers]   # the records name commits
+    noise.erratic = list(dict.fromkeys(c.split("@")[0] for c in noise.erratic))
+    return noise
 
 
 @dataclass

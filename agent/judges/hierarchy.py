@@ -14,7 +14,7 @@ one-sided t-test against the mean of the incumbent's own runs: discarded after o
 not below that mean, otherwise run again (each run with a seed of its own) until it is kept
 (P(better) >= P_KEEP, never on fewer than 2 runs), its gain fades, or MAX_RUNS runs leave it
 undecided (a contested discard, escalated). A run the machine disturbed (agent/judges/pace.py) is
-rerun and never counted. The loop never waits for a human.
+rerun and never counted; where the load varied, runs are paired (pairing.py). The loop never waits.
 """
 from __future__ import annotations
 

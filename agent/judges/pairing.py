@@ -37,6 +37,9 @@ LOAD_SAME = 1.3
 PAIR_SAME = 1.5
 # Pairs at most for one decision (as the unpaired test's runs): then undecided, contested.
 MAX_PAIRS = stats.MAX_RUNS
+# A paired keep needs this P(better): the paired rule looks more often before it gives up (see
+# FUTILITY_PAIRS), and at stats.P_KEEP it kept 1.8% of nulls in scripts/judge_load_sim.py.
+P_KEEP = 0.995
 # One pair discards only a candidate this many se worse than its partner: a pair's difference
 # has twice a run's variance, so stats' first-run rule (t < 0) would drop a 3-sigma gain 1.7% of
 # the time on one pair; at -1 it is 0.1%, and a null goes on to a second pair 84% of the time.
@@ -129,7 +132,7 @@ def compare(pairs: list[tuple[Run, Run]], noise: stats.Noise) -> stats.Compariso
     cmp.df = df
     cmp.t = gain / cmp.se
     cmp.p_better = stats.t_cdf(cmp.t, df)
-    cmp.margin = stats.t_ppf(stats.P_KEEP, df) * cmp.se
+    cmp.margin = stats.t_ppf(P_KEEP, df) * cmp.se
     return cmp
 
 
