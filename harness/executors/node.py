@@ -70,6 +70,10 @@ def swap_in(run, staging: Path, out_dir: Path):
     else:
         shutil.rmtree(staging, ignore_errors=True)
         run.artifact = None
+    try:
+        staging.parent.rmdir()   # only when no other slot's run stages there
+    except OSError:
+        pass
     return run
 
 
