@@ -28,8 +28,9 @@ from harness.verify import VerifyResult, verify
 NODE_PIN_ROOT = Path(tempfile.gettempdir()) / "autoresearch-pinned"
 # The trusted evaluation's folders, inside the run folder (agent/judges/hierarchy.VERIFY_DIR).
 VERIFY_DIR = ".verify"
-# A run's artifacts folder while it trains (artifacts/exp-NNNN.staging), swapped in when it is done.
-STAGING_SUFFIX = ".staging"
+# Where a run's artifacts folder is while it trains (artifacts/.staging/exp-NNNN), swapped in
+# when it is done (the folder keeps its name: what the run sees is exp-NNNN/ as before).
+STAGING_DIR = ".staging"
 
 
 def materialise(files: dict, folder: Path) -> Path:
@@ -69,15 +70,18 @@ def swap_in(run, staging: Path, out_dir: Path):
     else:
         shutil.rmtree(staging, ignore_errors=True)
         run.artifact = None
+    try:
+        staging.parent.rmdir()   # only when no other slot's run stages there
+    except OSError:
+        pass
     return run
 
 
 def clear_staging(run_dir: Path) -> list[str]:
     """Remove the staging folders of runs a stop cut short (--resume); their names."""
-    folder = Path(run_dir) / "artifacts"
-    gone = sorted(p.name for p in folder.glob(f"exp-*{STAGING_SUFFIX}")) if folder.is_dir() else []
-    for name in gone:
-        shutil.rmtree(folder / name, ignore_errors=True)
+    folder = Path(run_dir) / "artifacts" / STAGING_DIR
+    gone = sorted(f"artifacts/{STAGING_DIR}/{p.name}" for p in folder.iterdir()) if folder.is_dir() else []
+    shutil.rmtree(folder, ignore_errors=True)
     return gone
 
 
@@ -92,8 +96,9 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     out_dir = run_dir / "artifacts" / f"exp-{job.n:04d}"
     # The run writes a staging folder, swapped in only once it trained: a rerun of a kept experiment
     # (a baseline repeat) that is stopped midway leaves the kept run's model where it was.
-    staging = out_dir.with_name(out_dir.name + STAGING_SUFFIX)
+    staging = out_dir.parent / STAGING_DIR / out_dir.name
     shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
     env = expand_env(job.env, folder, staging)
     env.update(extra_env or {})
     try:
