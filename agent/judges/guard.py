@@ -91,6 +91,13 @@ def check_source(old_source: str, new_source: str) -> GuardVerdict:
             problems.append(f"budget: raising {name} ({old_knobs[name].value} -> {new_knobs[name].value}) "
                             "trains outside the timed budget")
             rules.append("budget")
+        elif name in old_knobs and _untimed_bindings(new_tree, name) != ([new_knobs[name].value]
+                                                                         if name in new_knobs else []):
+            # fails closed: a value the guard cannot read (an expression, a second or augmented
+            # assignment, one inside a function) might be larger
+            problems.append(f"budget: {name} must stay one plain number at the top of train.py (it decides "
+                            "how much training is not timed)")
+            rules.append("budget")
 
     if problems:
         shown = problems[:MAX_LISTED] + ([f"... and {len(problems) - MAX_LISTED} more"]
@@ -98,6 +105,31 @@ def check_source(old_source: str, new_source: str) -> GuardVerdict:
         return GuardVerdict(False, "guard: " + "; ".join(shown),
                             {"rules": sorted(set(rules)), "violations": problems})
     return GuardVerdict(True, "ok", {"violations_tolerated": len(old_v)})
+
+
+def _untimed_bindings(tree: ast.AST, name: str) -> list:
+    """Every value bound to `name` anywhere in the module: a module-level `NAME = <number>` gives
+    the number; any other binding (an expression, `+=`, a walrus, a loop target, one inside a
+    function or class, an import, a `global` declaration) gives None, which no knob value equals."""
+    top = {id(n) for n in getattr(tree, "body", [])}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global) and name in node.names:
+            out.append(None)
+        elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.append(None)
+        elif isinstance(node, ast.alias) and (node.asname or node.name) == name:
+            out.append(None)
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name and id(node) in top:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[out.index(None)] = value
+    return out
 
 
 def _num(v):
