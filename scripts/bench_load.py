@@ -8,13 +8,23 @@ run's steps on a wall-clock budget. The bench's own process ends them (also on C
 """
 from __future__ import annotations
 
+import ctypes
 import random
+import signal
 import subprocess
 import sys
 import threading
 import time
 
 BURN = "while True:\n    pass\n"
+
+
+def _die_with_parent() -> None:
+    """A burner ends with the bench even when the bench is killed (Linux: PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 class BackgroundLoad:
@@ -34,7 +44,8 @@ class BackgroundLoad:
         return self
 
     def _on(self) -> None:
-        self._running = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(self.procs)]
+        self._running = [subprocess.Popen([sys.executable, "-c", BURN], preexec_fn=_die_with_parent)
+                         for _ in range(self.procs)]
         self.events.append((time.time() - self.t0, "on"))
 
     def _off(self) -> None:

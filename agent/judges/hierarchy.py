@@ -244,7 +244,7 @@ class JudgeHierarchy:
                 mean = statistics.fmean([s.bpb for s in samples])
                 return Decision("discard", paired.why + ("; the incumbent runs next" if ask else "; the candidate runs next"),
                                 mean, verdicts, rerun=True, basis=Basis.METRIC, rerun_commit=ask)
-        if not cand or not bar:
+        if (not cand or not bar) and (paired is None or paired.comparison is None or paired.comparison.t is None):
             if len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and cand == [] and bar:
                 jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 ev["call"] = "more"
