@@ -74,7 +74,7 @@ from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import DataInfo, ExperimentRecord, best_of
 from harness.sandbox import DataView
-from harness.runner import timeout_for
+from harness.runner import kill_leftover, timeout_for
 from harness.executors.node import clear_staging
 
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
@@ -426,6 +426,8 @@ def main(argv=None) -> int:
         smoke.apply_environment(config.smoke)
         loop = Loop(config)
         loop.tag_lock = workspace.tag_lock(loop.worktree.parent, loop.tag)   # before any state of the tag
+        if loop.worktree.is_dir():   # the tag is ours now: what a killed loop left running goes first
+            kill_leftover(loop.worktree)
         if not config.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
             print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
                   f"removed it to start afresh", flush=True)
