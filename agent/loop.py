@@ -172,7 +172,8 @@ class Loop(Phased, LoopStatus):
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.config.resume, settings=cli.settings_of(c),
-            inventory=envcheck.inventory(self.worktree, self.data_view))
+            inventory=envcheck.inventory(self.worktree, self.data_view), eval_tokens=self.eval_tokens)
+        self.eval_tokens = self.run_info.eval_tokens   # the tag's, fixed when it started
         self.check_environment()   # at start and on --resume: a broken environment costs no idea
         self.seal = make_seal(self.run_dir, info, self.run_info, self.config.sandbox, self.console.event)
         workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
@@ -259,7 +260,7 @@ class Loop(Phased, LoopStatus):
         """How this loop's runs are assembled (agent/experiment.py run_commit), as they stand."""
         return RunSite(files=self.files, run_info=self.run_info, budget=self.budget, timeout=self.timeout,
                        seal=self.seal, sealed=self.sealed, executor=self.executor,
-                       clock_reference=self.clock_reference, eval_tokens=self.eval_tokens)
+                       clock_reference=self.clock_reference)
 
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what

@@ -255,7 +255,8 @@ def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budge
 
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
-                            resume: bool, settings: dict | None = None, inventory: dict | None = None) -> RunInfo:
+                            resume: bool, settings: dict | None = None, inventory: dict | None = None,
+                            eval_tokens: int | None = None) -> RunInfo:
     """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint.
     `info` is prepare.describe()'s (DataInfo)."""
     data = DataInfo.of(info)
@@ -272,7 +273,7 @@ def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, 
         return fixed
     fixed = RunInfo(tag=tag, budget=budget, fingerprint=data.fingerprint, profile=data.profile,
                     base_commit=base_commit, created_at=time.time(), source=data.source,
-                    settings=settings, inventory=inventory)
+                    settings=settings, inventory=inventory, eval_tokens=eval_tokens)
     write_json_atomic(path, fixed.to_dict())
     return fixed
 
