@@ -427,8 +427,9 @@ def main(argv=None) -> int:
         smoke.apply_environment(config.smoke)
         loop = Loop(config)
         loop.tag_lock = workspace.tag_lock(loop.worktree.parent, loop.tag)   # before any state of the tag
-        if loop.worktree.is_dir():   # the tag is ours now: what a killed loop left running goes first
-            kill_leftover(loop.worktree)
+        left = kill_leftover(loop.worktree) if loop.worktree.is_dir() else None
+        if left:   # the tag is ours now: what a killed loop left running goes first
+            print(f"{'resume' if config.resume else 'start'}: {left}", flush=True)
         if not config.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
             print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
                   f"removed it to start afresh", flush=True)
