@@ -188,8 +188,9 @@ def given_options(argv=None) -> set[str]:
 
 # The options a tag records in run.json ("settings") when it starts; --resume takes them as its
 # defaults, so `--resume` alone continues the tag as it was started (an option given wins, and
-# the budget is still refused if it differs: one tag never mixes budgets).
-REMEMBERED = ("budget", "max_experiments", "until", "proposer", "model", "max_cost", "crash_streak",
+# the budget is still refused if it differs: one tag never mixes budgets). Not --until: a stop
+# time belongs to one night, and the next such time could be tomorrow's.
+REMEMBERED = ("budget", "max_experiments", "proposer", "model", "max_cost", "crash_streak",
               "fix_tries", "api_patience", "seed", "offline_search", "baseline_repeats", "reviewer",
               "timeout", "sandbox", "screen", "smoke")
 

@@ -67,7 +67,6 @@ class RunSite:
     sealed: bool
     executor: Executor
     clock_reference: Callable[[], ClockReference]
-    eval_tokens: int | None = None   # the trusted evaluation's tokens (None: the profile's; agent/smoke.py)
 
 
 class ExperimentHost(Protocol):
@@ -342,7 +341,7 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
         profile = site.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
         base = site.run_info.base_commit or parent or commit
         evaluation = eval_spec(site.seal, prepare_source=gitops.show_file(site.files.repo, base, "prepare.py"),
-                               train_source=files[TRAIN], profile=profile, eval_tokens=site.eval_tokens)
+                               train_source=files[TRAIN], profile=profile, eval_tokens=site.run_info.eval_tokens)
     job = TrainJob(n=n, files=files, budget=site.budget, run_dir=str(site.files.run_dir), log_name=log_name,
                    commit=commit, timeout=site.timeout, env=dict(env or {}), sealed=site.sealed,
                    data_mode="train" if site.sealed else "open", clock_reference=vars(site.clock_reference()),

@@ -74,7 +74,7 @@ from harness.appendlog import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import DataInfo, ExperimentRecord, best_of
 from harness.sandbox import DataView
-from harness.runner import timeout_for
+from harness.runner import kill_leftover, timeout_for
 from harness.executors.node import clear_staging
 
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
@@ -173,7 +173,8 @@ class Loop(Phased, LoopStatus):
         self.run_info = workspace.write_or_check_run_json(
             self.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=self.config.resume, settings=cli.settings_of(c),
-            inventory=envcheck.inventory(self.worktree, self.data_view))
+            inventory=envcheck.inventory(self.worktree, self.data_view), eval_tokens=self.eval_tokens)
+        self.eval_tokens = self.run_info.eval_tokens   # the tag's, fixed when it started
         self.check_environment()   # at start and on --resume: a broken environment costs no idea
         self.seal = make_seal(self.run_dir, info, self.run_info, self.config.sandbox, self.console.event)
         workspace.warm_compile_cache(self.repo, self.run_dir, self.run_info, self.seal, self.budget, self.console.event)
@@ -264,7 +265,7 @@ class Loop(Phased, LoopStatus):
         """How this loop's runs are assembled (agent/experiment.py run_commit), as they stand."""
         return RunSite(files=self.files, run_info=self.run_info, budget=self.budget, timeout=self.timeout,
                        seal=self.seal, sealed=self.sealed, executor=self.executor,
-                       clock_reference=self.clock_reference, eval_tokens=self.eval_tokens)
+                       clock_reference=self.clock_reference)
 
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what
@@ -433,6 +434,9 @@ def main(argv=None) -> int:
         smoke.apply_environment(config.smoke)
         loop = Loop(config)
         loop.tag_lock = workspace.tag_lock(loop.worktree.parent, loop.tag)   # before any state of the tag
+        left = kill_leftover(loop.worktree) if loop.worktree.is_dir() else None
+        if left:   # the tag is ours now: what a killed loop left running goes first
+            print(f"{'resume' if config.resume else 'start'}: {left}", flush=True)
         if not config.resume and cli.discard_unstarted(loop.repo, loop.tag, loop.worktree):
             print(f"tag {loop.tag}: it was made before but never ran an experiment (setup was stopped); "
                   f"removed it to start afresh", flush=True)

@@ -25,6 +25,8 @@ DEFAULT_ROOT = ".autoresearch"
 DESCRIBE_CODE = "import json, prepare; print(json.dumps(prepare.describe()))"
 # prepare.py is slow only the first time (download or fallback build); then it is a no-op.
 PREPARE_TIMEOUT = 3600
+# prepare.py's process group while the loop waits on it (harness/procs.py ends a leftover one).
+PREPARE_PID_FILE = "child-prepare.pid"
 
 
 # The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
@@ -184,15 +186,34 @@ def describe_data(worktree: Path, env: dict, log_path: Path) -> dict:
     if first.returncode == 0 and _looks_ready(first.stdout):
         return json.loads(first.stdout.strip().splitlines()[-1])
     print(f"data not ready; running prepare.py (log: {log_path})", flush=True)
-    with open(log_path, "w") as log:
-        prep = subprocess.run([sys.executable, "prepare.py"], cwd=worktree, env=env, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=PREPARE_TIMEOUT)
+    prep = _prepare(worktree, env, log_path)
     second = ask()
     if prep.returncode != 0 or second.returncode != 0 or not _looks_ready(second.stdout):
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
         raise SetupError(f"prepare.py could not prepare the data (exit {prep.returncode}); "
                          f"last lines of {log_path}:\n{tail}\n{second.stderr[-2000:]}")
     return json.loads(second.stdout.strip().splitlines()[-1])
+
+
+def _prepare(worktree: Path, env: dict, log_path: Path) -> subprocess.CompletedProcess:
+    """prepare.py in its own process group, recorded in the worktree (PREPARE_PID_FILE) while it
+    runs: a loop killed with -9 meanwhile leaves a group the next start ends (harness/procs.py)."""
+    from harness.procs import kill_group
+    pid_file = Path(worktree) / PREPARE_PID_FILE
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "prepare.py"], cwd=worktree, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            pid_file.write_text(json.dumps({"pgid": proc.pid, "cwd": str(Path(worktree).resolve()),
+                                            "n": "prepare"}))
+            proc.wait(timeout=PREPARE_TIMEOUT)
+        except BaseException:   # Ctrl-C or the timeout: the whole group goes
+            kill_group(proc.pid, proc)
+            proc.wait()
+            raise
+        finally:
+            pid_file.unlink(missing_ok=True)
+    return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 
 def _looks_ready(stdout: str) -> bool:
@@ -234,7 +255,8 @@ def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budge
 
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
-                            resume: bool, settings: dict | None = None, inventory: dict | None = None) -> RunInfo:
+                            resume: bool, settings: dict | None = None, inventory: dict | None = None,
+                            eval_tokens: int | None = None) -> RunInfo:
     """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint.
     `info` is prepare.describe()'s (DataInfo)."""
     data = DataInfo.of(info)
@@ -251,7 +273,7 @@ def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, 
         return fixed
     fixed = RunInfo(tag=tag, budget=budget, fingerprint=data.fingerprint, profile=data.profile,
                     base_commit=base_commit, created_at=time.time(), source=data.source,
-                    settings=settings, inventory=inventory)
+                    settings=settings, inventory=inventory, eval_tokens=eval_tokens)
     write_json_atomic(path, fixed.to_dict())
     return fixed
 

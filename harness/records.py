@@ -96,6 +96,7 @@ class RunInfo:
     inputs: dict | None = None           # the pinned evaluation inputs' hashes (harness/pinned.py)
     settings: dict | None = None         # the options the tag was started with: --resume's defaults
     inventory: dict | None = None        # the data shards and tokenizer files it started with (agent/envcheck.py)
+    eval_tokens: int | None = None       # the trusted evaluation's tokens (None: the profile's EVAL_TOKENS)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -112,6 +113,7 @@ class RunInfo:
                    inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None,
                    settings=d.get("settings") if isinstance(d.get("settings"), dict) else None,
                    inventory=d.get("inventory") if isinstance(d.get("inventory"), dict) else None,
+                   eval_tokens=_int(d.get("eval_tokens")),
                    extra={k: v for k, v in d.items() if k not in RUN_INFO_KEYS})
 
     @classmethod

@@ -4,6 +4,7 @@ Bad arguments end with a clear message and exit 2 before anything exists (no bra
 worktree, no state.json); Ctrl-C or kill -9 during the first data preparation leaves no tag that
 then demands --resume; the other command lines answer --help without running anything.
 """
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 
 from agent import cli
 from agent import loop as loop_mod
-from tests.loop_fixtures import FAKE_PREPARE, REPO, fake_env, fake_repo, git, make_repo, run_loop, FAKE_TRAIN
+from tests.loop_fixtures import (FAKE_PREPARE, FAKE_TRAIN, REPO, fake_env, fake_repo, git, make_repo, pid_alive,
+                                 run_loop)
 
 BAD = [
     (["--tag", ""], "the tag is empty"),
@@ -165,12 +167,18 @@ def test_kill9_during_the_first_preparation_then_the_same_command_starts_afresh(
                                          "program.md": "research\n"})
     env = fake_env(tmp_path)
     proc = _start_preparing(repo, env, "k9")
+    pid_file = repo / ".autoresearch" / "k9" / "child-prepare.pid"
+    deadline = time.time() + 60
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    prep = json.loads(pid_file.read_text())["pgid"]
     proc.kill()   # kill -9 of the loop alone: its stop path never runs
     proc.wait()
-    os.killpg(proc.pid, signal.SIGKILL)   # then the orphaned prepare.py, so it does not linger
+    assert pid_alive(prep), "the orphaned prepare.py outlives its loop (its own process group)"
     assert git(repo, "branch", "--list", "autoresearch/k9"), "kill -9 left the half-made tag"
     again = run_loop(repo, env, "--tag", "k9", "--budget", "1", "--max-experiments", "1")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert not pid_alive(prep), "the next start ended the group the killed loop left"
     assert "never ran an experiment" in again.stdout and "removed it to start afresh" in again.stdout
     assert len((repo / ".autoresearch" / "k9" / "results.tsv").read_text().splitlines()) == 2
 

@@ -195,3 +195,15 @@ def test_the_loop_draws_the_live_panel_on_a_terminal(tmp_path):
     assert "logs/exp-0002.log" in screen and "│ last decision │ exp 1 keep" in screen
     assert "] exp 1: training" not in screen, "no plain lines on a terminal"
     assert screen.index("== autoresearch tty: stopped") > screen.rindex("│ phase"), "the summary comes last"
+
+
+def test_the_panel_says_the_idea_and_which_run_while_it_runs():
+    state = {"phase": "training", "experiment": 2, "run_started_at": 100.0, "phase_started_at": 100.0,
+             "idea": {"description": "DEPTH 4 -> 3", "hypothesis": "a shallower model trains more steps",
+                      "proposer": "offline"},
+             "run": {"k": 2, "of": 5, "why": "confirming a possible gain"}}
+    out = text_of(con.render_panel("t", 300, state, now=110.0))
+    assert "DEPTH 4 -> 3 -- hypothesis: a shallower model trains more steps" in out
+    assert "run 2 of 5 (confirming a possible gain), 10s since launch" in out
+    idle = text_of(con.render_panel("t", 300, dict(state, phase="idle", idea=None, run=None), now=110.0))
+    assert "DEPTH 4 -> 3" not in idle and "confirming" not in idle

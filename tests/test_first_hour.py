@@ -207,3 +207,33 @@ def test_prepare_sees_a_missing_training_shard_of_several(tiny_cache, tmp_path):
     assert not prepare._shards_ok(mine), "shard_00001 is missing"
     shutil.copy(mine / "shard_00000.parquet", mine / "shard_00001.parquet")
     assert prepare._shards_ok(mine)
+
+
+def test_the_environment_check_names_each_fault_and_the_command(tiny_cache, tmp_path):
+    """Real prepared data (a copy): a truncated shard, a lost tokenizer, a shard missing from the
+    tag's inventory and a fixed file gone are each named; the command restores the same data."""
+    from agent import envcheck
+    from harness.sandbox import DataView
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_cache["AUTORESEARCH_CACHE"], cache)
+    pointer = json.loads(next(cache.glob("prepared-*.json")).read_text())
+    data, tok = cache / pointer["data"], cache / pointer["tokenizer"]
+    view = DataView(cache=cache, data=data, tokenizer=tok, val=data / "shard_06542.parquet")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    for name in envcheck.FIXED_FILES:
+        (wt / name).write_text("# fixed\n")
+    recorded = envcheck.inventory(wt, view)
+    assert recorded["files"] == list(envcheck.FIXED_FILES) and "shard_00000.parquet" in recorded["data"]
+    assert envcheck.problems(wt, view, recorded) == []
+    train = data / "shard_00000.parquet"
+    train.write_bytes(train.read_bytes()[:1000])            # a partial download
+    (tok / "tokenizer.pkl").unlink()
+    (wt / "runtime.py").unlink()
+    found = envcheck.problems(wt, view, dict(recorded, data=recorded["data"] + ["shard_00001.parquet"]))
+    text = "; ".join(found)
+    assert "shard_00000.parquet" in text and "corrupt" in text
+    assert "shard_00001.parquet missing" in text and "tokenizer" in text and "runtime.py is missing" in text
+    assert envcheck.prepare_command("tiny", "offline-fallback") == "AUTORESEARCH_PROFILE=tiny uv run prepare.py --offline"
+    assert envcheck.prepare_command("gpu", "climbmix") == "uv run prepare.py"
+    assert envcheck.prepare_command("cpu", "local:/my data") == "AUTORESEARCH_PROFILE=cpu uv run prepare.py --source '/my data'"

@@ -378,7 +378,7 @@ class JudgeHierarchy:
                     kw.update(sandbox=seal.sandbox, eval_cache=seal.eval_cache)
                 v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
                            printed_bpb=None if sealed else printed, sealed=sealed, rows=eval_rows(profile),
-                           work_root=Path(ctx.run_dir) / VERIFY_DIR, **kw)
+                           work_root=Path(ctx.run_dir) / VERIFY_DIR, eval_tokens=_run_info(ctx).eval_tokens, **kw)
             sp.log(output={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "seconds": v.seconds})
         return v
 
