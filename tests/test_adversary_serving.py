@@ -73,3 +73,45 @@ def test_rewriting_the_same_model_does_not_make_it_cheaper_to_serve():
         s = serving(how)
         assert s is None or s["decode_flops_per_token"] >= honest["decode_flops_per_token"], (how, s, honest)
         assert s is None or s["kv_bytes_per_token"] >= honest["kv_bytes_per_token"], (how, s, honest)
+
+
+class HalfByHand(Attn):
+    """Two attention layers, the second written by hand (matmul, mask, softmax, matmul)."""
+
+    def forward(self, idx):
+        x = self.wte[idx]
+        B = idx.size(0)
+        for layer in range(2):
+            q, k, v = (self.proj(x, n).view(B, T, 2, D // 2).transpose(1, 2) for n in ("q", "k", "v"))
+            if layer == 0:
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                s = (q @ k.transpose(-1, -2)) / (D // 2) ** 0.5
+                mask = torch.ones(T, T, dtype=torch.bool).tril()
+                y = torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, D), "o")
+        return self.proj(x, "head")
+
+
+def test_attention_written_by_hand_beside_the_kernel_has_no_serving_figures():
+    """Counting only the kernel's calls, the hand-written layer's KV cache vanished: a model with
+    two attention layers reported the KV bytes of one."""
+    model = HalfByHand("linear").eval()
+    tokens = torch.randint(0, V, (ROWS, T))
+    with torch.no_grad():
+        spec, consts = runtime.record_graph(model, tokens)
+        g = G.load(json.dumps(spec), {k: v.detach().clone() for k, v in model.state_dict().items()}, consts,
+                   rows=ROWS, seq_len=T, device="cpu")
+        assert torch.allclose(g(tokens), model(tokens), atol=1e-5)
+    assert G.hand_attention(g)
+    assert G.serving_cost(g, tokens) is None
+
+
+def test_the_honest_kernel_graph_is_not_taken_for_hand_attention():
+    model = Attn("linear").eval()
+    tokens = torch.randint(0, V, (ROWS, T))
+    with torch.no_grad():
+        spec, consts = runtime.record_graph(model, tokens)
+    g = G.load(json.dumps(spec), {k: v.detach().clone() for k, v in model.state_dict().items()}, consts,
+               rows=ROWS, seq_len=T, device="cpu")
+    assert G.hand_attention(g) is None
