@@ -219,7 +219,8 @@ class Loop(Phased, LoopStatus):
             steps = os.environ.get("AUTORESEARCH_STEPS")
             self.console.event(smoke.eta_note(
                 baseline_repeats=self.baseline_repeats, max_experiments=self.config.max_experiments,
-                budget=self.budget, eval_tokens=self.eval_tokens, steps=int(steps) if steps else None))
+                budget=self.budget, eval_tokens=self.eval_tokens, steps=int(steps) if steps else None,
+                done=self.next_n() - 1))
         if self.config.parallel:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor

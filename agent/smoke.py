@@ -88,14 +88,16 @@ def runs_needed(baseline_repeats: int, experiments: int | None) -> tuple[int, in
 
 
 def eta_note(*, baseline_repeats: int, max_experiments: int | None, budget: float,
-             eval_tokens: int | None, steps: int | None) -> str:
-    """The startup line: what the first row costs, and (with --max-experiments) the whole session."""
+             eval_tokens: int | None, steps: int | None, done: int = 0) -> str:
+    """The startup line: what the first row costs, and (with --max-experiments) the whole session.
+    `done`: experiments the tag already has (an imported tag's rows): --max-experiments counts them."""
     per = run_seconds(budget, eval_tokens, steps)
     what = f"{steps} steps" if steps else f"{budget:g}s of training"
     first = (f"estimate: one run is about {clock(per)} ({what}, startup and the trusted evaluation); the "
              f"first row of results.tsv needs {baseline_repeats} baseline run(s), about {clock(per * baseline_repeats)}")
     if max_experiments is None:
         return first
-    low, high = runs_needed(baseline_repeats, max_experiments - 1)
-    return (f"{first}; --max-experiments {max_experiments}: {low} to {high} runs as the judge asks for "
+    low, high = runs_needed(baseline_repeats, max(0, max_experiments - done - 1))
+    had = f" ({done} already recorded)" if done else ""
+    return (f"{first}; --max-experiments {max_experiments}{had}: {low} to {high} runs as the judge asks for "
             f"reruns, about {clock(per * low)} to {clock(per * high)} on an idle machine")
