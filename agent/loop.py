@@ -225,9 +225,14 @@ class Loop(Phased, LoopStatus):
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
+        first_n, session_at = self.next_n(), time.time()
         self.ensure_baseline()                                        # 1. baseline
         while True:
             n = self.next_n()                                         # 2. stop?
+            eta = smoke.eta_line(n=n, max_experiments=self.config.max_experiments, first_n=first_n,
+                                 elapsed_s=time.time() - session_at)
+            if eta:
+                self.console.event(eta)
             if self.config.max_experiments is not None and n > self.config.max_experiments:
                 self.stop_reason = f"reached --max-experiments {self.config.max_experiments}"
                 break

@@ -101,3 +101,16 @@ def eta_note(*, baseline_repeats: int, max_experiments: int | None, budget: floa
     had = f" ({done} already recorded)" if done else ""
     return (f"{first}; --max-experiments {max_experiments}{had}: {low} to {high} runs as the judge asks for "
             f"reruns, about {clock(per * low)} to {clock(per * high)} on an idle machine")
+
+
+def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: float) -> str | None:
+    """Before experiment `n` with --max-experiments: how many are left and, once this session has
+    decided one, about how long they take at its pace (None without --max-experiments)."""
+    if max_experiments is None or n > max_experiments:
+        return None
+    left = max_experiments - n + 1
+    done = n - first_n
+    head = f"eta: experiment {n} of {max_experiments} next, {left} to go"
+    if done < 1 or elapsed_s <= 0:
+        return head
+    return f"{head}; about {clock(left * elapsed_s / done)} at this session's pace ({done} decided in {clock(elapsed_s)})"

@@ -25,3 +25,12 @@ def test_an_imported_tag_counts_only_what_is_left():
 
 def test_nothing_left_is_no_negative_count():
     assert runs(smoke.eta_note(max_experiments=3, done=7, **ARGS)) == (2, 2)
+
+
+def test_the_eta_line_counts_what_is_left_at_the_session_pace():
+    assert smoke.eta_line(n=2, max_experiments=None, first_n=1, elapsed_s=60.0) is None
+    assert smoke.eta_line(n=4, max_experiments=3, first_n=1, elapsed_s=60.0) is None      # the loop stops
+    first = smoke.eta_line(n=1, max_experiments=3, first_n=1, elapsed_s=0.0)
+    assert first.startswith("eta: experiment 1 of 3 next, 3 to go") and "pace" not in first
+    line = smoke.eta_line(n=3, max_experiments=4, first_n=1, elapsed_s=120.0)   # 2 decided in 2m: 1m each
+    assert "experiment 3 of 4 next, 2 to go" in line and "about 2m00s" in line and "2 decided in 2m00s" in line
