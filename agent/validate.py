@@ -1,10 +1,10 @@
 """A winner checked at a longer budget: does the final best's gain over the base hold at K x the budget?
 
-    uv run agent/report.py --run DIR --validate K [--validate-seeds S]
+    uv run agent/report.py --run DIR --validate K
 
 Screen-then-validate: the loop's budget is short so that many ideas are tried; a change that wins
 at 5 minutes may win by less, or lose, at 50. This re-runs the tag's final best and its base at K
-times the budget, S fresh seeds each (the same seeds on both sides, none the loop used), through
+times the budget, DEFAULT_SEEDS (3) fresh seeds each (the same seeds on both sides, none the loop used), through
 the loop's own path: a sealed run and the trusted evaluation for a run the judge hierarchy judged
 (agent/experiment.run_commit, JudgeHierarchy.measure), the printed val_bpb for one the simple
 reviewer judged. It says whether the gain HOLDS (at least HOLD_FRACTION of the run's gain, and
