@@ -148,6 +148,20 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
         raise ValidateError("AUTORESEARCH_STEPS is set: runs train a fixed number of steps, so a longer "
                             "budget changes nothing; unset it to validate")
     t = terms(run_dir)
+    profile, given = t["info"].profile, os.environ.get("AUTORESEARCH_PROFILE")
+    if profile and given and given != profile:
+        raise ValidateError(f"AUTORESEARCH_PROFILE is {given}, the tag ran on the {profile} profile; unset it "
+                            "to validate on the tag's")
+    if profile and not given:      # the tag's profile, not this machine's default (its data, its shapes)
+        os.environ["AUTORESEARCH_PROFILE"] = profile
+    try:
+        return _validate(run_dir, t, k, seeds, say, make_measure)
+    finally:
+        if profile and not given:
+            os.environ.pop("AUTORESEARCH_PROFILE", None)
+
+
+def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -> dict:
     (Path(run_dir) / "report").mkdir(exist_ok=True)
     budget = float(t["info"].budget) * k
     out = {"k": k, "budget": budget, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),
