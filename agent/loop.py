@@ -220,14 +220,20 @@ class Loop(Phased, LoopStatus):
             steps = os.environ.get("AUTORESEARCH_STEPS")
             self.console.event(smoke.eta_note(
                 baseline_repeats=self.baseline_repeats, max_experiments=self.config.max_experiments,
-                budget=self.budget, eval_tokens=self.eval_tokens, steps=int(steps) if steps else None))
+                budget=self.budget, eval_tokens=self.eval_tokens, steps=int(steps) if steps else None,
+                done=self.next_n() - 1))
         if self.config.parallel:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
+        first_n, session_at = self.next_n(), time.time()
         self.ensure_baseline()                                        # 1. baseline
         while True:
             n = self.next_n()                                         # 2. stop?
+            eta = smoke.eta_line(n=n, max_experiments=self.config.max_experiments, first_n=first_n,
+                                 elapsed_s=time.time() - session_at)
+            if eta:
+                self.console.event(eta)
             if self.config.max_experiments is not None and n > self.config.max_experiments:
                 self.stop_reason = f"reached --max-experiments {self.config.max_experiments}"
                 break

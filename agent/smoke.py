@@ -88,14 +88,29 @@ def runs_needed(baseline_repeats: int, experiments: int | None) -> tuple[int, in
 
 
 def eta_note(*, baseline_repeats: int, max_experiments: int | None, budget: float,
-             eval_tokens: int | None, steps: int | None) -> str:
-    """The startup line: what the first row costs, and (with --max-experiments) the whole session."""
+             eval_tokens: int | None, steps: int | None, done: int = 0) -> str:
+    """The startup line: what the first row costs, and (with --max-experiments) the whole session.
+    `done`: experiments the tag already has (an imported tag's rows): --max-experiments counts them."""
     per = run_seconds(budget, eval_tokens, steps)
     what = f"{steps} steps" if steps else f"{budget:g}s of training"
     first = (f"estimate: one run is about {clock(per)} ({what}, startup and the trusted evaluation); the "
              f"first row of results.tsv needs {baseline_repeats} baseline run(s), about {clock(per * baseline_repeats)}")
     if max_experiments is None:
         return first
-    low, high = runs_needed(baseline_repeats, max_experiments - 1)
-    return (f"{first}; --max-experiments {max_experiments}: {low} to {high} runs as the judge asks for "
+    low, high = runs_needed(baseline_repeats, max(0, max_experiments - done - 1))
+    had = f" ({done} already recorded)" if done else ""
+    return (f"{first}; --max-experiments {max_experiments}{had}: {low} to {high} runs as the judge asks for "
             f"reruns, about {clock(per * low)} to {clock(per * high)} on an idle machine")
+
+
+def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: float) -> str | None:
+    """Before experiment `n` with --max-experiments: how many are left and, once this session has
+    decided one, about how long they take at its pace (None without --max-experiments)."""
+    if max_experiments is None or n > max_experiments:
+        return None
+    left = max_experiments - n + 1
+    done = n - first_n
+    head = f"eta: experiment {n} of {max_experiments} next, {left} to go"
+    if done < 1 or elapsed_s <= 0:
+        return head
+    return f"{head}; about {clock(left * elapsed_s / done)} at this session's pace ({done} decided in {clock(elapsed_s)})"

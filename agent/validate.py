@@ -1,10 +1,10 @@
 """A winner checked at a longer budget: does the final best's gain over the base hold at K x the budget?
 
-    uv run agent/report.py --run DIR --validate K [--validate-seeds S]
+    uv run agent/report.py --run DIR --validate K
 
 Screen-then-validate: the loop's budget is short so that many ideas are tried; a change that wins
 at 5 minutes may win by less, or lose, at 50. This re-runs the tag's final best and its base at K
-times the budget, S fresh seeds each (the same seeds on both sides, none the loop used), through
+times the budget, DEFAULT_SEEDS (3) fresh seeds each (the same seeds on both sides, none the loop used), through
 the loop's own path: a sealed run and the trusted evaluation for a run the judge hierarchy judged
 (agent/experiment.run_commit, JudgeHierarchy.measure), the printed val_bpb for one the simple
 reviewer judged. It says whether the gain HOLDS (at least HOLD_FRACTION of the run's gain, and
@@ -148,6 +148,20 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
         raise ValidateError("AUTORESEARCH_STEPS is set: runs train a fixed number of steps, so a longer "
                             "budget changes nothing; unset it to validate")
     t = terms(run_dir)
+    profile, given = t["info"].profile, os.environ.get("AUTORESEARCH_PROFILE")
+    if profile and given and given != profile:
+        raise ValidateError(f"AUTORESEARCH_PROFILE is {given}, the tag ran on the {profile} profile; unset it "
+                            "to validate on the tag's")
+    if profile and not given:      # the tag's profile, not this machine's default (its data, its shapes)
+        os.environ["AUTORESEARCH_PROFILE"] = profile
+    try:
+        return _validate(run_dir, t, k, seeds, say, make_measure)
+    finally:
+        if profile and not given:
+            os.environ.pop("AUTORESEARCH_PROFILE", None)
+
+
+def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -> dict:
     (Path(run_dir) / "report").mkdir(exist_ok=True)
     budget = float(t["info"].budget) * k
     out = {"k": k, "budget": budget, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),

@@ -85,9 +85,11 @@ def sample_of(ctx, run, bpb: float) -> Sample:
 def over_budget(run, budget: float | None) -> tuple[str | None, str]:
     """(None | "over" | "cheat", why) by the harness's clock (harness/clock.py), not train.py's
     own figure: "over" is no evidence (the run is rerun), "cheat" an integrity failure."""
-    if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS") or not budget:
-        return None, ""
     clock = run.clock
+    if run.steps_mode or os.environ.get("AUTORESEARCH_STEPS"):
+        return over_steps(run, clock)
+    if not budget:
+        return None, ""
     if clock is None or clock.startup_s is None:
         if run.sealed:
             return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot time its "
@@ -97,6 +99,27 @@ def over_budget(run, budget: float | None) -> tuple[str | None, str]:
         return "cheat", (f"the run took {run.wall_seconds:.0f}s of wall clock for a {budget:g}s budget "
                          f"(limit {WALL_FACTOR:g}x + {WALL_GRACE_S:.0f}s): it trained past the budget")
     return harness_clock.over_budget(clock, budget)
+
+
+def over_steps(run, clock) -> tuple[str | None, str]:
+    """Steps mode is not timed, but its count is checked: a sealed run must show its steps
+    (step lines) and none numbered past AUTORESEARCH_STEPS (train.py numbers them from 1, a resumed
+    run from its state's step, so an honest run's last is at most the count). A train.py that kept
+    the hook's name but trained more steps used to pass unchecked."""
+    try:
+        steps = int(os.environ.get("AUTORESEARCH_STEPS") or 0)
+    except ValueError:
+        steps = 0
+    if clock is None or clock.startup_s is None:
+        if run.sealed:
+            return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot count its "
+                             "steps, so it cannot be kept")
+        return None, ""
+    last = max(clock.last_step or 0, clock.steps_seen)
+    if steps > 0 and last > steps:
+        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps_seen} step "
+                         "lines): it trained past its step count")
+    return None, ""
 
 
 def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None:

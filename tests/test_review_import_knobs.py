@@ -1,0 +1,62 @@
+"""An imported tag keeps the knob values its history moved, even a move back to the repository's
+own value. The first --resume of an imported tag on a small profile writes that profile's knob
+values in (workspace.commit_profile_knobs), but only for knobs "still at train.py's value": a
+tiny-profile run that had moved ASPECT_RATIO 32 -> 64 (the repository's value) and kept it was
+continued from ASPECT_RATIO 32, its best change undone (seen importing a smoke tag)."""
+import shutil
+import subprocess
+import sys
+
+from agent import workspace
+from harness import knobs
+from tests.loop_fixtures import REPO, git
+
+TINY_ASPECT = 32      # runtime.PROFILE_KNOBS["ASPECT_RATIO"]: (64, 32)
+
+
+def made_repo(tmp):
+    repo = tmp / "repo"
+    repo.mkdir()
+    for f in ("train.py", "runtime.py", "prepare.py", "attention.py"):
+        shutil.copy(REPO / f, repo / f)
+    git(repo, "init", "-q", "-b", "master")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    return repo
+
+
+def commit(repo, source, message):
+    (repo / "train.py").write_text(source)
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", message)
+    return git(repo, "rev-parse", "--short", "HEAD")
+
+
+def test_a_knob_moved_back_to_the_repository_value_survives_the_import(tmp_path):
+    repo = made_repo(tmp_path)
+    src = (repo / "train.py").read_text()
+    assert knobs.values(src)["ASPECT_RATIO"] == 64
+    git(repo, "checkout", "-q", "-b", "autoresearch/orig")
+    tiny = knobs.for_profile(src, "tiny", (repo / "runtime.py").read_text())[0]
+    assert knobs.values(tiny)["ASPECT_RATIO"] == TINY_ASPECT
+    base = commit(repo, tiny, "baseline: the tiny profile's knob values")
+    wide = commit(repo, knobs.set_knobs(tiny, {"ASPECT_RATIO": 64}), "ASPECT_RATIO 32 -> 64")
+    git(repo, "checkout", "-q", "master")
+    results = tmp_path / "results.tsv"
+    results.write_text("commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"
+                       f"{base}\t2.708876\t0.7\tkeep\tbaseline\n{wide}\t2.680050\t0.7\tkeep\tASPECT_RATIO 32 -> 64\n")
+    p = subprocess.run([sys.executable, str(REPO / "agent" / "import_run.py"), "--repo", str(repo), "--branch",
+                        "autoresearch/orig", "--results", str(results), "--tag", "imp"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    wt = repo / ".autoresearch" / "imp"
+    assert workspace.imported_moves(wt) == {"ASPECT_RATIO"}
+    head = git(wt, "rev-parse", "HEAD")
+    workspace.commit_profile_knobs(wt, "tiny", head)
+    now = knobs.values((wt / "train.py").read_text())
+    assert now["ASPECT_RATIO"] == 64, "the imported keep was undone"
+    assert now["DEPTH"] == knobs.values(tiny)["DEPTH"]      # the profile's other knobs, as before
+
+
+def test_a_tag_that_was_not_imported_moves_nothing(tmp_path):
+    repo = made_repo(tmp_path)
+    assert workspace.imported_moves(repo) == set()

@@ -1,0 +1,34 @@
+"""--validate runs on the tag's profile, not the machine's default: from a shell without
+AUTORESEARCH_PROFILE, validating a tiny-profile tag (the smoke preset's) prepared the cpu
+profile's data and measured its commits at the cpu profile's shapes, figures of another setting."""
+import os
+
+import pytest
+
+from agent import validate
+from harness.journal_records import Measurement
+from harness.records import RunInfo
+from tests.test_validate import TRICK, _run
+
+
+def test_validation_runs_on_the_tags_profile(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
+    repo, run = _run(tmp_path, monkeypatch, TRICK)
+    profile = RunInfo.read(run / "run.json").profile
+    assert profile
+    seen = []
+
+    def probe(t, scratch, budget):
+        def measure(commit, n, seed):
+            seen.append(os.environ.get("AUTORESEARCH_PROFILE"))
+            return Measurement(True, "probe", 1.0, None)
+        measure.close = lambda: None
+        return measure
+    monkeypatch.delenv("AUTORESEARCH_PROFILE", raising=False)
+    validate.validate(run, 2, seeds=1, make_measure=probe)
+    assert seen == [profile, profile]
+    assert "AUTORESEARCH_PROFILE" not in os.environ, "the process's environment is left as it was"
+    other = "gpu" if profile != "gpu" else "cpu"
+    monkeypatch.setenv("AUTORESEARCH_PROFILE", other)
+    with pytest.raises(validate.ValidateError, match="profile"):
+        validate.validate(run, 2, seeds=1, make_measure=probe)
