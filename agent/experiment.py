@@ -141,8 +141,7 @@ def write_pending(loop, a: Attempt) -> None:
 def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
     """Carry experiment `a` to a recorded decision; returns its journal record."""
     old_source = gitops.show_file(loop.files.repo, a.parent, TRAIN) if a.parent else a.proposal.source
-    if hasattr(loop, "show_attempt"):   # the idea on the panel and in state.json while it runs
-        loop.show_attempt(a)
+    getattr(loop, "show_attempt", lambda *_: None)(a)   # its idea on the panel and in state.json while it runs
     guard = GuardVerdict(True, "baseline: unmodified train.py")
     if a.parent is not None and not committed:
         loop.set_phase("guarding", a.n)
@@ -171,8 +170,7 @@ def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False)
         except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
             record(loop, a, old_source, stop.run, stop.decision, guard)
             raise KeyboardInterrupt from None
-        if run.crash_class is not None and hasattr(loop, "check_environment"):
-            loop.check_environment()   # missing data is no crash of the idea: stop, it stays pending
+        getattr(loop, "check_after_run", lambda _: None)(run)   # missing data is no crash of the idea
         if decision.status == "crash" and len(a.attempts) < loop.config.fix_tries:
             if _ask_fix(loop, a, new_source, run) is not None:
                 continue
@@ -260,8 +258,7 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
     candidate's last run stays the one the record describes)."""
     incumbent = asked.rerun_commit if asked is not None and asked.rerun else None
     commit = incumbent or a.commit
-    if hasattr(loop, "show_run"):
-        loop.show_run(a.n, *run_label(loop, a, len(reruns), asked))
+    getattr(loop, "show_run", lambda *_: None)(a, len(reruns), asked)   # which run of it, and why (agent/status.py)
     loop.set_phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{len(reruns)}" if reruns else "") + (".incumbent" if incumbent else "") + ".log"
@@ -299,24 +296,6 @@ def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, 
                                                 "crash_class": run.crash_class})
             run = last_ok
     return run, decision
-
-
-def run_label(loop, a: Attempt, done: int, asked: Decision | None) -> tuple[int, int, str]:
-    """(k, of, why) of the run about to start: run k of at most `of`, and why it runs again."""
-    from agent.judges import stats
-    k = done + 1
-    if a.parent is None:
-        of = max(k, loop.config.baseline_repeats)
-        why = "first run" if k == 1 else "measuring the noise"
-    else:
-        of = max(k, stats.MAX_RUNS)
-        why = "first run" if k == 1 else "confirming a possible gain"
-    reason = asked.reason if asked is not None else ""
-    if asked is not None and asked.rerun_commit:
-        why = f"the incumbent {asked.rerun_commit[:7]} again, for a fair bar"
-    elif "disturbed" in reason or "no evidence" in reason:
-        why = "replacing a run the machine disturbed"
-    return k, of, why
 
 
 def execute(loop, a: Attempt, log_name: str, env: dict, commit: str | None = None) -> RunResult:

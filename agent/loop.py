@@ -287,6 +287,11 @@ class Loop(Phased, LoopStatus):
             raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
         self.check_environment()
 
+    def check_after_run(self, run) -> None:
+        """A crashed run: is the environment to blame? (EnvironmentStop: it stays pending.)"""
+        if run.crash_class is not None:
+            self.check_environment()
+
     def check_environment(self) -> None:
         """EnvironmentStop when data, tokenizer or a fixed file is missing or corrupt (agent/envcheck.py):
         before each experiment, and after a crashed run before the crash is recorded."""

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from agent.console import run_progress
+from agent.judges import stats
 from harness.records import RunState
 from harness.results import write_state
 
@@ -21,11 +22,13 @@ class LoopStatus:
         self.run_of = None
         self.console.event(f"exp {a.n}: trying {p.description} -- hypothesis: {p.hypothesis}")
 
-    def show_run(self, n: int, k: int, of: int, why: str) -> None:
-        """Run k of (at most) `of` of experiment n, and why it runs again (k > 1)."""
+    def show_run(self, a, done: int, asked) -> None:
+        """The next run of experiment `a` (`done` runs so far; `asked`: the judge's call that asked
+        for it): run k of (at most) `of`, and why it runs again (k > 1)."""
+        k, of, why = run_label(self.config.baseline_repeats, a, done, asked)
         self.run_of = {"k": k, "of": of, "why": why}
         if k > 1:
-            self.console.event(f"exp {n}: run {k} of {of} ({why})")
+            self.console.event(f"exp {a.n}: run {k} of {of} ({why})")
 
     def announce(self, n: int, decision) -> None:
         """A judge decision as it is made; an interim one ("run again") is a note, not a verdict."""
@@ -58,6 +61,23 @@ class LoopStatus:
             write_state(self.files.state_path, **state)
         self.console.update(state)
 
+
+
+def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int, str]:
+    """(k, of, why) of the run about to start: run k of at most `of`, and why it runs again."""
+    k = done + 1
+    if a.parent is None:
+        of = max(k, baseline_repeats)
+        why = "first run" if k == 1 else "measuring the noise"
+    else:
+        of = max(k, stats.MAX_RUNS)
+        why = "first run" if k == 1 else "confirming a possible gain"
+    reason = asked.reason if asked is not None else ""
+    if asked is not None and asked.rerun_commit:
+        why = f"the incumbent {asked.rerun_commit[:7]} again, for a fair bar"
+    elif "disturbed" in reason or "no evidence" in reason:
+        why = "replacing a run the machine disturbed"
+    return k, of, why
 
 
 def _evaluating(run_dir: Path) -> bool:
