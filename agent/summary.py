@@ -16,10 +16,6 @@ from agent.console import clock
 from harness.records import RunInfo, experiment_records
 from harness.results import read_journal
 
-# Wall time of a baseline run per second of budget: startup, evaluation and the trusted
-# re-evaluation come on top (two 300 s baselines took ~11 minutes on the idle CPU box: 1.1x).
-RUN_WALL_PER_BUDGET = 1.1
-
 
 @dataclass
 class EndSummary:
@@ -87,13 +83,6 @@ def render(s: EndSummary) -> str:
     lines.append(f"results       {s.results_path}")
     lines.append(f"dashboard     {s.dashboard}")
     return "\n".join(lines)
-
-
-def first_row_note(repeats: int, budget: float) -> str:
-    """Said before the baseline: the first results.tsv row waits for every baseline repeat."""
-    return (f"baseline: the first row of results.tsv needs {repeats} baseline runs (--baseline-repeats "
-            f"{repeats}, to measure the noise the judge compares against): {repeats} x {budget:g}s of "
-            f"training plus startup and evaluation each, about {clock(repeats * budget * RUN_WALL_PER_BUDGET)} or more")
 
 
 def interrupted_reason(interim: tuple | None, recorded: list) -> str:
