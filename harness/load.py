@@ -13,7 +13,10 @@ A run that wants every core and shares the box with processes that keep o cores 
 ncpu - o of them: it is slowed by that factor (one busy process on 2 cores: ~1.5-2x). What the
 run burns itself (a process of its own that spins to look "loaded") is its own CPU, not the
 others': it cannot raise the factor, and a sleeping run lowers nothing but its own work. Where
-/proc is not there (not Linux) the factor is 1: the allowances are the idle ones.
+/proc is not there (not Linux) the factor is 1: the allowances are the idle ones. Limits: on a box
+the others keep busy beyond 3/4 of its cores every run reads MAX_LOAD, so the factor no longer
+tells runs apart; a GPU run is slowed less by CPU load than the factor says (its allowances are
+then generous by that much); contention on a GPU itself is not seen here.
 """
 from __future__ import annotations
 

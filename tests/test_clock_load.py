@@ -108,8 +108,9 @@ def reference_from(run) -> ClockReference:
 
 def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure(repo, tiny_cache):
     """The tag's baseline timed on the machine as it is, then the same train.py at a 6 s budget
-    beside one and then two CPU-burning processes per core pair (2 and 3x load on 2 cores): the
-    clock measures the load, scales the allowances, and no run is a cheat."""
+    beside one and then four CPU-burning processes (on 2 cores, with the run's one thread: ~1.5x
+    and ~4x load on an idle box): the clock measures the load, scales the allowances, and no run
+    is a cheat (at worst no evidence)."""
     wt, base = repo
     seal, h = sealed_setup(wt)
     h.budget = 6
@@ -117,7 +118,7 @@ def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure
     assert ref_run.crash_class is None, ref_run.log_tail
     ref = reference_from(ref_run)
     seen = []
-    for n, k in ((2, 1), (3, 2)):
+    for n, k in ((2, 1), (3, 4)):
         procs = burners(k)
         try:
             run = run_sealed(wt, seal, n, 6, clock_reference=ref)
