@@ -32,3 +32,29 @@ def test_validation_runs_on_the_tags_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTORESEARCH_PROFILE", other)
     with pytest.raises(validate.ValidateError, match="profile"):
         validate.validate(run, 2, seeds=1, make_measure=probe)
+
+
+def test_a_smoke_tag_is_validated_at_k_times_its_steps(tmp_path, monkeypatch):
+    """A --smoke tag trained 30 steps a run whatever its nominal budget: validated from a plain
+    shell it ran on the wall-clock budget instead (another setting: a bigger model that cost
+    nothing in steps trained fewer of them), and its gain 'reversed'."""
+    import json
+    monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
+    repo, run = _run(tmp_path, monkeypatch, TRICK)
+    info = json.loads((run / "run.json").read_text())
+    info["settings"] = dict(info.get("settings") or {}, smoke=True)
+    (run / "run.json").write_text(json.dumps(info))
+    steps = validate.terms(run)["steps"]
+    assert steps, "the base record's summary gives the steps it ran"
+    seen = []
+
+    def probe(t, scratch, budget):
+        def measure(commit, n, seed):
+            seen.append(os.environ.get("AUTORESEARCH_STEPS"))
+            return Measurement(True, "probe", 1.0, None)
+        measure.close = lambda: None
+        return measure
+    monkeypatch.delenv("AUTORESEARCH_THREADS", raising=False)
+    out = validate.validate(run, 3, seeds=1, make_measure=probe)
+    assert seen == [str(3 * steps)] * 2 and out["steps"] == 3 * steps
+    assert "AUTORESEARCH_STEPS" not in os.environ and "AUTORESEARCH_THREADS" not in os.environ
