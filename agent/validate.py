@@ -11,7 +11,8 @@ reviewer judged. It says whether the gain HOLDS (at least HOLD_FRACTION of the r
 clear of its standard error), SHRINKS (positive but less, or within noise), or REVERSES (the base
 is better), and writes report/validation.json, which the report and the dashboard show.
 
-Runs happen in a scratch worktree (never the run's own); the run must be stopped. Experiment
+A --smoke tag trained a fixed number of steps: its runs are validated at K x those steps, on its
+profile. Runs happen in a scratch worktree (never the run's own); the run must be stopped. Experiment
 numbers VALIDATE_N0 and up name their logs and artifacts, far from the loop's.
 """
 from __future__ import annotations
@@ -59,8 +60,10 @@ def terms(run_dir: Path) -> dict:
         raise ValidateError(f"{run_dir}: no kept baseline yet")
     gain = (base_rec.decision_bpb - final_rec.decision_bpb) \
         if base_rec.decision_bpb is not None and final_rec.decision_bpb is not None else None
+    steps = base_rec.summary_figure("num_steps") if info.smoke else None
     return {"run": run_dir, "info": info, "records": records, "base": info.base_commit, "final": final_rec.commit,
-            "gain_short": gain, "sealed": any(r.trusted_bpb is not None for r in own)}
+            "gain_short": gain, "sealed": any(r.trusted_bpb is not None for r in own),
+            "steps": int(steps) if steps else None}
 
 
 def verdict(gain_short: float | None, gain_long: float | None, se: float | None) -> tuple[str, str]:
@@ -152,19 +155,27 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
     if profile and given and given != profile:
         raise ValidateError(f"AUTORESEARCH_PROFILE is {given}, the tag ran on the {profile} profile; unset it "
                             "to validate on the tag's")
+    env = {}
     if profile and not given:      # the tag's profile, not this machine's default (its data, its shapes)
-        os.environ["AUTORESEARCH_PROFILE"] = profile
+        env["AUTORESEARCH_PROFILE"] = profile
+    steps = t["steps"]
+    if steps:   # a --smoke tag trained a fixed number of steps: K x the budget is K x its steps
+        env["AUTORESEARCH_STEPS"] = str(max(1, round(k * steps)))
+        if not os.environ.get("AUTORESEARCH_THREADS"):
+            from agent.smoke import SMOKE_THREADS
+            env["AUTORESEARCH_THREADS"] = str(SMOKE_THREADS)
+    os.environ.update(env)
     try:
         return _validate(run_dir, t, k, seeds, say, make_measure)
     finally:
-        if profile and not given:
-            os.environ.pop("AUTORESEARCH_PROFILE", None)
+        for key in env:
+            os.environ.pop(key, None)
 
 
 def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -> dict:
     (Path(run_dir) / "report").mkdir(exist_ok=True)
     budget = float(t["info"].budget) * k
-    out = {"k": k, "budget": budget, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),
+    out = {"k": k, "budget": budget, "steps": max(1, round(k * t["steps"])) if t["steps"] else None, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),
            "gain_short": t["gain_short"], "sealed": t["sealed"],
            "final": {"commit": t["final"], "runs": [], "failed": []},
            "base": {"commit": t["base"], "runs": [], "failed": []}}
@@ -182,7 +193,8 @@ def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -
         for i, seed in enumerate(out["seeds"]):
             for j, side in enumerate(("base", "final")):
                 m = measure(out[side]["commit"], VALIDATE_N0 + 2 * i + j, seed)
-                say(f"validate: {side} {out[side]['commit'][:7]} seed {seed} at {budget:g} s: "
+                at = f"{out['steps']} steps" if out["steps"] else f"{budget:g} s"
+                say(f"validate: {side} {out[side]['commit'][:7]} seed {seed} at {at}: "
                     + (f"{m.bpb:.6f}" if m.ok and m.bpb is not None else f"no figure ({m.reason})"))
                 if m.ok and m.bpb is not None:
                     out[side]["runs"].append(m.bpb)

@@ -99,6 +99,11 @@ class RunInfo:
     eval_tokens: int | None = None       # the trusted evaluation's tokens (None: the profile's EVAL_TOKENS)
     extra: dict = field(default_factory=dict)
 
+    @property
+    def smoke(self) -> bool:
+        """Started with --smoke: its runs train a fixed number of steps, not the budget."""
+        return isinstance(self.settings, dict) and self.settings.get("smoke") is True
+
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in RUN_INFO_KEYS if k != "extra"}
         return {k: v for k, v in out.items() if v is not None or k in _RUN_INFO_WRITTEN} | self.extra

@@ -92,6 +92,7 @@ class Validation:
     se_long: float | None             # its standard error (None with one seed a side)
     verdict: str                      # holds | shrinks | reverses | unmeasured
     reason: str
+    steps: int | None = None          # a --smoke tag's runs: optimizer steps at k x its own
 
     @classmethod
     def read(cls, run_dir: Path) -> "Validation | None":
@@ -103,14 +104,16 @@ class Validation:
         return cls(fnum(d.get("k")), fnum(d.get("budget")), seeds if isinstance(seeds, list) else [],
                    Side.of(d.get("final")), Side.of(d.get("base")), fnum(d.get("gain_short")),
                    fnum(d.get("gain_long")), fnum(d.get("se_long")),
-                   verdict if verdict in VERDICTS else "unmeasured", as_str(d.get("reason")) or "")
+                   verdict if verdict in VERDICTS else "unmeasured", as_str(d.get("reason")) or "",
+                   d.get("steps") if isinstance(d.get("steps"), int) and not isinstance(d.get("steps"), bool) else None)
 
     def line(self) -> str:
         k = f"{self.k:g}x" if self.k else "?x"
         long = f"{self.gain_long:+.6f}" if self.gain_long is not None else "-"
         se = f" (se {self.se_long:.6f})" if self.se_long is not None else ""
         short = f"{self.gain_short:+.6f}" if self.gain_short is not None else "-"
-        return (f"at {k} the budget ({self.budget or 0:g} s, {len(self.seeds)} seed(s) a side) the gain "
+        at = f"{self.steps} steps" if self.steps else f"{self.budget or 0:g} s"
+        return (f"at {k} the budget ({at}, {len(self.seeds)} seed(s) a side) the gain "
                 f"{self.verdict.upper()}: {long}{se} vs {short} in the run. {self.reason[:1].upper()}{self.reason[1:]}.")
 
 

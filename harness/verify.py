@@ -124,6 +124,12 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
         return VerifyResult(False, f"no model artifact at {artifact}: train.py did not save one "
                                    "(AUTORESEARCH_ARTIFACT), so it cannot be evaluated",
                             printed_bpb=printed_bpb, seconds=time.time() - t0)
+    if artifact.is_symlink() or artifact.resolve().parent != artifact.parent.resolve():
+        # a link is followed out here, outside the sandbox: the run would have another file (an
+        # earlier experiment's over-trained model) evaluated as its own
+        return VerifyResult(False, f"the model artifact {artifact} is a link ({os.path.realpath(artifact)}): "
+                                   "a run must write its own model file", printed_bpb=printed_bpb,
+                            seconds=time.time() - t0)
     if work_root is not None:
         Path(work_root).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="verify-", dir=work_root))
