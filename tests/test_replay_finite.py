@@ -86,7 +86,7 @@ def test_a_huge_finite_sentinel_hides_a_peek_only_where_it_costs_more_than_the_p
 
 def test_the_tolerances_do_not_stretch_with_the_graph_s_values(tiny_cache):
     """-1e30 on unused ids once stretched a tolerance relative to the logits' scale to ~1e24, so
-    any peek passed; the limit is now absolute (LEAK_TOL, or the bounded run-to-run noise)."""
+    any peek passed; the limit is now absolute (LEAK_TOL)."""
     V, T = vt()
     unused = unused_ids()
     _, checked = run_checked(load(Unused(Causal(V, T), unused, -1e30), T))
@@ -133,6 +133,30 @@ def test_checked_fails_closed_on_scripted_misbehaviour(tiny_cache, how):
     fn, why = FAKES[how]
     with pytest.raises((IntegrityError, ValueError), match=why):
         run_checked(Fake(fn))
+
+
+def _noisy_peek(x, k, V=512, noise=4e-4, peek=3e-4):
+    """Nondeterministic on purpose (a ramp that alternates call by call, under NOISE_MAX) and
+    peeking a little at the next token (less than that noise)."""
+    ramp = noise * (k % 2) * torch.arange(V) / V
+    nxt = torch.roll(x, -1, dims=1)
+    boost = peek * torch.nn.functional.one_hot(nxt, V).float()
+    return _logits(x, V) + ramp + boost
+
+
+def test_a_graph_s_own_noise_never_widens_the_leak_limit(tiny_cache):
+    """A graph that makes itself nondeterministic below the determinism bound must not buy a leak
+    of that size: the limit is the device's constant, not the measured noise. Noise alone above
+    that constant cannot be told from a leak, so it is refused too; the same graph made
+    deterministic, without the peek, passes."""
+    from harness.eval_worker import NOISE_MAX
+    assert LEAK_TOL < 3e-4 < 4e-4 < NOISE_MAX
+    with pytest.raises(IntegrityError, match="before the cut"):
+        run_checked(Fake(_noisy_peek))
+    with pytest.raises(IntegrityError, match="before the cut"):
+        run_checked(Fake(lambda x, k: _noisy_peek(x, k, peek=0.0)))
+    _, checked = run_checked(Fake(lambda x, k: _noisy_peek(x, k, noise=0.0, peek=0.0)))
+    assert checked.report()["causal"] is True and checked.limit() == LEAK_TOL
 
 
 def test_a_check_that_never_ran_is_a_failure(tiny_cache):
