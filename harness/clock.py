@@ -56,6 +56,10 @@ SLACK_FRAC = 0.05
 # startup's and save's jitter against the reference (a fraction of a second) and the load meter's
 # error on a short phase; a proposal that trains silently for 1.75x a 10 s budget is far beyond.
 CHEAT_FACTOR = 1.5
+# A phase whose load reached this share of the meter's cap (harness/load.py MAX_LOAD) was slowed by
+# an unknown amount beyond it: an excess then cannot be told from the load, so it is no evidence
+# (never kept), never an integrity failure that accuses an honest run.
+SATURATED = 0.98
 # Allowances while no reference exists (the baseline itself): a cold GPU compile takes minutes,
 # saving a big model on a busy disk a minute.
 STARTUP_FIRST_S = 300.0
@@ -87,8 +91,11 @@ def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
     # one step at the run's own pace more before a cheat: a step is the granularity of an honest
     # stop, and on a saturated machine one step can outlast a short budget (it is visible training:
     # such a run is no evidence, never kept)
-    if fig.charged_s > CHEAT_FACTOR * limit + fig.pace_s:
+    saturated = max(fig.load_startup, fig.load_train, fig.load_post) >= MAX_LOAD * SATURATED
+    if fig.charged_s > CHEAT_FACTOR * limit + fig.pace_s and not saturated:
         return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit and a step: it trained past the budget"
+    if saturated:   # the meter is at its cap: it cannot tell a cheat from the load, so no verdict either way
+        return "over", why + f": the load reached the meter's cap (x{MAX_LOAD:g}), no evidence, run again"
     return "over", why + ": no evidence, run again"
 
 

@@ -74,7 +74,8 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
     """At load F (the others keep `cores_busy` of 2 cores busy) an honest run starts, steps and
     saves F times slower and is in time; one that trains silently before its first step line or
     after its last for more than 5% of the budget's work (F x 5% x budget of slowed wall time) is
-    past the limit, and 1.75x the budget is past the integrity line."""
+    past the limit, and 1.75x the budget is past the integrity line (at the meter's cap: no
+    evidence, since the load can no longer be told from the excess)."""
     f = load.factor_of(cores_busy, 2)
     ref = ClockReference(startup_s=4.0, post_s=1.0)         # the idle baseline's
     honest_startup, honest_post = ref.startup_s * f, ref.post_s * f
@@ -95,7 +96,9 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
     for pre, post in ((extra, 0.0), (0.0, extra), (extra / 2, extra / 2 + 0.001 * budget)):
         assert over_budget(run(pre, post), budget)[0] is not None
     assert over_budget(run(0.049 * budget * f, 0.0), budget)[0] is None
-    assert over_budget(run(0.75 * budget * f, 0.0), budget)[0] == "cheat"
+    # past the integrity line, except at the meter's cap, where the excess is no evidence (never kept)
+    at_cap = f >= load.MAX_LOAD * clock_mod.SATURATED
+    assert over_budget(run(0.75 * budget * f, 0.0), budget)[0] == ("over" if at_cap else "cheat")
 
 
 pytestmark = pytest.mark.skipif(not detect().sealed and not os.environ.get("CI"),
@@ -177,3 +180,21 @@ def test_one_step_longer_than_a_short_budget_is_no_evidence_not_a_cheat():
     fig = c.figures(ended=63.0)
     assert fig.charged_s == pytest.approx(26.2) and fig.pace_s == pytest.approx(26.2)
     assert over_budget(fig, 15.0)[0] == "over"
+
+
+def test_at_the_meter_s_cap_an_excess_is_no_evidence_never_a_cheat():
+    """Past MAX_LOAD the meter cannot say how much the load slowed a run: an excess that would be a
+    cheat on a measured load is then no evidence (not counted, never kept), not an accusation; the
+    same excess under a load the meter measured stays an integrity failure."""
+    from dataclasses import replace
+    from harness.clock import ClockFigures
+    from harness.load import MAX_LOAD
+    budget = 5.0
+    base = ClockFigures(startup_s=2.0, train_s=5.0, charged_s=3 * budget, steps_seen=10, first_step=1,
+                        last_step=10, allowance_s=2.0, last_line="", post_s=0.5, silent_steps=0, pace_s=0.5,
+                        post_allowance_s=1.0, tok_s=None, load_startup=2.0, load_train=2.0, load_post=1.0)
+    assert over_budget(base, budget)[0] == "cheat"
+    for phase in ("load_startup", "load_train", "load_post"):
+        kind, why = over_budget(replace(base, **{phase: MAX_LOAD}), budget)
+        assert kind == "over" and "cap" in why, (phase, why)
+    assert over_budget(replace(base, charged_s=budget), budget)[0] is None   # within the limit: fine
