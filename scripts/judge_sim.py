@@ -148,24 +148,28 @@ def night_rule(rng, budget: int, baseline_runs: int):
     return inc_mu, false, true, i
 
 
-# (label, FIRST_RUN_MIN_T, baseline runs, incumbent reruns, P_KEEP) of --variants.
-VARIANTS = [("the rule (default)", 0.0, 5, True, 0.99), ("first run t >= 0.5", 0.5, 5, True, 0.99),
-            ("first run t >= 1", 1.0, 5, True, 0.99), ("3 baseline runs", 0.0, 3, True, 0.99),
-            ("no incumbent reruns", 0.0, 5, False, 0.99), ("t >= 0.5, no incumbent reruns", 0.5, 5, False, 0.99),
-            ("P_KEEP 0.95", 0.0, 5, True, 0.95), ("P_KEEP 0.9", 0.0, 5, True, 0.9)]
+# (label, FIRST_RUN_MIN_T, baseline runs, incumbent reruns, P_KEEP, MAX_RUNS) of --variants.
+VARIANTS = [("the rule (default)", 0.0, 5, True, 0.99, 5), ("first run t >= 0.5", 0.5, 5, True, 0.99, 5),
+            ("first run t >= 1", 1.0, 5, True, 0.99, 5), ("3 baseline runs", 0.0, 3, True, 0.99, 5),
+            ("no incumbent reruns", 0.0, 5, False, 0.99, 5), ("t >= 0.5, no incumbent reruns", 0.5, 5, False, 0.99, 5),
+            ("P_KEEP 0.95", 0.0, 5, True, 0.95, 5), ("P_KEEP 0.9", 0.0, 5, True, 0.9, 5),
+            ("at most 3 runs a candidate", 0.0, 5, True, 0.99, 3),
+            ("3 runs a candidate, 3 baseline runs", 0.0, 3, True, 0.99, 3)]
 
 
-def variants(budget: int, nights: int, benches: int, seed: int) -> None:
+def variants(budget: int, nights: int, benches: int, seed: int, only: str | None = None) -> None:
     global INCUMBENT_RERUNS
     rng = random.Random(7)
     out = [night_simple(rng, budget) for _ in range(nights)]
     print(f"{'reference (one run, keep if lower)':34s} {budget} runs: final true gain {statistics.fmean(o[0] for o in out):5.2f} "
           f"sigma, false keeps {statistics.fmean(o[1] for o in out):.2f}, true keeps {statistics.fmean(o[2] for o in out):.2f}, "
           f"experiments {statistics.fmean(o[3] for o in out):.1f}", flush=True)
-    saved = (stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS)
+    saved = (stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS, stats.MAX_RUNS)
     try:
-        for label, first_t, base_runs, inc_reruns, p_keep in VARIANTS:
-            stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS = first_t, p_keep, inc_reruns
+        for label, first_t, base_runs, inc_reruns, p_keep, max_runs in VARIANTS:
+            if only and only not in label:
+                continue
+            stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS, stats.MAX_RUNS = first_t, p_keep, inc_reruns, max_runs
             rng = random.Random(seed)
             res = [bench(rng, base_runs) for _ in range(benches)]
             nulls = statistics.fmean(f for f, _, _ in res) / 20
@@ -177,7 +181,7 @@ def variants(budget: int, nights: int, benches: int, seed: int) -> None:
                   f"experiments {statistics.fmean(o[3] for o in out):.1f} | bench: nulls kept {nulls:.2%}, 3 sigma "
                   f"{g3:.1%}, goal met {goal:.0%}", flush=True)
     finally:
-        stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS = saved
+        stats.FIRST_RUN_MIN_T, stats.P_KEEP, INCUMBENT_RERUNS, stats.MAX_RUNS = saved
 
 
 def main(argv=None) -> int:
@@ -191,9 +195,10 @@ def main(argv=None) -> int:
     p.add_argument("--variants", action="store_true",
                    help="nights of --night-runs runs: the reference protocol and variants of this rule")
     p.add_argument("--night-runs", type=int, default=100)
+    p.add_argument("--only", help="with --variants: only the variants whose label contains this")
     args = p.parse_args(argv)
     if args.variants:
-        variants(args.night_runs, args.nights, args.benches, args.seed)
+        variants(args.night_runs, args.nights, args.benches, args.seed, args.only)
         return 0
     global INCUMBENT_RERUNS
     INCUMBENT_RERUNS = not args.no_incumbent_runs

@@ -157,3 +157,16 @@ def test_the_table_is_the_mean_over_nights_with_its_standard_error(tmp_path, cap
     assert "+0.1200 ± 0.0200" in out and "+0.0500 ± 0.0040*" in out
     merged = json.loads((tmp_path / "merged" / "bench_research.json").read_text())
     assert len(merged["nights"]) == 3 and len(merged["table"]) == 2
+
+
+def test_judge_sim_variants_print_the_reference_and_leave_the_rule_as_it_was(capsys):
+    from agent.judges import stats
+    spec = importlib.util.spec_from_file_location("judge_sim", REPO / "scripts" / "judge_sim.py")
+    judge_sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(judge_sim)
+    before = (stats.P_KEEP, stats.MAX_RUNS, stats.FIRST_RUN_MIN_T)
+    assert judge_sim.main(["--variants", "--night-runs", "12", "--nights", "2", "--benches", "1", "--only", "P_KEEP 0.9"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("reference (one run, keep if lower)") and "12 runs" in out[0]
+    assert [x.split()[0:2] for x in out[1:]] == [["P_KEEP", "0.95"], ["P_KEEP", "0.9"]]
+    assert (stats.P_KEEP, stats.MAX_RUNS, stats.FIRST_RUN_MIN_T) == before
