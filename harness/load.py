@@ -7,7 +7,10 @@ much the machine was loaded, so it must know that without asking the run: this m
 tree (what the run itself spent, its reaped children included), and keeps the difference: CPU
 the *others* used, sampled over time.
 
-    load factor = ncpu / (ncpu - cores the others kept busy), clamped to [1, MAX_LOAD]
+    load factor = k / (ncpu - cores the others kept busy), clamped to [1, MAX_LOAD]
+
+where k is the cores the run wants (its AUTORESEARCH_THREADS, else every core): a run on one
+thread is not slowed while a core stays free for it.
 
 A run that wants every core and shares the box with processes that keep o cores busy gets
 ncpu - o of them: it is slowed by that factor (one busy process on 2 cores: ~1.5-2x). What the
@@ -94,20 +97,33 @@ def _tree_ticks(root: int) -> int | None:
     return sum(ticks.get(pid, 0) for pid in inside)
 
 
-def factor_of(other_cores: float, cores: int | None = None) -> float:
-    """The slowdown of a run that wants every core while others keep `other_cores` busy."""
+def factor_of(other_cores: float, cores: int | None = None, wants: int | None = None) -> float:
+    """The slowdown of a run that wants `wants` cores (default: every one) while others keep
+    `other_cores` busy: none while the cores left free hold its threads."""
     n = cores or ncpu()
-    free = max(n - max(0.0, other_cores), n / MAX_LOAD)
-    return min(MAX_LOAD, max(1.0, n / free))
+    k = max(1, min(n, wants or n))
+    free = max(n - max(0.0, other_cores), k / MAX_LOAD)
+    return min(MAX_LOAD, max(1.0, k / free))
+
+
+def threads_of(env: dict) -> int | None:
+    """The torch threads a run is given (AUTORESEARCH_THREADS, set by the harness or the user, never
+    by the run), or None: every core (runtime.setup_device)."""
+    try:
+        v = int(env.get("AUTORESEARCH_THREADS") or 0)
+    except ValueError:
+        return None
+    return v if v > 0 else None
 
 
 class LoadMeter:
     """Samples the CPU the rest of the machine used while process `root` (and its tree) ran.
     sample() from the runner's wait loop; factor(a, b) for any span of the run (monotonic times)."""
 
-    def __init__(self, root: int | None = None, clock=time.monotonic):
+    def __init__(self, root: int | None = None, clock=time.monotonic, wants: int | None = None):
         self.root, self.clock = root, clock
         self.cores = ncpu()
+        self.wants = wants   # the run's threads: a single-threaded run is not slowed by one busy core
         self.samples: list[tuple[float, float]] = []   # (monotonic time, the others' CPU seconds so far)
         self._base: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -150,4 +166,4 @@ class LoadMeter:
         span = hi[0] - lo[0]
         if span <= 0:
             return 1.0
-        return factor_of((hi[1] - lo[1]) / span, self.cores)
+        return factor_of((hi[1] - lo[1]) / span, self.cores, self.wants)

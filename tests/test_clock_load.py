@@ -198,3 +198,31 @@ def test_at_the_meter_s_cap_an_excess_is_no_evidence_never_a_cheat():
         kind, why = over_budget(replace(base, **{phase: MAX_LOAD}), budget)
         assert kind == "over" and "cap" in why, (phase, why)
     assert over_budget(replace(base, charged_s=budget), budget)[0] is None   # within the limit: fine
+
+
+def test_a_single_threaded_run_is_not_slowed_by_a_core_left_free():
+    """A run on one thread (AUTORESEARCH_THREADS=1, the smoke preset) beside one busy core of two
+    is not slowed: its factor stays 1, so its baseline's startup is not divided into an allowance
+    that the same run, alone on a quiet machine, then overruns (every honest run 'over')."""
+    assert load.factor_of(1.0, 2, wants=1) == 1.0
+    assert load.factor_of(1.5, 2, wants=1) == pytest.approx(2.0)        # half a core left: 2x
+    assert load.factor_of(50.0, 2, wants=1) == load.MAX_LOAD              # bounded the same
+    assert load.factor_of(1.0, 2) == 2.0                                   # every core wanted: as before
+    assert load.threads_of({"AUTORESEARCH_THREADS": "1"}) == 1
+    assert load.threads_of({}) is None and load.threads_of({"AUTORESEARCH_THREADS": "x"}) is None
+
+    def startup_run(others_busy, startup):
+        meter = Fed(2, [(0.0, 0.0), (20.0, others_busy * 20.0)])
+        meter.wants = 1
+        c = LogClock(0.0, ClockReference(), meter)
+        c.feed("step 00001 | loss 6.0", now=startup)
+        c.feed("step 00010 | loss 5.0", now=startup + 5.0)
+        return c.figures(ended=startup + 5.5)
+
+    base = startup_run(1.0, 1.3)      # the baseline, beside one busy core: not slowed
+    ref = ClockReference.from_figures([base.as_dict()])
+    assert ref.startup_s == pytest.approx(1.3)
+    later = LogClock(0.0, ref, Fed(2, [(0.0, 0.0), (20.0, 0.0)]))   # alone on a quiet machine
+    later.feed("step 00001 | loss 6.0", now=1.3)
+    later.feed("step 00010 | loss 5.0", now=6.3)
+    assert over_budget(later.figures(ended=6.8), 5.0)[0] is None
