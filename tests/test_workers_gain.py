@@ -5,7 +5,7 @@ The case this guards: the baseline measured alone, every candidate beside anothe
 than the baseline and were discarded. The judge now measures the load and pairs the candidate's
 runs with runs of the incumbent made under the same concurrency (agent/judges/pairing.py).
 
-The real train.py (tiny profile, a small model) on a 3 s training budget, the judge hierarchy, the
+The real train.py (tiny profile, a small model) on a 5 s training budget, the judge hierarchy, the
 sandbox, two local workers. The tag starts from a train.py with learning rates a hundredth of the
 profile's (an under-trained baseline); the Claude proposer (the real anthropic client against
 tests/fake_anthropic.py) proposes putting them back: an honest gain of about 1 bpb, far beyond
@@ -21,7 +21,7 @@ from tests.test_workers import journal, no_process_left
 
 SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
 # The tiny profile's learning rates (runtime.PROFILE_KNOBS, train.py's own for the last two) and
-# the baseline's, a hundredth of them: 3 s of training at these moves val_bpb from ~3.7 to ~2.4.
+# the baseline's, a hundredth of them: 5 s of training at these moves val_bpb from ~3.7 to ~2.4.
 GOOD = {"MATRIX_LR": "0.02", "EMBEDDING_LR": "0.3", "UNEMBEDDING_LR": "0.004", "SCALAR_LR": "0.5"}
 SLOW = {"MATRIX_LR": "0.0002", "EMBEDDING_LR": "0.003", "UNEMBEDDING_LR": "4e-05", "SCALAR_LR": "0.005"}
 DESCRIPTION = "learning rates back to the profile's"
@@ -39,7 +39,7 @@ def test_an_honest_gain_beside_another_worker_is_kept(tiny_cache, tmp_path):
         fake.default = F.error(529, "overloaded")   # every later call: the offline proposer answers
         env = dict(tiny_cache, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000", ANTHROPIC_BASE_URL=fake.base_url)
         env.pop("AUTORESEARCH_STEPS", None)          # a wall-clock budget: the load moves the figures
-        p = run_loop(repo, env, "--tag", "wg", "--budget", "3", "--max-experiments", "3", "--workers", "2",
+        p = run_loop(repo, env, "--tag", "wg", "--budget", "5", "--max-experiments", "3", "--workers", "2",
                      "--reviewer", "hierarchy", "--baseline-repeats", "2", "--api-patience", "1", timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     recs = journal(repo, "wg")
