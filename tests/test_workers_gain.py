@@ -1,0 +1,66 @@
+"""--workers 2 on a CPU, on a wall-clock budget, the real loop: an honest gain is kept.
+
+The case this guards: the baseline measured alone, every candidate beside another worker's run
+(on a shared CPU each run gets fewer steps in its seconds), so honest candidates looked worse
+than the baseline and were discarded. The judge now measures the load and pairs the candidate's
+runs with runs of the incumbent made under the same concurrency (agent/judges/pairing.py).
+
+The real train.py (tiny profile, a small model) on a 5 s training budget, the judge hierarchy, the
+sandbox, two local workers. The tag starts from a train.py with learning rates a hundredth of the
+profile's (an under-trained baseline); the Claude proposer (the real anthropic client against
+tests/fake_anthropic.py) proposes putting them back: an honest gain of about 1 bpb, far beyond
+what a second run beside it costs. Experiment 3 (the offline proposer, the fake API being
+overloaded) runs beside it, so the gain is measured under load.
+
+Contested (out of reruns, to the human queue) is accepted, a plain discard is not: on a shared box
+whose load falls after the baseline, honest runs can read "over" the clock's limit again and again
+(the reference startup is the baseline's divided by a load factor that assumes the run wants
+every core, which overstates a one-thread run's slowdown), and the decision runs out of reruns.
+"""
+from __future__ import annotations
+
+from harness import knobs
+from tests.fake_anthropic import FakeAnthropic as F
+from tests.loop_fixtures import copy_real, make_repo, run_loop
+from tests.test_workers import journal, no_process_left
+
+SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
+# The tiny profile's learning rates (runtime.PROFILE_KNOBS, train.py's own for the last two) and
+# the baseline's, a hundredth of them: 5 s of training at these moves val_bpb from ~3.7 to ~2.4.
+GOOD = {"MATRIX_LR": "0.02", "EMBEDDING_LR": "0.3", "UNEMBEDDING_LR": "0.004", "SCALAR_LR": "0.5"}
+SLOW = {"MATRIX_LR": "0.0002", "EMBEDDING_LR": "0.003", "UNEMBEDDING_LR": "4e-05", "SCALAR_LR": "0.005"}
+DESCRIPTION = "learning rates back to the profile's"
+
+
+def test_an_honest_gain_beside_another_worker_is_kept(tiny_cache, tmp_path):
+    files = copy_real()
+    files["train.py"] = knobs.set_knobs(files["train.py"], dict(SMALL, **{k: float(v) for k, v in SLOW.items()}))
+    repo = make_repo(tmp_path / "repo", files)
+    edits = [F.tool_use("str_replace", {"path": "train.py", "old_str": f"{k} = {SLOW[k]}  #",
+                                        "new_str": f"{k} = {GOOD[k]}  #"}) for k in SLOW]
+    with F() as fake:
+        fake.push(*edits, F.tool_use("submit", {"description": DESCRIPTION,
+                                                "hypothesis": "the baseline's learning rates are far too small"}))
+        fake.default = F.error(529, "overloaded")   # every later call: the offline proposer answers
+        env = dict(tiny_cache, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000", ANTHROPIC_BASE_URL=fake.base_url)
+        env.pop("AUTORESEARCH_STEPS", None)          # a wall-clock budget: the load moves the figures
+        p = run_loop(repo, env, "--tag", "wg", "--budget", "5", "--max-experiments", "3", "--workers", "2",
+                     "--reviewer", "hierarchy", "--baseline-repeats", "2", "--api-patience", "1", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = journal(repo, "wg")
+    story = [(r["n"], r.get("worker"), r["description"], r["status"], r["decision_reason"]) for r in recs]
+    print(*story, sep="\n")
+    assert sorted(r["n"] for r in recs) == [1, 2, 3], story
+    base, gain = recs[0], next(r for r in recs if r["description"] == DESCRIPTION)
+    # the unmodified baseline is never an integrity failure, alone or as the incumbent beside a worker
+    assert base["status"] == "keep" and not base["decision_reason"].startswith("integrity"), story
+    for r in recs:   # a run of the incumbent made beside a worker: at worst no evidence, never a cheat
+        assert not (r["commit"] == base["commit"] and "past the budget" in r["decision_reason"]), story
+        for note in r["decision_reason"].split("the incumbent's run is no evidence")[1:]:
+            assert "past the budget" not in note.split("not counted")[0], story
+    # the gain was measured beside the other worker's run, and kept (at worst contested, never a discard)
+    other = next(r for r in recs if r["n"] not in (1, gain["n"]))
+    assert gain["started_at"] < other["ended_at"] and other["started_at"] < gain["ended_at"], story
+    assert gain["status"] == "keep" or gain["decision_reason"].startswith("contested"), story
+    assert gain["trusted_bpb"] < base["trusted_bpb"] - 0.3, story
+    assert not no_process_left(repo)
