@@ -240,19 +240,19 @@ def _only_attention_outputs(nodes, node_ops, output) -> None:
     walk(output, "the output")
 
 
-def _references(nodes, output) -> set:
-    out = set()
+def _refs(a):
+    """The node names an argument refers to (nested lists included)."""
+    if isinstance(a, dict) and "ref" in a:
+        yield a["ref"]
+    elif isinstance(a, list):
+        for x in a:
+            yield from _refs(x)
 
-    def walk(a):
-        if isinstance(a, dict) and "ref" in a:
-            out.add(a["ref"])
-        elif isinstance(a, list):
-            for x in a:
-                walk(x)
+
+def _references(nodes, output) -> set:
+    out = set(_refs(output))
     for n in nodes:
-        walk(n["args"])
-        walk(list(n["kwargs"].values()))
-    walk(output)
+        out.update(_refs(n["args"]), _refs(list(n["kwargs"].values())))
     return out
 
 
@@ -396,12 +396,6 @@ def _matmul_weights(graph: Graph) -> int:
     from_input = {"input"}             # node names whose value depends on the input tokens
     used: set[str] = set()
 
-    def refs(a):
-        if isinstance(a, dict) and "ref" in a:
-            yield a["ref"]
-        elif isinstance(a, list):
-            for x in a:
-                yield from refs(x)
 
     def tensor_of(r):
         return r if r.startswith(("w:", "c:")) else derived.get(r)
@@ -409,7 +403,7 @@ def _matmul_weights(graph: Graph) -> int:
     for node, op in zip(graph.nodes, graph.ops):
         name = base_op(op)
         args = list(node["args"]) + list(node["kwargs"].values())
-        per_arg = [list(refs(a)) for a in args]
+        per_arg = [list(_refs(a)) for a in args]
         if any(r in from_input for rs in per_arg for r in rs):
             from_input.add(node["name"])
         first = [tensor_of(r) for r in per_arg[0]] if per_arg else []
@@ -443,15 +437,9 @@ def hand_attention(graph: Graph) -> str | None:
     a softmax of one), or None. Elementwise products summed by hand are not caught: see docs/limits.md."""
     from_input = {"input"}
 
-    def refs(a):
-        if isinstance(a, dict) and "ref" in a:
-            yield a["ref"]
-        elif isinstance(a, list):
-            for x in a:
-                yield from refs(x)
     for node, op in zip(graph.nodes, graph.ops):
         args = list(node["args"]) + list(node["kwargs"].values())
-        live = [a for a in args if any(r in from_input for r in refs(a))]
+        live = [a for a in args if any(r in from_input for r in _refs(a))]
         name = base_op(op)
         if live:
             from_input.add(node["name"])

@@ -117,10 +117,9 @@ def project_files() -> list[Path]:
     return files
 
 
-def circles() -> list[list[str]]:
-    """Import circles among project modules, lazy imports and `__main__` blocks included
-    (Tarjan's strongly connected components)."""
-    graph = {module_name(p): imports_of(p, main_blocks=True, lazy=True, packages=False) for p in project_files()}
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan); tests/test_layout.py uses
+    this checker too."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -134,7 +133,7 @@ def circles() -> list[list[str]]:
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in graph.get(v, ()):
+        for w in sorted(graph.get(v, ())):
             if w not in graph:
                 continue
             if w not in index:
@@ -152,10 +151,16 @@ def circles() -> list[list[str]]:
                     break
             if len(comp) > 1:
                 out.append(sorted(comp))
-    for v in graph:
+    for v in sorted(graph):
         if v not in index:
             strong(v)
     return out
+
+
+def circles() -> list[list[str]]:
+    """Import circles among project modules, lazy imports and `__main__` blocks included."""
+    return cycles({module_name(p): imports_of(p, main_blocks=True, lazy=True, packages=False)
+                   for p in project_files()})
 
 
 def class_attributes(path: Path) -> list[tuple[str, int]]:

@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+from scripts.core_size import cycles   # the checker, shared with the measuring script
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "harness", "dashboard", "inference", "lab")
 
@@ -37,38 +39,6 @@ def graph() -> dict[str, set[str]]:
     files = [p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")]
     known = {module_name(p) for p in files}
     return {module_name(p): imports(p, known) for p in files}
-
-
-def cycles(g: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(g[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(g):
-        if v not in index:
-            visit(v)
-    return out
 
 
 def test_no_import_circles():
