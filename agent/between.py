@@ -19,25 +19,25 @@ from harness.results import append_journal
 from harness.runner import RunResult
 
 
-def context(loop) -> BoundaryContext:
-    """The boundary's context for `loop` (agent/loop.py Loop): its files, history and coordinator."""
-    return BoundaryContext(files=loop.files, history=loop.history, on_moved=loop.coord.moved,
-                           train=lambda commit: train(loop, commit))
-
-
-def train(loop, commit: str) -> RunResult:
+def train(coord, slot, commit: str, status=None) -> RunResult:
     """A run of `commit` outside the experiment sequence (its log: logs/queue-<short>.log), under
     the next experiment's number (the job's number: its artifact folder)."""
-    with contextlib.suppress(Exception):
-        loop.set_phase("training")
-    return run_commit(loop, loop.next_n(), commit, f"queue-{commit[:7]}.log")
+    return run_commit(slot, coord.next_n(), commit, f"queue-{commit[:7]}.log", status=status)
 
 
-def apply(loop) -> None:
+def apply(reviewer, coord, slot, status) -> None:
     """The reviewer's boundary step, its records journaled (audits and queue applications are not
     experiments; an experiment record among them joins the history)."""
-    for rec in loop.reviewer.boundary(context(loop)) or []:
-        append_journal(loop.files.journal_path, rec)
+    ctx = BoundaryContext(files=slot.files, history=coord.history, on_moved=coord.moved,
+                          train=lambda commit: _queue_run(coord, slot, status, commit))
+    for rec in reviewer.boundary(ctx) or []:
+        append_journal(slot.files.journal_path, rec)
         typed = ExperimentRecord.from_dict(rec)
         if typed.is_experiment:
-            loop.history.append(typed)
+            coord.history.append(typed)
+
+
+def _queue_run(coord, slot, status, commit: str) -> RunResult:
+    with contextlib.suppress(Exception):
+        status.phase("training")
+    return train(coord, slot, commit, status)

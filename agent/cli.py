@@ -235,7 +235,7 @@ def forget_unstarted(loop) -> bool:
     if not getattr(loop, "created", False):
         return False
     with contextlib.suppress(Exception):
-        loop._lock.close()   # our own lock would read as "a live loop holds this tag"
+        loop.run_lock.close()   # our own lock would read as "a live loop holds this tag"
     try:
         removed = discard_unstarted(loop.repo, loop.tag, loop.worktree)
     except gitops.GitError:

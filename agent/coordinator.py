@@ -11,11 +11,11 @@ With one worker (the default) the loop is the only client and nothing changes; w
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 from agent.pending import InFlight
-from harness.records import Best, ExperimentRecord
+from harness.records import Best, ExperimentRecord, best_of
 
 
 class Coordinator:
@@ -28,6 +28,24 @@ class Coordinator:
         self.lock = threading.RLock()
         # Proposers are never called concurrently (an LLM conversation, an Optuna study).
         self.proposer_lock = threading.Lock()
+        # The main thread's signal (Ctrl-C, SIGTERM) while it writes a record waits for the write.
+        self.signals = DeferredSignal()
+
+    @contextlib.contextmanager
+    def critical(self):
+        """One record and its git step, alone (the lock) and whole: a signal to the main thread
+        (the single loop writes there) waits until both are written, then stops the loop."""
+        with self.lock:
+            with self.signals.deferred():
+                yield
+
+    def decided(self, rec: ExperimentRecord, bpb) -> None:
+        """A recorded decision joins the tag's state (under the lock, with its record)."""
+        with self.lock:
+            self.history.append(rec)
+            if rec.status == "keep":
+                self.best = best_of(rec.commit, bpb)
+                self.last_kept = rec.commit
 
     def next_n(self) -> int:
         """The lowest experiment number neither decided nor in flight, without claiming it. A
@@ -106,17 +124,29 @@ class LockedProposer:
         return getattr(self._inner, name)
 
 
-class Phased:
-    """The phase shown on the panel and in state.json (the loop's, or one worker's)."""
-    phase: str
-    experiment: int | None
-    phase_started_at: float
-    run_started_at: float | None
+class DeferredSignal:
+    """Ctrl-C arriving while the main thread writes a record is held until the write is done."""
 
-    def set_phase(self, phase: str, n=None, run_started_at=None) -> None:
-        if phase != self.phase or (n is not None and n != self.experiment) or run_started_at is not None:
-            self.phase_started_at = time.time()
-        self.phase, self.experiment = phase, n if n is not None else self.experiment
-        if run_started_at is not None:
-            self.run_started_at = run_started_at
-        self.refresh(force=True)
+    def __init__(self):
+        self.active, self.pending = False, False
+
+    @contextlib.contextmanager
+    def deferred(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield   # signals reach the main thread only: a worker's write has nothing to defer
+            return
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    def handle(self, signum, frame) -> None:
+        """The loop's SIGINT/SIGTERM handler: stop now, or once the record being written is."""
+        if self.active:
+            self.pending = True
+            return
+        raise KeyboardInterrupt

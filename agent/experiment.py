@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import math
 import os
-import re
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
-from agent.config import LoopConfig
-from agent.errors import BranchMoved, InterruptedBaseline, ProposalError, Rerun
+from agent.errors import ProposalError, WorkerStopped
 from agent.pending import PendingFile
-from agent.proposers.base import Proposal, ProposalRequest
-from agent.proposing import ProposalInfo, Proposers, call_proposer, same_edit
+from agent.proposers.base import Proposal
+from agent.proposing import ProposalInfo, same_edit
 from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from harness import gitops, knobs
 from harness.clock import ClockReference
 from harness.executors.base import Executor
 from harness.pinned import Seal
-from harness.records import Basis, Best, ExperimentRecord, RunInfo
+from harness.records import Basis, ExperimentRecord, RunInfo
 from harness.results import append_journal, append_record
 from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
 from harness.executors.local import LocalExecutor
@@ -48,17 +47,17 @@ SEEDS_PER_EXPERIMENT = 16
 MAX_REBASES = 3
 # How often a worker asks the executor whether its job is done.
 EXECUTOR_POLL_S = 0.2
-# The training progress line of train.py: "... | trained 12.3s" (used to show the evaluating phase).
-TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
 
 
 @dataclass(frozen=True)
-class RunSite:
-    """What assembling a run needs (run_commit, the one way): the tag's files and fixed terms
-    (run.json, the budget, the timeout), the seal, whether the reviewer evaluates (a sealed run and
-    its trusted evaluation in the job), the executor the job goes to, and the clock reference the
-    harness charges the run against. The single loop's, a worker's (its own files and executor)
-    and an ablation's (agent/report.py) are each one of these."""
+class Slot:
+    """Where one experiment's runs go, and the tag's fixed terms for them: its files (worktree,
+    pending file; `branch_worktree` where keeps move the branch), run.json, the budget and timeout,
+    the seal, whether the reviewer evaluates (a sealed run and its trusted evaluation in the job),
+    the executor (the single loop's one local slot, a --workers slot, a Ray node), the clock
+    reference the harness charges a run against, the worker's number (None: the single loop), the
+    event that stops it (None: the single loop is stopped by its signal) and the environment check
+    made after a crashed run. The single loop's, each worker's and an ablation's are each one."""
     files: RunFiles
     run_info: RunInfo
     budget: float
@@ -67,26 +66,9 @@ class RunSite:
     sealed: bool
     executor: Executor
     clock_reference: Callable[[], ClockReference]
-
-
-class ExperimentHost(Protocol):
-    """What run_experiment needs from its caller: the single loop (agent/loop.py Loop) or one of
-    --workers N (agent/workers.py Worker). Nothing else of either is read or written here."""
-    files: RunFiles         # repo, tag, worktree (where edits are committed), run folder, pending file, branch
-    runs: RunSite           # how its runs are assembled and where they go (run_commit)
-    history: list; best: Best | None; last_kept: str | None      # the coordinator's state
-    config: LoopConfig; reviewer: object; tracer: object; console: object
-    proposers: Proposers                                         # who proposes (agent/proposing.py)
-    prefetch: object; feedback: str; phase: str
-    wid: int | None                                              # the worker's number (recorded); None: the single loop
-
-    def critical(self): ...                                       # the decision lock
-    def set_phase(self, phase: str, n=None, run_started_at=None) -> None: ...
-    def refresh(self, force: bool = False) -> None: ...
-    def request(self, n, source, feedback="", fix_of=None, pending=()) -> ProposalRequest: ...
-    def prefetch_next(self, a: "Attempt", new_source: str) -> None: ...
-    def after_record(self, rec: ExperimentRecord, bpb) -> None: ...
-    def check_stop(self) -> None: ...                             # raises KeyboardInterrupt to stop
+    wid: int | None = None
+    stop: threading.Event | None = None
+    check_environment: Callable[[], None] | None = None
 
 
 @dataclass
@@ -119,11 +101,11 @@ def commit_message(p: Proposal) -> str:
                  f"Proposer: {p.proposer}\nModel: {p.model or '-'}\n")
 
 
-def context(loop, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
-    return ExperimentContext(n=a.n, tag=loop.files.tag, worktree=loop.files.worktree, parent=a.parent or a.commit,
+def context(tag, slot: Slot, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
+    return ExperimentContext(n=a.n, tag=slot.files.tag, worktree=slot.files.worktree, parent=a.parent or a.commit,
                              commit=a.commit, old_source=old_source, new_source=new_source, diff=diff,
-                             proposal=a.proposal, history=list(loop.history), best=loop.best,
-                             run_dir=loop.files.run_dir)
+                             proposal=a.proposal, history=list(tag.history), best=tag.best,
+                             run_dir=slot.files.run_dir)
 
 
 def _timed_git(a: Attempt, fn, *args):
@@ -134,206 +116,193 @@ def _timed_git(a: Attempt, fn, *args):
         a.git_seconds += time.monotonic() - t0
 
 
-def write_pending(loop, a: Attempt) -> None:
-    PendingFile.of(a).write(loop.files.pending_path)
+def write_pending(slot: Slot, a: Attempt) -> None:
+    PendingFile.of(a).write(slot.files.pending_path)
 
 
-def run_experiment(loop: ExperimentHost, a: Attempt, *, committed: bool = False) -> dict:
-    """Carry experiment `a` to a recorded decision; returns its journal record."""
-    old_source = gitops.show_file(loop.files.repo, a.parent, TRAIN) if a.parent else a.proposal.source
-    getattr(loop, "show_attempt", lambda *_: None)(a)   # its idea on the panel and in state.json while it runs
+def run_experiment(a: Attempt, tag, slot: Slot, ideas, reviewer, status, *, committed: bool = False) -> ExperimentRecord:
+    """Steps 5-10 for experiment `a`, top to bottom; returns its journal record.
+
+    `tag`: the coordinator (history, best, last kept commit, the decision lock); `slot`: where it
+    runs; `ideas`: the proposer side (fixes, the next proposal prefetched, feedback); `reviewer`:
+    the guard and the judge; `status`: the panel (agent/status.py). Nothing is called back."""
+    repo = slot.files.repo
+    old_source = gitops.show_file(repo, a.parent, TRAIN) if a.parent else a.proposal.source
+    status.attempt(a)
     guard = GuardVerdict(True, "baseline: unmodified train.py")
-    if a.parent is not None and not committed:
-        loop.set_phase("guarding", a.n)
-        diff = gitops.text_diff(old_source, a.proposal.source)
-        ctx = context(loop, a, old_source, a.proposal.source, diff)
-        with loop.tracer.span("guard", input={"n": a.n}) as sp:     # 5. guard
-            guard = loop.reviewer.guard(ctx)
-            sp.log(output={"ok": guard.ok, "reason": guard.reason})
-        if not _commit(loop, a):                                      # 6. commit
+    if a.parent is not None and not committed:                        # 5. guard
+        status.phase("guarding", a.n)
+        guard = _guarded(reviewer, status, context(tag, slot, a, old_source, a.proposal.source,
+                                           gitops.text_diff(old_source, a.proposal.source)))
+        if not _commit(slot, a):                                      # 6. commit
             guard = GuardVerdict(False, "the proposal does not change train.py")
             # a commit of its own all the same: its row never repeats the parent's commit
-            a.commit = _timed_git(a, gitops.commit_empty, loop.files.worktree, commit_message(a.proposal))
+            a.commit = _timed_git(a, gitops.commit_empty, slot.files.worktree, commit_message(a.proposal))
         if not guard.ok:
-            loop.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
-            return record(loop, a, old_source, None,
-                          Decision("discard", f"guard: {guard.reason}", basis=Basis.GUARD), guard)
-    write_pending(loop, a)                                            # 6. pending.json
-
-    while True:
-        new_source = gitops.show_file(loop.files.repo, a.commit, TRAIN)
-        diff = _timed_git(a, gitops.diff, loop.files.repo, a.parent, a.commit) if a.parent else ""
-        ctx = context(loop, a, old_source, new_source, diff)
-        loop.prefetch_next(a, new_source)
-        try:
-            run, decision = _run_and_judge(loop, a, ctx)              # 7. run, 8. evaluate, 9. judge
-        except InterruptedBaseline as stop:   # Ctrl-C during a baseline repeat: keep what finished
-            record(loop, a, old_source, stop.run, stop.decision, guard)
-            raise KeyboardInterrupt from None
-        getattr(loop, "check_after_run", lambda _: None)(run)   # missing data is no crash of the idea
-        if decision.status == "crash" and len(a.attempts) < loop.config.fix_tries:
-            if _ask_fix(loop, a, new_source, run) is not None:
+            ideas.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
+            return record(a, tag, slot, status, None, Decision("discard", f"guard: {guard.reason}",
+                                                               basis=Basis.GUARD), guard)
+    write_pending(slot, a)                                            # 6. pending.json
+    while True:   # one pass per commit of the edit: as proposed, a crash fixed, rebased onto a moved tip
+        new_source = gitops.show_file(repo, a.commit, TRAIN)
+        diff = _timed_git(a, gitops.diff, repo, a.parent, a.commit) if a.parent else ""
+        ctx = context(tag, slot, a, old_source, new_source, diff)
+        ideas.ahead(a, new_source)                                    # 4. for n + 1, while this trains
+        reruns, run, asked = [], None, None
+        while True:   # runs until the judge decides: repeats, confirming runs, the incumbent's runs
+            incumbent = asked.run_next if asked is not None else None
+            status.run(a, len(reruns), asked)
+            try:
+                ran = _run(a, slot, status, len(reruns), incumbent)   # 7. run, 8. evaluate
+                status.phase("judging", a.n)
+                with status.span("judge", {"n": a.n, "crash_class": ran.crash_class,
+                                           "incumbent": incumbent is not None}) as sp:
+                    decision = reviewer.judge_incumbent(ctx, ran) if incumbent else reviewer.judge(ctx, ran)
+                    sp.log(output={"status": decision.status, "reason": decision.reason})   # 9. judge
+            except KeyboardInterrupt:
+                if a.parent is None and asked is not None and asked.leaning == "keep" and run is not None:
+                    # Ctrl-C during a baseline repeat: the baseline is recorded on the runs that finished
+                    asked.verdicts["reruns"] = reruns[:-1]
+                    record(a, tag, slot, status, run, asked.as_leaning(
+                        f"interrupted during repeat run {len(reruns) + 1}; recorded with the "
+                        f"{len(reruns)} run(s) that finished"), guard)
+                raise
+            status.judged(a.n, decision)
+            done = {"summary": ran.summary, "log": _rel(slot, ran.log_path), "clock": ran.clock_figures}
+            if incumbent:   # a run of the bar, not of the candidate: the record stays the candidate's
+                done.update(commit=incumbent, crash_class=ran.crash_class)
+            if decision.is_again and len(reruns) < MAX_RERUNS:
+                reruns.append(done)
+                run, asked = run if incumbent else ran, decision
                 continue
-        try:
-            return record(loop, a, old_source, run, decision, guard)  # 10. record, then git
-        except BranchMoved:   # another worker kept meanwhile: rebase onto the tip and confirm there
-            moved = rebase_onto_tip(loop, a, old_source, new_source, run, decision)
-            if isinstance(moved, Decision):
-                return record(loop, a, old_source, run, moved, guard)
-            old_source, guard = moved
+            if decision.is_again:   # out of reruns: contested (the human queue), never a silent discard
+                decision = reviewer.out_of_reruns(ctx, decision, len(reruns) + 1)
+            if incumbent:
+                reruns.append(done)
+            elif reruns and ran.crash_class is not None and decision.status != "crash":
+                # the judge decided on the runs that finished; the record keeps their figures
+                reruns.append({"summary": None, "log": _rel(slot, ran.log_path), "crash_class": ran.crash_class})
+            else:
+                run = ran
+            if reruns:
+                decision.verdicts.setdefault("reruns", reruns)
+            break
+        if run.crash_class is not None and slot.check_environment is not None:
+            slot.check_environment()   # missing data is no crash of the idea (EnvironmentStop)
+        if decision.status == "crash" and len(a.attempts) < ideas.config.fix_tries \
+                and _fix(a, tag, slot, ideas, status, new_source, run):
+            continue
+        rec = record(a, tag, slot, status, run, decision, guard)      # 10. record, then git
+        if rec is not None:
+            return rec
+        # another worker kept meanwhile: rebase onto the tip and confirm there
+        moved = rebase_onto_tip(a, tag, slot, reviewer, status, old_source, new_source, run, decision)
+        if isinstance(moved, Decision):
+            return record(a, tag, slot, status, run, moved, guard)
+        old_source, guard = moved
 
 
-def rebase_onto_tip(loop, a: Attempt, old_source: str, new_source: str, run, decision: Decision):
+def rebase_onto_tip(a: Attempt, tag, slot: Slot, reviewer, status, old_source: str, new_source: str, run,
+                    decision: Decision):
     """`a` would have been kept on its own parent, but the branch moved. Merge its edit onto the
     tip (three-way, train.py) and commit it there for a confirming run: returns (the tip's source,
     the guard's verdict on the merged edit), or a discard Decision when that cannot be done."""
-    tip = loop.last_kept
-    tip_source = gitops.show_file(loop.files.repo, tip, TRAIN)
+    repo, tip = slot.files.repo, tag.last_kept
+    tip_source = gitops.show_file(repo, tip, TRAIN)
     if a.info.rebases is None:
         a.info.rebases = []
     rounds = a.info.rebases
     rounds.append({"commit": a.commit, "parent": a.parent, "reason": decision.reason,
                    "val_bpb": decision.trusted_bpb if decision.trusted_bpb is not None
                    else run.printed("val_bpb") if run else None})
+
+    def discard(why: str, basis: Basis = Basis.CONFLICT) -> Decision:
+        return Decision("discard", why, decision.trusted_bpb, decision.verdicts, basis=basis)
     if len(rounds) > MAX_REBASES:
-        return Decision("discard", f"would have been kept, but the branch moved under each of its "
-                        f"{MAX_REBASES} confirming runs; discarded (last: {decision.reason})",
-                        decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
+        return discard(f"would have been kept, but the branch moved under each of its {MAX_REBASES} "
+                       f"confirming runs; discarded (last: {decision.reason})")
     merged = gitops.merge_file(tip_source, old_source, new_source)
     if merged is None:
-        return Decision("discard", f"conflict: kept on its parent {str(a.parent)[:7]} ({decision.reason}), "
-                        f"but its edit conflicts with what was kept since (tip {tip[:7]}); discarded",
-                        decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
+        return discard(f"conflict: kept on its parent {str(a.parent)[:7]} ({decision.reason}), but its edit "
+                       f"conflicts with what was kept since (tip {tip[:7]}); discarded")
     if merged == tip_source:
-        return Decision("discard", f"already on the branch: the keeps since {str(a.parent)[:7]} contain "
-                        f"this edit (tip {tip[:7]})", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
+        return discard(f"already on the branch: the keeps since {str(a.parent)[:7]} contain this edit (tip {tip[:7]})")
     if not same_edit(old_source, new_source, tip_source, merged):
         # the keeps since hold part of the edit: what would run on the tip is another experiment than
         # the one measured and described, so it is not confirmed under this one's description
-        return Decision("discard", f"only part of its edit applies on the tip {tip[:7]} (the keeps since "
-                        f"{str(a.parent)[:7]} hold the rest); discarded rather than run under a description "
-                        "that claims more", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
-    _timed_git(a, gitops.update_ref, loop.files.repo, gitops.discarded_ref(loop.files.tag, a.n, attempt=f"r{len(rounds)}"),
+        return discard(f"only part of its edit applies on the tip {tip[:7]} (the keeps since {str(a.parent)[:7]} "
+                       "hold the rest); discarded rather than run under a description that claims more")
+    _timed_git(a, gitops.update_ref, repo, gitops.discarded_ref(slot.files.tag, a.n, attempt=f"r{len(rounds)}"),
                a.commit)
-    _timed_git(a, gitops.reset_hard, loop.files.worktree, tip)
+    _timed_git(a, gitops.reset_hard, slot.files.worktree, tip)
     old_parent = a.parent
     a.parent, a.info.rebased_from = tip, old_parent
     a.proposal = replace(a.proposal, source=merged,
                          notes=(a.proposal.notes + f" [rebased from {str(old_parent)[:7]} onto {tip[:7]} "
                                 "to be confirmed]").strip())
-    ctx = context(loop, a, tip_source, merged, gitops.text_diff(tip_source, merged))
-    guard = loop.reviewer.guard(ctx)
+    guard = _guarded(reviewer, status, context(tag, slot, a, tip_source, merged, gitops.text_diff(tip_source, merged)))
     if not guard.ok:
-        return Decision("discard", f"guard (after rebasing onto {tip[:7]}): {guard.reason}",
-                        decision.trusted_bpb, decision.verdicts, basis=Basis.GUARD)
-    if not _commit(loop, a):
-        return Decision("discard", "the rebased edit changes nothing", decision.trusted_bpb, decision.verdicts, basis=Basis.CONFLICT)
-    write_pending(loop, a)
-    loop.console.event(f"exp {a.n}: would be kept on {str(old_parent)[:7]}, but the branch moved to "
-                       f"{tip[:7]}; rebased as {a.commit[:7]}, confirming it there")
+        return discard(f"guard (after rebasing onto {tip[:7]}): {guard.reason}", Basis.GUARD)
+    if not _commit(slot, a):
+        return discard("the rebased edit changes nothing")
+    write_pending(slot, a)
+    status.event(f"exp {a.n}: would be kept on {str(old_parent)[:7]}, but the branch moved to "
+                 f"{tip[:7]}; rebased as {a.commit[:7]}, confirming it there")
     return tip_source, guard
 
 
-def _run_and_judge(loop, a: Attempt, ctx: ExperimentContext) -> tuple[RunResult, Decision]:
-    reruns, last_ok, last_decision = [], None, None
-    while True:
-        try:
-            return _run_and_judge_once(loop, a, ctx, reruns, last_ok, last_decision)
-        except Rerun as again:
-            last_ok, last_decision = again.run, again.decision
-        except KeyboardInterrupt:
-            if a.parent is None and last_ok is not None and last_decision is not None \
-                    and last_decision.status == "keep":
-                last_decision.rerun = False
-                last_decision.reason += (f" (interrupted during repeat run {len(reruns) + 1}; recorded "
-                                         f"with the {len(reruns)} run(s) that finished)")
-                last_decision.verdicts["reruns"] = reruns[:-1]
-                raise InterruptedBaseline(last_ok, last_decision) from None
-            raise
+def _guarded(reviewer, status, ctx: ExperimentContext) -> GuardVerdict:
+    with status.span("guard", {"n": ctx.n}) as sp:
+        guard = reviewer.guard(ctx)
+        sp.log(output={"ok": guard.ok, "reason": guard.reason})
+    return guard
 
 
-def _run_and_judge_once(loop, a: Attempt, ctx: ExperimentContext, reruns: list, last_ok, asked: Decision | None):
-    """One run and its judgement; raises Rerun when the judge asks for another run: of the same
-    commit, or of the incumbent (`asked.rerun_commit`: judged by reviewer.judge_incumbent, and the
-    candidate's last run stays the one the record describes)."""
-    incumbent = asked.rerun_commit if asked is not None and asked.rerun else None
+def _run(a: Attempt, slot: Slot, status, done: int, incumbent: str | None) -> RunResult:
+    """Run `done` of experiment `a` (of the incumbent's commit where the judge asked for it), with
+    its own seed: the judge's evidence never replays another run, so the noise it measures is real."""
     commit = incumbent or a.commit
-    getattr(loop, "show_run", lambda *_: None)(a, len(reruns), asked)   # which run of it, and why (agent/status.py)
-    loop.set_phase("training", a.n, run_started_at=time.time())
+    status.phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
-               (f".rerun{len(reruns)}" if reruns else "") + (".incumbent" if incumbent else "") + ".log"
-    with loop.tracer.span("run", input={"n": a.n, "commit": commit, "log": log_name,
-                                        "incumbent": incumbent is not None}) as sp:
-        # Every run its own seed: the judge's evidence for a candidate never replays the
-        # incumbent's runs (nor its own), so the noise it measures is real.
-        seed = seed_for(a.n, len(reruns))
-        env = {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {}
-        run = execute(loop, a, log_name, env, commit)   # the run and its trusted evaluation, as a job
+               (f".rerun{done}" if done else "") + (".incumbent" if incumbent else "") + ".log"
+    seed = seed_for(a.n, done)
+    with status.span("run", {"n": a.n, "commit": commit, "log": log_name, "incumbent": incumbent is not None}) as sp:
+        run = run_commit(slot, a.n, commit, log_name, {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {},
+                         parent=a.parent, status=status)
         run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": run.printed("val_bpb"), "seed": seed})
-    loop.set_phase("judging", a.n)
-    with loop.tracer.span("judge", input={"n": a.n, "crash_class": run.crash_class,
-                                          "incumbent": incumbent is not None}) as sp:
-        decision = loop.reviewer.judge_incumbent(ctx, run) if incumbent else loop.reviewer.judge(ctx, run)
-        sp.log(output={"status": decision.status, "reason": decision.reason})
-    done = {"summary": run.summary, "log": _rel(loop, run.log_path), "clock": run.clock_figures}
-    if incumbent:   # a run of the bar, not of the candidate: the record stays the candidate's
-        done.update(commit=incumbent, crash_class=run.crash_class)
-        run = last_ok
-    if decision.rerun and len(reruns) < MAX_RERUNS:
-        reruns.append(done)
-        raise Rerun(run, decision)
-    if decision.rerun and hasattr(loop.reviewer, "out_of_reruns"):   # never a silent discard
-        decision = loop.reviewer.out_of_reruns(ctx, decision, len(reruns) + 1)
-    if incumbent:
-        reruns.append(done)
-    if reruns:
-        decision.verdicts.setdefault("reruns", reruns)
-        if run.crash_class is not None and decision.status != "crash":
-            # the judge decided on the runs that finished; the record keeps their figures
-            decision.verdicts["reruns"].append({"summary": None, "log": _rel(loop, run.log_path),
-                                                "crash_class": run.crash_class})
-            run = last_ok
-    return run, decision
+    return run
 
 
-def execute(loop, a: Attempt, log_name: str, env: dict, commit: str | None = None) -> RunResult:
-    """The run of `a` (or of `commit`, the incumbent, for `a`'s decision) on the loop's executor
-    (run_commit); 'evaluating' shows once it trained."""
-    return run_commit(loop, a.n, commit or a.commit, log_name, env, parent=a.parent,
-                      on_tick=lambda el, log: _tick(loop, a, log))
-
-
-def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None, *, parent: str | None = None,
-               on_tick=None) -> RunResult:
+def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None = None, *,
+               parent: str | None = None, status=None) -> RunResult:
     """The one way a run is assembled: `commit`'s files, the seal and, for a reviewer that
-    evaluates, the trusted evaluation, as a TrainJob on the host's executor (harness/executors:
-    the single loop's one local slot, a --workers slot, a Ray node), so the evaluation runs
-    where the model is and reaches the judge with the result. The queue's re-measurements use
-    it too. `host` gives the RunSite (`host.runs`) and, while the job runs, check_stop (a stop
-    cancels the job) and refresh (the status). A stop (Ctrl-C) cancels the job."""
-    site = host.runs
-    files = sources_at(site.files.repo, commit)
+    evaluates, the trusted evaluation, as a TrainJob on the slot's executor (harness/executors),
+    so the evaluation runs where the model is and reaches the judge with the result. The queue's
+    re-measurements, the ablations and --validate use it too. A stop (Ctrl-C, the slot's stop
+    event) cancels the job."""
+    files = sources_at(slot.files.repo, commit)
     evaluation = None
-    if site.sealed:
-        profile = site.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
-        base = site.run_info.base_commit or parent or commit
-        evaluation = eval_spec(site.seal, prepare_source=gitops.show_file(site.files.repo, base, "prepare.py"),
-                               train_source=files[TRAIN], profile=profile, eval_tokens=site.run_info.eval_tokens)
-    job = TrainJob(n=n, files=files, budget=site.budget, run_dir=str(site.files.run_dir), log_name=log_name,
-                   commit=commit, timeout=site.timeout, env=dict(env or {}), sealed=site.sealed,
-                   data_mode="train" if site.sealed else "open", clock_reference=vars(site.clock_reference()),
-                   evaluation=evaluation, **seal_fields(site.seal))
-    executor = site.executor
-    jid = executor.submit(job, on_tick=on_tick)
+    if slot.sealed:
+        profile = slot.run_info.profile or os.environ.get("AUTORESEARCH_PROFILE", "")
+        base = slot.run_info.base_commit or parent or commit
+        evaluation = eval_spec(slot.seal, prepare_source=gitops.show_file(slot.files.repo, base, "prepare.py"),
+                               train_source=files[TRAIN], profile=profile, eval_tokens=slot.run_info.eval_tokens)
+    job = TrainJob(n=n, files=files, budget=slot.budget, run_dir=str(slot.files.run_dir), log_name=log_name,
+                   commit=commit, timeout=slot.timeout, env=dict(env or {}), sealed=slot.sealed,
+                   data_mode="train" if slot.sealed else "open", clock_reference=vars(slot.clock_reference()),
+                   evaluation=evaluation, **seal_fields(slot.seal))
+    jid = slot.executor.submit(job, on_tick=status.on_log if status is not None else None)
     try:
-        while (res := executor.poll(jid)) is None:
-            host.check_stop()
-            host.refresh()
+        while (res := slot.executor.poll(jid)) is None:
+            if slot.stop is not None and slot.stop.is_set():
+                raise WorkerStopped()
+            if status is not None:
+                status.tick()
             time.sleep(EXECUTOR_POLL_S)
     except BaseException:
-        executor.cancel(jid)
+        slot.executor.cancel(jid)
         raise
     run = res.run_result()
     if res.crash_class == CANCELLED:
@@ -344,96 +313,75 @@ def run_commit(host, n: int, commit: str, log_name: str, env: dict | None = None
     return run
 
 
+# Where the single loop materialises a commit's run files (in the run folder, git-ignored; a
+# sandboxed run sees this folder and nothing else of the project).
+RUN_SRC = ".runs"
+
+
 def one_slot(run_dir: Path):
     """The single loop's executor: one local slot, its folder in the run folder's git-ignored
     RUN_SRC (a sandboxed run sees its slot's files and nothing else of the project)."""
     return SharedExecutor(LocalExecutor(1, root=Path(run_dir) / RUN_SRC / "slots"))
 
 
-# Where the single loop materialises a commit's run files (in the run folder, git-ignored; a
-# sandboxed run sees this folder and nothing else of the project).
-RUN_SRC = ".runs"
-
-
-def _tick(loop, a: Attempt, log_path) -> None:
-    """Show 'evaluating' once train.py reports it trained the whole budget."""
-    if loop.phase != "training":
-        return
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 400))
-            tail = f.read().decode(errors="replace")
-    except OSError:
-        return
-    found = TRAINED_RE.findall(tail)
-    if found and float(found[-1]) >= loop.runs.budget:
-        loop.set_phase("evaluating", a.n)
-    else:
-        loop.refresh()
-
-
-def _ask_fix(loop, a: Attempt, crashed_source: str, run: RunResult) -> bool | None:
+def _fix(a: Attempt, tag, slot: Slot, ideas, status, crashed_source: str, run: RunResult) -> bool:
     """Show the proposer the crash; on a fix, preserve the crashed commit and commit the fix."""
-    loop.prefetch.wait()   # proposers are never called concurrently
-    loop.set_phase("proposing", a.n)
-    req = loop.request(a.n, crashed_source, feedback=(
-        f"Experiment {a.n} crashed ({run.crash_class}). Last {len(run.log_tail.splitlines())} "
-        f"lines of its log:\n{run.log_tail}"), fix_of=a.proposal)
+    status.phase("proposing", a.n)
     try:
-        fix, info = call_proposer(loop.proposers, req)
+        fix, info = ideas.fix(a.n, a.proposal, crashed_source, run)
     except ProposalError as exc:
         a.info.fix_error = str(exc)
-        return None
-    ref = gitops.discarded_ref(loop.files.tag, a.n, attempt=len(a.attempts))
-    _timed_git(a, gitops.update_ref, loop.files.repo, ref, a.commit)
+        return False
+    ref = gitops.discarded_ref(slot.files.tag, a.n, attempt=len(a.attempts))
+    _timed_git(a, gitops.update_ref, slot.files.repo, ref, a.commit)
     a.attempts.append({"commit": a.commit, "crash_class": run.crash_class, "ref": ref,
-                       "log": _rel(loop, run.log_path), "description": a.proposal.description})
+                       "log": _rel(slot, run.log_path), "description": a.proposal.description})
     base = a.parent or a.commit
-    _timed_git(a, gitops.reset_hard, loop.files.worktree, base)
+    _timed_git(a, gitops.reset_hard, slot.files.worktree, base)
     if a.parent is None:
         a.parent = base   # a fixed baseline becomes a commit on top of the base
     a.proposal = fix
     a.info.fixes = [*(a.info.fixes or []), info.to_dict()]
-    if not _commit(loop, a):
+    if not _commit(slot, a):
         a.info.fix_error = "the fix did not change train.py"
-        _timed_git(a, gitops.reset_hard, loop.files.worktree, a.attempts[-1]["commit"])
+        _timed_git(a, gitops.reset_hard, slot.files.worktree, a.attempts[-1]["commit"])
         a.commit = a.attempts.pop()["commit"]
-        return None
-    write_pending(loop, a)
-    return True
-
-
-def _commit(loop, a: Attempt) -> bool:
-    (loop.files.worktree / TRAIN).write_text(a.proposal.source)
-    if not gitops.status_porcelain(loop.files.worktree):
         return False
-    a.commit = _timed_git(a, gitops.commit_file, loop.files.worktree, TRAIN, commit_message(a.proposal))
+    write_pending(slot, a)
     return True
 
 
-def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: Decision,
-           guard: GuardVerdict) -> ExperimentRecord:
-    """Journal, then results.tsv (both fsynced), then git: keep advances, else preserve + reset."""
-    loop.set_phase("judging", a.n)
+def _commit(slot: Slot, a: Attempt) -> bool:
+    (slot.files.worktree / TRAIN).write_text(a.proposal.source)
+    if not gitops.status_porcelain(slot.files.worktree):
+        return False
+    a.commit = _timed_git(a, gitops.commit_file, slot.files.worktree, TRAIN, commit_message(a.proposal))
+    return True
+def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision: Decision,
+           guard: GuardVerdict) -> ExperimentRecord | None:
+    """Journal, then results.tsv (both fsynced), then git: keep advances, else preserve + reset.
+    None, with nothing written: a keep whose parent is no longer the branch tip (another worker
+    kept first; the caller rebases it onto the tip)."""
+    status.phase("judging", a.n)
+    files = slot.files
     summary = dict((run.summary if run else None) or {})
     new_source = a.proposal.source
-    status = decision.status
+    outcome = decision.status
     commit = a.commit or a.parent
     sealed = bool(run and run.sealed)
     printed = run.printed("val_bpb") if run else None
     # The recorded figure is the trusted evaluator's; a printed one counts only for a reviewer that
     # trusts train.py (the simple reviewer of stand-in files). A sealed run printed none.
     bpb = decision.trusted_bpb if decision.trusted_bpb is not None else \
-        (printed if not sealed and status != "crash" else None)
+        (printed if not sealed and outcome != "crash" else None)
     if sealed:
         summary["val_bpb"] = bpb
     training = _num(run.printed("training_seconds") if run else None)
     eval_s = _num(run.printed("eval_seconds") if run else None)
     wall = run.wall_seconds if run else 0.0
     discarded = None
-    if status != "keep" and a.commit and a.parent:
-        discarded = gitops.discarded_ref(loop.files.tag, a.n)
+    if outcome != "keep" and a.commit and a.parent:
+        discarded = gitops.discarded_ref(files.tag, a.n)
     verdicts = {"guard": {"ok": guard.ok, "reason": guard.reason, "details": guard.details},
                 **decision.verdicts}
     evidence = verdicts.pop("evidence", None)   # the runs the decision rests on: a record field
@@ -442,9 +390,9 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
         # the basis the decision rests on, where the readers look for it (ExperimentRecord.basis)
         verdicts["judge"] = dict(judge, basis=decision.basis.value)
     rec = ExperimentRecord(
-        kind="experiment", n=a.n, tag=loop.files.tag, parent=a.parent, commit=commit, short=commit[:7], status=status, description=a.proposal.description,
+        kind="experiment", n=a.n, tag=files.tag, parent=a.parent, commit=commit, short=commit[:7], status=outcome, description=a.proposal.description,
         hypothesis=a.proposal.hypothesis, proposer=a.proposal.proposer,
-        model=a.proposal.model, diff=gitops.diff(loop.files.repo, a.parent, a.commit) if a.parent and a.commit else "",
+        model=a.proposal.model, diff=gitops.diff(files.repo, a.parent, a.commit) if a.parent and a.commit else "",
         summary=summary or None, trusted_bpb=decision.trusted_bpb,
         clock=run.clock_figures if run else None, sealed=sealed,
         verify_seconds=decision.verify_figure("seconds"),   # trusted re-evaluation cost
@@ -454,44 +402,44 @@ def record(loop, a: Attempt, old_source: str, run: RunResult | None, decision: D
                  "run": wall, "training": training, "eval": eval_s,
                  "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
         tokens=dict(a.proposal.tokens), cost_usd=a.proposal.cost_usd + decision.verdict_cost(),
-        log=_rel(loop, run.log_path) if run else None, discarded_ref=discarded,
+        log=_rel(slot, run.log_path) if run else None, discarded_ref=discarded,
         started_at=a.started_at, memory_gb=_num(run.printed("peak_vram_mb") if run else None) / 1024,
         config=knobs.values(new_source), code=knobs.code_fingerprint(new_source),
         attempts=a.attempts, notes=a.proposal.notes, evidence=evidence)
     for key, value in a.info.record_fields().items():
         setattr(rec, key, value)
-    rec.worker = loop.wid   # --workers N: which worker carried it
+    rec.worker = slot.wid   # --workers N: which worker carried it
     rec.ended_at = time.time()
     total = time.monotonic() - a.t0
     rec.timings.update(total=total, overhead=total - training)
     # The record as the journal will hold it: every value through the one scrubber.
     rec = ExperimentRecord.from_dict(scrub(rec.to_dict()))
-    with loop.critical():
-        if status == "keep" and a.parent is not None and a.parent != loop.last_kept:
-            raise BranchMoved(a.n)   # nothing written yet: rebased and confirmed by the caller
-        append_journal(loop.files.journal_path, rec.to_dict())
+    with tag.critical():
+        if outcome == "keep" and a.parent is not None and a.parent != tag.last_kept:
+            return None   # nothing written yet: rebased and confirmed by the caller
+        append_journal(files.journal_path, rec.to_dict())
         # results.tsv carries the figure the decision rests on: the trusted re-evaluation when
         # there is one, so a forged printed val_bpb never appears as the result (row_bpb).
         # A baseline try that was not kept stays in the journal only (ExperimentRecord.in_results):
         # the table's first row is the kept baseline, and no commit is on two rows.
-        append_record(loop.files.results_path, rec)
+        append_record(files.results_path, rec)
         t0 = time.monotonic()
-        if status == "keep":
-            branch = loop.files.branch_worktree or loop.files.worktree   # a worker's own worktree is not the branch's
+        if outcome == "keep":
+            branch = files.branch_worktree or files.worktree   # a worker's own worktree is not the branch's
             if a.commit and a.commit != gitops.head(branch):
                 gitops.reset_hard(branch, a.commit)
-            loop.last_kept = commit
         elif discarded:
-            gitops.update_ref(loop.files.repo, discarded, a.commit)
-            gitops.reset_hard(loop.files.worktree, loop.last_kept)
-        loop.files.pending_path.unlink(missing_ok=True)
+            gitops.update_ref(files.repo, discarded, a.commit)
+            gitops.reset_hard(files.worktree, tag.last_kept)
+        files.pending_path.unlink(missing_ok=True)
         try:   # under the lock too: workers' notes share one ref
-            gitops.add_note(loop.files.repo, commit, scrub(f"autoresearch {loop.files.tag} exp {a.n}: {status} "
+            gitops.add_note(files.repo, commit, scrub(f"autoresearch {files.tag} exp {a.n}: {outcome} "
                                                      f"val_bpb={bpb} ({decision.reason})"))
         except gitops.GitError as exc:
-            loop.console.event(f"warning: could not write git note: {exc}")
+            status.event(f"warning: could not write git note: {exc}")
         rec.timings["git"] += time.monotonic() - t0
-        loop.after_record(rec, bpb)
+        tag.decided(rec, bpb)
+    status.decided(rec)
     return rec
 
 
@@ -499,8 +447,8 @@ def _num(x) -> float:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else 0.0
 
 
-def _rel(loop, path) -> str:
+def _rel(slot: Slot, path) -> str:
     try:
-        return str(path.relative_to(loop.files.run_dir))
+        return str(path.relative_to(slot.files.run_dir))
     except ValueError:
         return str(path)

@@ -80,20 +80,6 @@ def fresh_seeds(k: int, used: set[int], start: int = FRESH_SEED_BASE) -> list[in
     return out
 
 
-class _Host:
-    """What run_commit needs of its caller: the loop's run site with the trusted evaluation on."""
-
-    def __init__(self, loop):
-        self.runs = replace(loop.runs, sealed=True)
-        self._loop = loop
-
-    def check_stop(self) -> None:
-        self._loop.check_stop()
-
-    def refresh(self, force: bool = False) -> None:
-        """Nothing to show: the loop's panel describes its own experiments."""
-
-
 def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     """`commit`'s train.py run once per seed through the loop's run path, sealed and evaluated by
     the trusted evaluator. `loop`: a set-up agent/loop.py Loop (its seal, run info and executor;
@@ -104,11 +90,11 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     clash = set(seeds) & loop_seeds(max_n + 1, own if isinstance(own, int) else None)
     if clash:
         raise SeedClash(f"re-measurement seeds {sorted(clash)} may be the loop's own")
-    host, out = _Host(loop), Remeasured(commit)
+    slot, out = replace(loop.slot, sealed=True), Remeasured(commit)   # the trusted evaluation always on
     t0 = time.monotonic()
     for i, seed in enumerate(seeds):
         n = JOB_N_BASE + i
-        run = run_commit(host, n, commit, f"remeasure-{commit[:7]}-{seed}.log", {"AUTORESEARCH_SEED": str(seed)})
+        run = run_commit(slot, n, commit, f"remeasure-{commit[:7]}-{seed}.log", {"AUTORESEARCH_SEED": str(seed)})
         v = run.verified
         if run.crash_class is not None or v is None or not v.ok or v.trusted_bpb is None:
             why = run.crash_class or (v.reason if v is not None else "no trusted evaluation")

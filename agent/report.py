@@ -231,41 +231,28 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     judge = JudgeHierarchy(budget=budget)
     mode = "none" if run_info.sandbox_kind == "none" else "auto"
     judge.seal = make_seal(data["run"], info, RunInfo.from_dict(run_info.to_dict()), mode, print)
-    shim = _Loop(scratch.path, data["run"], budget, judge.seal, data)
+    slot = _slot(scratch.path, data["run"], budget, judge.seal, data)
     try:
         out = judge.measure(commit, worktree=scratch.path, run_dir=data["run"],
-                            train=lambda c: run_commit(shim, n, c, f"queue-{c[:7]}.log"))
+                            train=lambda c: run_commit(slot, n, c, f"queue-{c[:7]}.log"))
     finally:
-        shim.executor.close()
+        slot.executor.close()
     m = Measurement.of(out)
     return {"ok": m.ok, "bpb": m.bpb, "reason": m.reason, "log": m.log}
 
 
-class _Loop:
-    """What agent/experiment.run_commit reads of its host, for an ablation's sealed run: a RunSite
-    of its own (the scratch worktree, the run folder, one local slot) and no status to keep."""
-
-    def __init__(self, worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
-        from agent.experiment import RunSite, one_slot
-        from agent.workspace import RunFiles
-        from harness.runner import timeout_for
-        run_info = _run_info(data) if data else RunInfo()
-        self.files = RunFiles(worktree, run_info.tag or "", worktree, run_dir)
-        self._records = list(data["records"]) if data else []
-        self.executor = one_slot(run_dir)
-        self.runs = RunSite(files=self.files, run_info=run_info, budget=budget, timeout=timeout_for(budget),
-                            seal=seal, sealed=True, executor=self.executor, clock_reference=self.clock_reference)
-
-    def check_stop(self) -> None:
-        pass
-
-    def refresh(self, force: bool = False) -> None:
-        pass
-
-    def clock_reference(self):
-        from harness.clock import reference_of
-        return reference_of(self._records)
-
+def _slot(worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
+    """Where an ablation's sealed run goes: the scratch worktree, the run folder, one local slot,
+    the tag's clock reference (agent/experiment.py Slot)."""
+    from agent.experiment import Slot, one_slot
+    from agent.workspace import RunFiles
+    from harness.clock import reference_of
+    from harness.runner import timeout_for
+    run_info = _run_info(data) if data else RunInfo()
+    records = list(data["records"]) if data else []
+    return Slot(files=RunFiles(worktree, run_info.tag or "", worktree, run_dir), run_info=run_info, budget=budget,
+                timeout=timeout_for(budget), seal=seal, sealed=True, executor=one_slot(run_dir),
+                clock_reference=lambda: reference_of(records))
 
 
 def ablate(data: dict, summary: dict, measure=None) -> dict:

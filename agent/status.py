@@ -1,66 +1,219 @@
-"""What the loop shows while it works: the panel and state.json (refresh), the experiment in
-flight (its idea, which run of it and why), the judge's calls as they are made, and the switch to
-"evaluating" once the trusted evaluator has the saved model. A mixin of agent/loop.py's Loop."""
+"""What the loop shows while it works: the console's panel and state.json, the experiment in flight
+(its idea, which run of it and why), the judge's interim calls as they are made, and the switch to
+"evaluating" once the run trained its budget or the trusted evaluator has the saved model.
+
+A status sink is what agent/experiment.py reports to (it never reads anything back):
+
+    phase(name, n, run_started_at)   the step an experiment is at (guarding, training, judging, ...)
+    tick(force)                       refresh the panel and state.json (at most once a second)
+    attempt(a) / run(a, done, asked)  the experiment now in flight, and which run of it starts
+    judged(n, decision)               a judge call as it is made (an interim one is a note)
+    on_log(elapsed, log_path)         the executor's tick while a run trains
+    decided(rec)                      a recorded decision
+    event(text)                       one console line
+
+The single loop reports to the Panel; each of --workers N to its own WorkerStatus, which keeps its
+phase and forwards the rest to the one Panel (state.json lists the workers).
+"""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.console import run_progress
+from agent.console import read_tail, run_progress
 from agent.judges import stats
-from harness.records import RunState
+from harness.records import ExperimentRecord, RunState, WorkerState
 from harness.results import write_state
 
+# The training progress line of train.py: "... | trained 12.3s" (shows the evaluating phase).
+TRAINED_RE = re.compile(r"trained ([0-9.]+)s")
+# Bytes of a training log's end read on each executor tick.
+TICK_TAIL = 400
 
-class LoopStatus:
-    def show_attempt(self, a) -> None:
+
+@dataclass
+class Phase:
+    """The step an experiment is at, and since when (the loop's, or one worker's)."""
+    name: str = "setup"
+    experiment: int | None = None
+    started_at: float = field(default_factory=time.time)
+    run_started_at: float | None = None
+
+    def set(self, name: str, n: int | None = None, run_started_at: float | None = None) -> None:
+        if name != self.name or (n is not None and n != self.experiment) or run_started_at is not None:
+            self.started_at = time.time()
+        self.name, self.experiment = name, n if n is not None else self.experiment
+        if run_started_at is not None:
+            self.run_started_at = run_started_at
+
+
+@dataclass
+class Shown:
+    """The experiment in flight as the panel shows it, and the last call the judge made."""
+    idea: dict | None = None            # description, hypothesis, proposer
+    run_of: dict | None = None          # run k of (at most) `of`, and why
+    last_decision: str | None = None
+    interim: tuple | None = None        # (n, reason) of the last "again": why a stop left it undecided
+    written_at: float = 0.0             # when state.json was last written
+
+
+@dataclass
+class Spend:
+    tokens: dict = field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float = 0.0
+
+    def add(self, rec: ExperimentRecord) -> None:
+        counts = rec.token_counts()
+        for k in self.tokens:
+            self.tokens[k] += counts.get(k, 0)
+        self.cost_usd += rec.cost()
+
+
+class Panel:
+    """The tag's panel and state.json; the single loop's status sink."""
+
+    def __init__(self, files, budget: float, coord, console, notify, baseline_repeats: int):
+        self.files, self.budget, self.coord = files, budget, coord
+        self.console, self.notify, self.baseline_repeats = console, notify, baseline_repeats
+        self.now, self.shown, self.spend = Phase(), Shown(), Spend()
+        self.started_at = time.time()
+        self.workers: list[WorkerStatus] = []   # --workers N: one row each in state.json
+        self.tracer = None   # agent/tracing.py Tracer, once the loop opened traces.jsonl
+
+    def span(self, name: str, input: dict):
+        """A traced span (traces.jsonl) of a step: the guard, a run, a judge call."""
+        return self.tracer.span(name, input=input) if self.tracer is not None else _Untraced()
+
+    # ---- the status sink -----------------------------------------------------------------------
+    def phase(self, name: str, n: int | None = None, run_started_at: float | None = None) -> None:
+        self.now.set(name, n, run_started_at)
+        self.tick(force=True)
+
+    def event(self, text: str) -> None:
+        self.console.event(text)
+
+    def attempt(self, a) -> None:
         """The experiment now in flight: its idea on the panel and in state.json, and one line."""
         p = a.proposal
-        self.idea = {"description": p.description, "hypothesis": p.hypothesis, "proposer": p.proposer}
-        self.run_of = None
+        self.shown.idea = {"description": p.description, "hypothesis": p.hypothesis, "proposer": p.proposer}
+        self.shown.run_of = None
         self.console.event(f"exp {a.n}: trying {p.description} -- hypothesis: {p.hypothesis}")
 
-    def show_run(self, a, done: int, asked) -> None:
+    def run(self, a, done: int, asked) -> None:
         """The next run of experiment `a` (`done` runs so far; `asked`: the judge's call that asked
         for it): run k of (at most) `of`, and why it runs again (k > 1)."""
-        k, of, why = run_label(self.config.baseline_repeats, a, done, asked)
-        self.run_of = {"k": k, "of": of, "why": why}
+        k, of, why = run_label(self.baseline_repeats, a, done, asked)
+        self.shown.run_of = {"k": k, "of": of, "why": why}
         if k > 1:
             self.console.event(f"exp {a.n}: run {k} of {of} ({why})")
 
-    def announce(self, n: int, decision) -> None:
-        """A judge decision as it is made; an interim one ("run again") is a note, not a verdict."""
-        if getattr(decision, "rerun", False):
-            self.interim = (n, decision.reason)
+    def judged(self, n: int, decision) -> None:
+        """A judge call as it is made; an interim one ("again") is a note, not a verdict."""
+        if decision.is_again:
+            self.shown.interim = (n, decision.reason)
             self.console.event(f"exp {n}: not decided yet: {decision.reason}")
         else:
-            self.last_decision = f"exp {n} {decision.status}: {decision.reason}"
-        self.refresh(force=True)
+            self.shown.last_decision = f"exp {n} {decision.status}: {decision.reason}"
+        self.tick(force=True)
 
-    def refresh(self, force: bool = False) -> None:
-        if not force and time.time() - self._last_state < 1.0:
+    def on_log(self, elapsed: float, log_path) -> None:
+        if self.now.name == "training" and trained_all(log_path, self.budget):
+            self.phase("evaluating", self.now.experiment)
+        else:
+            self.tick()
+
+    def decided(self, rec: ExperimentRecord) -> None:
+        """A recorded decision (the tag's history has it already)."""
+        self.spend.add(rec)
+        self.shown.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
+        self.shown.idea, self.shown.run_of = None, None   # decided: no longer shown in flight
+        self.console.decision(rec)
+        self.notify.record(rec, self.coord.history, self.coord.in_flight)
+        if not self.workers:
+            self.phase("idle", rec.n)
+        else:
+            self.tick(force=True)
+
+    def tick(self, force: bool = False) -> None:
+        if not force and time.time() - self.shown.written_at < 1.0:
             return
-        self._last_state = time.time()
-        if self.phase == "training" and _evaluating(self.run_dir):
-            self.set_phase("evaluating", self.experiment)   # the trusted evaluator has the saved model
+        self.shown.written_at = time.time()
+        now = self.now
+        if now.name == "training" and _evaluating(self.files.run_dir):
+            self.phase("evaluating", now.experiment)   # the trusted evaluator has the saved model
             return
-        decided = len(self.history)
-        keeps = sum(1 for r in self.history if r.status == "keep")
-        log, progress = run_progress(self.run_dir, self.phase, self.run_started_at, self.experiment)
-        state = RunState(tag=self.tag, phase=self.phase, experiment=self.experiment, started_at=self.started_at,
-                         run_started_at=self.run_started_at, budget=self.budget, best=self.best,
-                         last_decision=self.last_decision, keep_rate=keeps / decided if decided else None,
-                         tokens=self.tokens, cost_usd=self.cost_usd, pid=os.getpid(),
-                         phase_started_at=self.phase_started_at, log=log, progress=progress,
-                         workers=[w.state() for w in getattr(self, "workers", [])],
-                         idea=self.idea if self.phase not in ("idle", "stopped", "setup") else None,
-                         run=self.run_of if self.phase in ("training", "evaluating", "judging") else None).to_dict()
+        history = self.coord.history
+        keeps = sum(1 for r in history if r.status == "keep")
+        log, progress = run_progress(self.files.run_dir, now.name, now.run_started_at, now.experiment)
+        shown = self.shown
+        state = RunState(tag=self.files.tag, phase=now.name, experiment=now.experiment, started_at=self.started_at,
+                         run_started_at=now.run_started_at, budget=self.budget, best=self.coord.best,
+                         last_decision=shown.last_decision, keep_rate=keeps / len(history) if history else None,
+                         tokens=self.spend.tokens, cost_usd=self.spend.cost_usd, pid=os.getpid(),
+                         phase_started_at=now.started_at, log=log, progress=progress,
+                         workers=[w.state() for w in self.workers],
+                         idea=shown.idea if now.name not in ("idle", "stopped", "setup") else None,
+                         run=shown.run_of if now.name in ("training", "evaluating", "judging") else None).to_dict()
         with self.coord.lock, contextlib.suppress(OSError):
             write_state(self.files.state_path, **state)
         self.console.update(state)
 
+
+class WorkerStatus:
+    """One worker's status sink: its own phase and count, the rest on the tag's Panel."""
+
+    def __init__(self, panel: Panel, wid: int):
+        self.panel, self.wid = panel, wid
+        self.now = Phase(name="idle")
+        self.done = 0
+        self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
+
+    def phase(self, name: str, n: int | None = None, run_started_at: float | None = None) -> None:
+        self.now.set(name, n, run_started_at)
+        self.panel.tick(force=True)
+
+    def tick(self, force: bool = False) -> None:
+        self.panel.tick(force)
+
+    def span(self, name: str, input: dict):
+        return self.panel.span(name, dict(input, worker=self.wid))
+
+    def event(self, text: str) -> None:
+        self.panel.event(text)
+
+    def attempt(self, a) -> None:
+        p = a.proposal
+        self.panel.event(f"exp {a.n} (worker {self.wid}): trying {p.description} -- hypothesis: {p.hypothesis}")
+
+    def run(self, a, done: int, asked) -> None:
+        k, of, why = run_label(self.panel.baseline_repeats, a, done, asked)
+        if k > 1:
+            self.panel.event(f"exp {a.n} (worker {self.wid}): run {k} of {of} ({why})")
+
+    def judged(self, n: int, decision) -> None:
+        self.panel.judged(n, decision)
+
+    def on_log(self, elapsed: float, log_path) -> None:
+        if self.now.name == "training" and trained_all(log_path, self.panel.budget):
+            self.phase("evaluating", self.now.experiment)
+        else:
+            self.panel.tick()
+
+    def decided(self, rec: ExperimentRecord) -> None:
+        self.done += 1
+        self.now.set("idle", rec.n)
+        self.panel.decided(rec)
+
+    def state(self) -> WorkerState:
+        entry = self.panel.coord.in_flight.get(self.now.experiment)
+        return WorkerState(worker=self.wid, n=self.now.experiment, phase=self.now.name, gpu=self.gpu,
+                           phase_started_at=self.now.started_at, run_started_at=self.now.run_started_at,
+                           commit=entry.commit if entry else None, parent=entry.parent if entry else None,
+                           description=entry.description if entry else "", done=self.done)
 
 
 def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int, str]:
@@ -73,13 +226,33 @@ def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int, str
         of = max(k, stats.MAX_RUNS)
         why = "first run" if k == 1 else "confirming a possible gain"
     reason = asked.reason if asked is not None else ""
-    if asked is not None and asked.rerun_commit:
-        why = f"the incumbent {asked.rerun_commit[:7]} again, for a fair bar"
+    if asked is not None and asked.run_next:
+        why = f"the incumbent {asked.run_next[:7]} again, for a fair bar"
     elif "disturbed" in reason or "no evidence" in reason:
         why = "replacing a run the machine disturbed"
     return k, of, why
 
 
+def trained_all(log_path, budget: float) -> bool:
+    """train.py reports it trained the whole budget (its last progress line)."""
+    tail = read_tail(Path(log_path), TICK_TAIL) if log_path else ""
+    found = TRAINED_RE.findall(tail)
+    return bool(found) and float(found[-1]) >= budget
+
+
 def _evaluating(run_dir: Path) -> bool:
     """A trusted evaluation is running: its process group is recorded (harness/verify.py)."""
     return any((Path(run_dir) / ".verify").glob("verify*.pid"))
+
+
+class _Untraced:
+    """A span that records nothing (no tracer yet)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def log(self, **kw) -> None:
+        pass

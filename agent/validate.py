@@ -79,28 +79,17 @@ def verdict(gain_short: float | None, gain_long: float | None, se: float | None)
     return "holds", "the final best is still better, by at least half the run's gain"
 
 
-class _Host:
-    """What agent/experiment.run_commit reads of its host: a RunSite of the scratch worktree and
-    the run folder, one local slot, the run's clock reference; no status to keep."""
-
-    def __init__(self, scratch: Path, t: dict, budget: float, seal):
-        from agent.experiment import RunSite, one_slot
-        from agent.workspace import RunFiles
-        from harness.clock import reference_of
-        from harness.runner import timeout_for
-        info = t["info"]
-        self.files = RunFiles(scratch, info.tag or "", scratch, t["run"])
-        self.executor = one_slot(t["run"])
-        records = t["records"]
-        self.runs = RunSite(files=self.files, run_info=info, budget=budget, timeout=timeout_for(budget),
-                            seal=seal, sealed=seal is not None, executor=self.executor,
-                            clock_reference=lambda: reference_of(records))
-
-    def check_stop(self) -> None:
-        pass
-
-    def refresh(self, force: bool = False) -> None:
-        pass
+def _slot(scratch: Path, t: dict, budget: float, seal):
+    """Where a validation run goes: the scratch worktree and the run folder, one local slot, the
+    run's clock reference (agent/experiment.py Slot)."""
+    from agent.experiment import Slot, one_slot
+    from agent.workspace import RunFiles
+    from harness.clock import reference_of
+    from harness.runner import timeout_for
+    info, records = t["info"], t["records"]
+    return Slot(files=RunFiles(scratch, info.tag or "", scratch, t["run"]), run_info=info, budget=budget,
+                timeout=timeout_for(budget), seal=seal, sealed=seal is not None, executor=one_slot(t["run"]),
+                clock_reference=lambda: reference_of(records))
 
 
 def sealed_measure(t: dict, scratch: Path, budget: float):
@@ -115,14 +104,14 @@ def sealed_measure(t: dict, scratch: Path, budget: float):
     judge = JudgeHierarchy(budget=budget)
     mode = "none" if info.sandbox_kind == "none" else "auto"
     judge.seal = make_seal(t["run"], described, RunInfo.from_dict(info.to_dict()), mode, print)
-    host = _Host(scratch, t, budget, judge.seal)
+    slot = _slot(scratch, t, budget, judge.seal)
 
     def measure(commit: str, n: int, seed: int) -> Measurement:
         gitops.git(scratch, "checkout", "-q", "--detach", commit)
         out = judge.measure(commit, worktree=scratch, run_dir=t["run"], train=lambda c: run_commit(
-            host, n, c, f"validate-{c[:7]}-s{seed}.log", env={"AUTORESEARCH_SEED": str(seed)}))
+            slot, n, c, f"validate-{c[:7]}-s{seed}.log", env={"AUTORESEARCH_SEED": str(seed)}))
         return Measurement.of(out)
-    measure.close = host.executor.close
+    measure.close = slot.executor.close
     return measure
 
 

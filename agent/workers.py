@@ -27,15 +27,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent import between
-from agent.coordinator import LockedProposer, Phased
-from agent.errors import WorkerStopped
-from agent.experiment import TRAIN, Attempt, RunSite, run_experiment, write_pending
+from agent.coordinator import LockedProposer
+from agent.errors import WorkerStopped  # noqa: F401  (raised in run_commit when the stop event is set)
+from agent.experiment import TRAIN, Attempt, Slot, run_experiment, write_pending
 from agent.pending import PendingFile
-from agent.proposing import ProposalInfo, call_proposer
+from agent.proposing import ProposalInfo
+from agent.status import WorkerStatus
 from harness import gitops
 from harness.executors import LocalExecutor
 from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
-from harness.records import ExperimentRecord, WorkerState
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5
@@ -43,122 +43,66 @@ BOUNDARY_EVERY_S = 10.0
 PENDING_GLOB = "pending-w*.json"
 
 
-class _NoPrefetch:
-    """Workers overlap proposing with each other's training instead of prefetching."""
-    n = None
+class Worker:
+    """One of --workers N: a thread carrying one experiment at a time through run_experiment, in
+    its own slot (worktree, pending file, executor slot, the stop event), with its own proposer
+    side (the shared proposers behind the coordinator's lock; nothing prefetched: workers overlap
+    proposing with each other's runs) and its own status row. The tag's state is the loop's
+    coordinator."""
 
-    def wait(self):
-        pass
-
-    def take(self, *args):
-        return None
-
-
-class Worker(Phased):
-    """One worker's view of the loop: what experiment.py needs, nothing more. Its own worktree,
-    pending file, pid file, GPU and phase; the tag's state through the coordinator."""
-
-    def __init__(self, loop, wid: int, worktree: Path, executor):
-        self.loop, self.wid, self.worktree = loop, wid, worktree
-        self.coord, self.executor = loop.coord, executor
+    def __init__(self, loop, wid: int, worktree: Path, executor, stop: threading.Event):
+        self.loop, self.wid = loop, wid
         # its own worktree and pending file; keeps move the branch in the tag's worktree
-        self.files = replace(loop.files, worktree=worktree, pending_name=f"pending-w{wid}.json",
-                             branch_worktree=loop.worktree)
-        self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
-        self.proposers = locked(loop.proposers, loop.coord.proposer_lock)
-        self.prefetch = _NoPrefetch()
-        self.feedback = ""
-        self.phase, self.experiment, self.run_started_at = "idle", None, None
-        self.phase_started_at = time.time()
+        files = replace(loop.files, worktree=worktree, pending_name=f"pending-w{wid}.json",
+                        branch_worktree=loop.worktree)
+        self.slot: Slot = replace(loop.slot, files=files, executor=executor, wid=wid, stop=stop)
+        self.ideas = replace(loop.ideas, proposers=locked(loop.ideas.proposers, loop.coord.proposer_lock),
+                             prefetch=None, feedback="")
+        self.status = WorkerStatus(loop.panel, wid)
         self.error: BaseException | None = None
-        self.done = 0
         self.thread: threading.Thread | None = None
-        # the loop's, fixed for the night once setup() ran: read once, not forwarded
-        self.config, self.tracer, self.reviewer, self.console = loop.config, loop.tracer, loop.reviewer, loop.console
-        # its runs: the loop's terms and seal, its own files and executor
-        self.runs = RunSite(files=self.files, run_info=loop.run_info, budget=loop.budget, timeout=loop.timeout,
-                            seal=loop.seal, sealed=loop.sealed, executor=executor, clock_reference=loop.clock_reference)
-        self.stop_event = loop.stop_event
-
-    history = property(lambda self: self.coord.history)
-    best = property(lambda self: self.coord.best)
-    last_kept = property(lambda self: self.coord.last_kept,
-                         lambda self, v: setattr(self.coord, "last_kept", v))
-
-    def critical(self):
-        return self.coord.lock
-
-    def check_stop(self) -> None:
-        if self.loop.stop_event.is_set():
-            raise WorkerStopped()
-
-    def refresh(self, force: bool = False) -> None:
-        self.loop.refresh(force)
-
-    def after_record(self, rec: ExperimentRecord, bpb) -> None:
-        self.loop.note_decision(rec, bpb)
-        self.done += 1
-        self.set_phase("idle", rec.n)
-
-    def request(self, n, source, feedback="", fix_of=None, pending=()):
-        in_flight = self.coord.pending_for_proposer(exclude=n)
-        return self.loop.request(n, source, feedback=feedback, fix_of=fix_of,
-                                 pending=list(pending) + in_flight)
-
-    def prefetch_next(self, a, new_source) -> None:
-        pass
-
-    def state(self) -> WorkerState:
-        entry = self.coord.in_flight.get(self.experiment)
-        return WorkerState(worker=self.wid, n=self.experiment, phase=self.phase, gpu=self.gpu,
-                           phase_started_at=self.phase_started_at, run_started_at=self.run_started_at,
-                           commit=entry.commit if entry else None, parent=entry.parent if entry else None,
-                           description=entry.description if entry else "", done=self.done)
-
-    # ---- the worker's own loop -------------------------------------------------------------
-    def next_attempt(self, n: int, parent: str) -> Attempt:
-        source = gitops.show_file(self.files.repo, parent, TRAIN)
-        self.set_phase("proposing", n)
-        proposal, info = call_proposer(self.proposers, self.request(n, source, feedback=self.feedback))
-        self.feedback = ""
-        return Attempt(n=n, parent=parent, proposal=proposal, info=info)
 
     def work(self, resumed: list, limit: int | None, deadline: float | None) -> None:
+        coord, slot = self.loop.coord, self.slot
         try:
-            while not self.loop.stop_event.is_set():
-                item = _pop(resumed, self.coord.lock)
+            while not slot.stop.is_set():
+                item = _pop(resumed, coord.lock)
                 if item is not None:
                     a, origin = item
-                    self.coord.adopt(self.wid, a)
-                    with self.coord.lock:
-                        gitops.reset_hard(self.worktree, a.commit)
-                        take_over(self, a, origin)
+                    coord.adopt(self.wid, a)
+                    with coord.lock:
+                        gitops.reset_hard(slot.files.worktree, a.commit)
+                        take_over(slot, a, origin)
                 else:
                     if deadline is not None and time.time() >= deadline:
                         return
-                    with self.coord.lock:
+                    with coord.lock:
                         self.loop.check_space()
-                        parent = self.coord.last_kept
-                        n = self.coord.claim(self.wid, parent, limit)
+                        parent = coord.last_kept
+                        n = coord.claim(self.wid, parent, limit)
                         if n is None:
                             return
-                        gitops.reset_hard(self.worktree, parent)
+                        gitops.reset_hard(slot.files.worktree, parent)
                     try:
-                        a = self.next_attempt(n, parent)
+                        self.status.phase("proposing", n)
+                        proposal, info = self.ideas.propose(n, parent)
                     except BaseException:
-                        self.coord.finish(n)
+                        coord.finish(n)
                         raise
-                    self.coord.proposed(n, a.proposal)
+                    a = Attempt(n=n, parent=parent, proposal=proposal, info=info)
+                    coord.proposed(n, a.proposal)
                 try:
-                    self.coord.update(a.n, commit=a.commit)
-                    run_experiment(self, a, committed=a.commit is not None)
+                    coord.update(a.n, commit=a.commit)
+                    rec = run_experiment(a, coord, slot, self.ideas, self.loop.reviewer, self.status,
+                                         committed=a.commit is not None)
+                    self.ideas.decided(rec)
                 finally:
-                    self.coord.finish(a.n)
+                    coord.finish(a.n)
         except KeyboardInterrupt:   # WorkerStopped: the loop is stopping; the experiment stays pending
-            self.set_phase("stopped")
+            self.status.phase("stopped")
         except BaseException as exc:   # delivered to the main thread, which stops the others
             self.error = exc
-            self.loop.stop_event.set()
+            slot.stop.set()
 
 
 def locked(proposers, lock):
@@ -180,48 +124,49 @@ def run_parallel(loop, deadline: float | None) -> str | None:
     count = max(1, int(c.workers))
     # local slots beside the workers' worktrees: reused after a kill -9, hidden from sealed runs
     executor, where = open_executor(c.executor, count, ray_address=c.ray_address, gpus=c.gpus, slots_root=worker_root(loop) / "slots")
-    loop.executor = executor   # the baseline runs where the experiments will (a Ray node, a slot)
+    loop.slot = replace(loop.slot, executor=executor)   # the baseline runs where the experiments will
     try:
         loop.ensure_baseline()
         return _run_workers(loop, count, executor, where, deadline)
     finally:
-        loop.executor = None
+        loop.slot = replace(loop.slot, executor=None)
         executor.close()
 
 
 def _run_workers(loop, count: int, executor, where: str, deadline: float | None) -> str | None:
-    loop.stop_event = threading.Event()
-    loop.workers = [Worker(loop, k, worker_worktree(loop, k), executor) for k in range(1, count + 1)]
-    loop.console.event(f"{count} workers on {where}; each experiment in its own worktree under "
-                       f"{loop.workers[0].worktree.parent}")
+    stop = threading.Event()
+    workers = [Worker(loop, k, worker_worktree(loop, k), executor, stop) for k in range(1, count + 1)]
+    loop.panel.workers = [w.status for w in workers]
+    loop.panel.event(f"{count} workers on {where}; each experiment in its own worktree under "
+                     f"{workers[0].slot.files.worktree.parent}")
     resumed = pending_attempts(loop)
     for a, _ in resumed:   # their numbers are taken before any worker claims one
         loop.coord.adopt(0, a)
-        loop.console.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
+        loop.panel.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
     limit = loop.config.max_experiments
-    for w in loop.workers:
+    for w in workers:
         w.thread = threading.Thread(target=w.work, args=(resumed, limit, deadline), name=f"worker-{w.wid}",
                                     daemon=True)
         w.thread.start()
     last_boundary = time.monotonic()
     try:
-        while any(w.thread.is_alive() for w in loop.workers):
-            for w in loop.workers:
+        while any(w.thread.is_alive() for w in workers):
+            for w in workers:
                 w.thread.join(timeout=POLL_S / count)
-            loop.refresh()
-            if time.monotonic() - last_boundary > BOUNDARY_EVERY_S and not loop.stop_event.is_set():
+            loop.panel.tick()
+            if time.monotonic() - last_boundary > BOUNDARY_EVERY_S and not stop.is_set():
                 last_boundary = time.monotonic()
                 _boundary(loop)
     except BaseException:
-        loop.stop_event.set()
-        for w in loop.workers:
+        stop.set()
+        for w in workers:
             w.thread.join()
         raise
-    errors = [w.error for w in loop.workers if w.error is not None]
+    errors = [w.error for w in workers if w.error is not None]
     if errors:
         raise errors[0]
     _boundary(loop)
-    if limit is not None and loop.next_n() > limit:
+    if limit is not None and loop.coord.next_n() > limit:
         return f"reached --max-experiments {limit}"
     if deadline is not None and time.time() >= deadline:
         return f"reached --until {loop.config.until}"
@@ -231,7 +176,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
 def _boundary(loop) -> None:
     """Human-queue decisions, applied between decisions (under the coordinator's lock)."""
     with loop.coord.lock:
-        between.apply(loop)
+        between.apply(loop.reviewer, loop.coord, loop.slot, loop.panel)
 
 
 def open_executor(kind: str, count: int, *, ray_address: str | None = None, gpus: str | None = None,
@@ -297,7 +242,7 @@ def pending_attempts(loop) -> list[Attempt]:
         commit = pending.commit if pending else None
         if pending is None or pending.n in recorded or not commit or not gitops.rev_parse(loop.repo, commit):
             if pending is not None and pending.n not in recorded:
-                loop.console.event(f"resume: experiment {pending.n}: pending commit {commit} not found; dropped")
+                loop.panel.event(f"resume: experiment {pending.n}: pending commit {commit} not found; dropped")
             path.unlink(missing_ok=True)
             continue
         n = pending.n
@@ -307,9 +252,9 @@ def pending_attempts(loop) -> list[Attempt]:
     return sorted(out, key=lambda item: item[0].n)
 
 
-def take_over(view, a: Attempt, origin: Path) -> None:
-    """`view` (a worker, or the single loop) carries a resumed experiment: its own pending file
+def take_over(slot: Slot, a: Attempt, origin: Path) -> None:
+    """`slot` (a worker's, or the single loop's) carries a resumed experiment: its own pending file
     names it before the old one goes, so a kill in between loses nothing."""
-    write_pending(view, a)
-    if Path(origin) != Path(view.files.pending_path):
+    write_pending(slot, a)
+    if Path(origin) != Path(slot.files.pending_path):
         Path(origin).unlink(missing_ok=True)

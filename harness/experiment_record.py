@@ -108,19 +108,52 @@ class Basis(str, Enum):
             return None
 
 
+# What a judge's call on one run can say. keep, discard and crash are decisions the loop records;
+# "again" asks for one more run before the judge decides (a baseline repeat, a confirming run, a
+# run that replaces one the machine disturbed, or a run of the incumbent for a fair bar).
+DECIDED = ("keep", "discard", "crash")
+AGAIN = "again"
+
+
 @dataclass
 class Decision(VerdictReads):
-    """A judge's decision on one run (the Reviewer protocol, agent/judges/reviewer.py)."""
-    status: str                      # keep | discard | crash
+    """A judge's call on one run (the Reviewer protocol, agent/judges/reviewer.py): keep, discard
+    or crash (recorded), or again (`Decision.again`: one more run first). A recorded decision the
+    judge also put on the human queue says so (`escalated`)."""
+    status: str                      # keep | discard | crash | again
     reason: str
     trusted_bpb: float | None = None
     verdicts: dict = field(default_factory=dict)
-    rerun: bool = False              # ask the loop for another run (e.g. a noisy call)
     basis: Basis = Basis.METRIC      # set by the judge where it decides, never parsed from `reason`
-    rerun_commit: str | None = None  # with rerun: run this commit (the incumbent) next, not the candidate
+    leaning: str | None = None       # "again" only: the call the judge would make on the runs so far
+    run_next: str | None = None      # "again" only: this commit (the incumbent) runs next; None: the candidate
 
     def __post_init__(self):
         self.basis = Basis(self.basis)   # a plain string from a caller becomes the enum (or raises)
+        if self.status not in (*DECIDED, AGAIN):
+            raise ValueError(f"a decision is one of {(*DECIDED, AGAIN)}, not {self.status!r}")
+        if (self.status == AGAIN) != (self.leaning in DECIDED):
+            raise ValueError("a leaning goes with 'again', and only with it")
+
+    @classmethod
+    def again(cls, leaning: str, reason: str, trusted_bpb: float | None = None, verdicts: dict | None = None, *,
+              basis: Basis = Basis.METRIC, run_next: str | None = None) -> "Decision":
+        """One more run before the judge decides; `leaning`: its call on the runs so far."""
+        return cls(AGAIN, reason, trusted_bpb, dict(verdicts or {}), basis=basis, leaning=leaning, run_next=run_next)
+
+    @property
+    def is_again(self) -> bool:
+        return self.status == AGAIN
+
+    @property
+    def escalated(self) -> bool:
+        """On the human queue as well (an escalation the judge filed with this decision)."""
+        return bool(self.judge.get("escalations"))
+
+    def as_leaning(self, why: str) -> "Decision":
+        """An "again" taken as its leaning (the runs so far are all there will be): `why` is added."""
+        return Decision(self.leaning or self.status, f"{self.reason} ({why})", self.trusted_bpb, self.verdicts,
+                        basis=self.basis)
 
 
 # ---------------------------------------------------------------- the journal's experiment record

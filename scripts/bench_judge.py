@@ -287,7 +287,6 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
     that moment. Returns the records and the unit ({"sigma", "df"})."""
     from agent import loop as loopmod
     from agent.console import Console
-    from agent.experiment import run_experiment
     from harness import gitops
     args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
                                "--reviewer", "hierarchy", "--budget", f"{budget:g}",
@@ -303,7 +302,7 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
         base = loop.last_kept
         base_best = dict(loop.best)
         for n in sorted(nulls):
-            run_experiment(loop, loop.next_attempt(n))
+            loop.experiment(loop.next_attempt(n))
             scripted_or_stop(loop.history)
         sigma, df = judge_sigma(loop.history)
         if sigma is None:
@@ -317,7 +316,7 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
             if loop.last_kept != base:   # a kept gain: back to the baseline
                 gitops.reset_hard(loop.worktree, base)
                 loop.last_kept, loop.best = base, dict(base_best)
-            run_experiment(loop, loop.next_attempt(n))
+            loop.experiment(loop.next_attempt(n))
             scripted_or_stop(loop.history)
     finally:
         loop.stop()

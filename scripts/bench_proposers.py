@@ -41,7 +41,6 @@ def night(repo: Path, search: str, runs: int, budget: float, reviewer: str = "hi
     """The real loop with an offline proposer (`search`: local | tpe) until `runs` training runs."""
     from agent import loop as loopmod
     from agent.console import Console
-    from agent.experiment import run_experiment
     args = loopmod.parse_args(["--tag", f"night-{search}", "--repo", str(repo), "--proposer", "offline",
                                "--offline-search", search, "--reviewer", reviewer, "--budget", f"{budget:g}"])
     loop = loopmod.Loop(args)
@@ -51,7 +50,7 @@ def night(repo: Path, search: str, runs: int, budget: float, reviewer: str = "hi
         loop.setup()
         loop.ensure_baseline()
         while sum(runs_of(r.to_dict()) for r in loop.history if r.is_experiment) < runs:
-            run_experiment(loop, loop.next_attempt(loop.next_n()))
+            loop.experiment(loop.next_attempt(loop.next_n()))
     finally:
         loop.stop()
     recs = [r.to_dict() for r in loop.history if r.is_experiment]

@@ -73,13 +73,13 @@ def bench(rng, root: Path, cost: float, shown: bool) -> dict:
         while True:
             load = m.tick()
             runs += 1
-            if asked is not None and asked.rerun_commit:
+            if asked is not None and asked.run_next:
                 d = h.judge_incumbent(c, a_run(value(true_inc, load), load, shown, True))
             else:
                 bpb = value(true, load)
                 d = h._decide_on(c, a_run(bpb, load, shown, False),
                                  VerifyResult(True, "verified", bpb, bpb, True, 0.5))
-            if not d.rerun:
+            if not d.is_again:
                 return d
             asked = d
 

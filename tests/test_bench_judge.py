@@ -5,7 +5,6 @@ default offline search propose instead, and the table described edits that never
 import importlib.util
 
 from agent import loop as loop_mod
-from agent.experiment import run_experiment
 from agent.proposers.scripted import Edit, ScriptedProposer
 from harness import gitops, knobs
 from tests.loop_fixtures import REPO, fake_repo
@@ -30,7 +29,7 @@ def test_the_loop_runs_the_scripted_edits_and_nothing_else(tmp_path, monkeypatch
         bench_judge.use_scripted(lp, ScriptedProposer(edits, base))
         lp.ensure_baseline()
         for n in sorted(edits):
-            run_experiment(lp, lp.next_attempt(n))
+            lp.experiment(lp.next_attempt(n))
     finally:
         lp.stop()
     recs = [r for r in lp.history if r.is_experiment]

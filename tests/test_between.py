@@ -23,15 +23,16 @@ def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, mon
     files = RunFiles(tmp_path, "t", tmp_path, tmp_path)
     coord = Coordinator(last_kept=A)
     phases = []
-    loop = SimpleNamespace(files=files, journal_path=files.journal_path, history=coord.history, coord=coord,
-                           reviewer=Reviewer(), next_n=lambda: 7, set_phase=lambda phase, n=None: phases.append(phase))
+    coord.in_flight.update({n: None for n in range(1, 7)})   # numbers handed out: a re-measurement takes 7
+    slot = SimpleNamespace(files=files)
+    status = SimpleNamespace(phase=lambda phase, n=None: phases.append(phase))
     ran = []
-    monkeypatch.setattr(between, "run_commit", lambda host, n, commit, log_name: ran.append((host, n, commit, log_name))
-                        or "the run")
-    between.apply(loop)
+    monkeypatch.setattr(between, "run_commit", lambda slot, n, commit, log_name, status=None:
+                        ran.append((slot, n, commit, log_name)) or "the run")
+    between.apply(Reviewer(), coord, slot, status)
 
     assert [r["kind"] for r in read_journal(files.journal_path, kind=None)[0]] == ["audit", "experiment"]
-    assert [(type(r), r.n) for r in loop.history] == [(ExperimentRecord, 4)]   # the audit is no experiment
+    assert [(type(r), r.n) for r in coord.history] == [(ExperimentRecord, 4)]   # the audit is no experiment
     (ctx,) = seen
     assert isinstance(ctx, BoundaryContext) and ctx.files is files and ctx.history is coord.history
     ctx.on_moved(B, None)                                   # a decision applied, the best unchanged
@@ -40,4 +41,4 @@ def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, mon
     assert (coord.last_kept, coord.best) == (C, {"commit": C, "val_bpb": 1.0})
     # a re-measurement: the loop's run of the commit, numbered as the next experiment, phase training
     assert ctx.train(B) == "the run"
-    assert ran == [(loop, 7, B, f"queue-{B[:7]}.log")] and phases == ["training"]
+    assert ran == [(slot, 7, B, f"queue-{B[:7]}.log")] and phases == ["training"]

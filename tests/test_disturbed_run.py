@@ -80,16 +80,16 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
             break
     assert ratio > 1.5, f"the competing processes slowed the run only {ratio:.2f}x in 3 tries"
     d1 = judge(honest, 1.396)
-    assert d1.rerun
+    assert d1.is_again
     d2 = judge(slowed, 1.527)
-    assert d2.rerun and "disturbed" in d2.reason and "not counted" in d2.reason, d2.reason
+    assert d2.is_again and "disturbed" in d2.reason and "not counted" in d2.reason, d2.reason
     for k in (2, 3):   # the judge allows 2 disturbed runs beyond the plan: a loaded box (the other
         d3 = judge(_run(tmp_path, 1, f"exp-0001.rerun{k}.log"), 1.399)   # test worker) may slow an honest one
-        if not d3.rerun:
+        if not d3.is_again:
             break
         runs = d3.verdicts["evidence"]["candidate"]["runs"]   # rerun only for want of two undisturbed runs
         assert sum(r["used"] for r in runs) < 2, d3.reason
-    assert not d3.rerun and d3.status == "keep"
+    assert not d3.is_again and d3.status == "keep"
     jd = d3.verdicts["judge"]
     runs = d3.verdicts["evidence"]["candidate"]["runs"]
     assert runs[1]["log"] == "logs/exp-0001.rerun1.log" and runs[1]["used"] is False

@@ -115,24 +115,24 @@ def test_baseline_repeats_then_confirmed_keep_then_contested_escalation(tmp_path
     # a keep is never made on one run, and the bar is a t-test's
     # margin, not 2 x the spread of two runs (tests/test_judge_stats.py covers the rule itself)
     h = JudgeHierarchy(baseline_repeats=3)
-    assert _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.000).rerun
-    assert _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.004).rerun
+    assert _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.000).is_again
+    assert _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.004).is_again
     d = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.002)
-    assert not d.rerun and d.status == "keep" and d.trusted_bpb == pytest.approx(1.002)
+    assert not d.is_again and d.status == "keep" and d.trusted_bpb == pytest.approx(1.002)
     assert d.verdicts["judge"]["baseline_values"] == [1.000, 1.004, 1.002]
     th = h.band.threshold
     baseline_rec = {"n": 1, "status": "keep", "trusted_bpb": 1.002, "verdicts": d.verdicts}
     best = {"commit": "b" * 40, "val_bpb": 1.002}
 
     clear = _judge(h, _ctx(tmp_path, 2, "c" * 40, best, [baseline_rec]), 1.002 - 2 * th)
-    assert clear.rerun and "confirming it with run 2" in clear.reason   # a clear gain is confirmed first
+    assert clear.is_again and "confirming it with run 2" in clear.reason   # a clear gain is confirmed first
     kept = _judge(h, _ctx(tmp_path, 2, "c" * 40, best, [baseline_rec]), 1.002 - 2.2 * th)
-    assert kept.status == "keep" and not kept.rerun
+    assert kept.status == "keep" and not kept.is_again
 
     for i, frac in enumerate((0.05, 0.45, 0.2, 0.4, 0.15)):   # a small gain that never clears the margin
         last = _judge(h, _ctx(tmp_path, 4, "e" * 40, best, [baseline_rec]), 1.002 - frac * th)
-        assert last.rerun == (i < 4), last.reason
-    assert last.status == "discard" and last.reason.startswith("contested:") and not last.rerun
+        assert last.is_again == (i < 4), last.reason
+    assert last.status == "discard" and last.reason.startswith("contested:") and not last.is_again
     items = QueueStore(tmp_path / "queue.sqlite").list("pending")
     assert [(i.kind, i.experiment) for i in items] == [("contested", 4)]
     assert items[0].escalation.figures["runs"] == pytest.approx([1.002 - f * th for f in (0.05, 0.45, 0.2, 0.4, 0.15)])
@@ -146,11 +146,11 @@ def test_baseline_repeats_then_confirmed_keep_then_contested_escalation(tmp_path
 def test_a_crashed_baseline_repeat_keeps_the_baseline_from_the_runs_that_finished(tmp_path):
     h = JudgeHierarchy(baseline_repeats=3)
     ctx = _ctx(tmp_path, 1, "b" * 40, None)
-    assert _judge(h, ctx, 1.000).rerun
-    assert _judge(h, ctx, 1.004).rerun
+    assert _judge(h, ctx, 1.000).is_again
+    assert _judge(h, ctx, 1.004).is_again
     crashed = fake_run(crash_class="timeout")
     d = h.judge(ctx, crashed)
-    assert d.status == "keep" and not d.rerun and d.trusted_bpb == pytest.approx(1.002)
+    assert d.status == "keep" and not d.is_again and d.trusted_bpb == pytest.approx(1.002)
     assert "repeat run crashed: timeout" in d.reason and h.band.spread > 0
     # an experiment (best known) that crashes is still a crash
     other = _ctx(tmp_path, 2, "c" * 40, {"commit": "b" * 40, "val_bpb": 1.002})

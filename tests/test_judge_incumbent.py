@@ -9,7 +9,7 @@ from agent.judges.hierarchy import JudgeHierarchy
 from harness.records import Decision, ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run
-from tests.test_judge_stats import BASE, CAND, OTHER, baseline, best_of, ctx, decide
+from tests.test_judge_stats import CAND, OTHER, baseline, best_of, ctx, decide
 
 
 def incumbent_run(bpb):
@@ -19,7 +19,7 @@ def incumbent_run(bpb):
 
 def test_a_contested_candidate_waits_for_the_incumbent_to_be_run_again(tmp_path):
     """An incumbent kept on 2 runs is the bar of every later comparison: a candidate still contested
-    after 3 runs asks for a run of the incumbent (Decision.rerun_commit), which joins the bar, and the
+    after 3 runs asks for a run of the incumbent (Decision.run_next), which joins the bar, and the
     candidate is decided again on it; the record says so, and a resumed judge knows that run."""
     h = JudgeHierarchy(baseline_repeats=5)
     best = best_of(baseline(h, tmp_path))
@@ -30,16 +30,16 @@ def test_a_contested_candidate_waits_for_the_incumbent_to_be_run_again(tmp_path)
     asked = None
     for v in (1.374, 1.376, 1.379):                  # OTHER: a small gain, not yet clear
         asked = decide(h, ctx(tmp_path, 3, OTHER, inc), v)
-        if asked.rerun_commit:
+        if asked.run_next:
             break
-    assert asked.rerun and asked.rerun_commit == CAND and asked.verdicts["evidence"]["measure_incumbent"] == CAND
+    assert asked.is_again and asked.run_next == CAND and asked.verdicts["evidence"]["measure_incumbent"] == CAND
     assert "first the incumbent" in asked.reason and len(asked.verdicts["evidence"]["candidate"]["runs"]) == 3
     # the incumbent's run: its value joins the bar, numbered as the experiment it was run for
     again = h.judge_incumbent(ctx(tmp_path, 3, OTHER, inc), incumbent_run(1.384))
     ev = again.verdicts["evidence"]
     assert ev["comparison"]["incumbent_runs"] == [1.382, 1.378, 1.384]
     assert [r["n"] for r in ev["incumbent"]["runs"]] == [2, 2, 3]
-    assert not again.rerun_commit           # equal runs now: the next run, if any, is the candidate's
+    assert not again.run_next           # equal runs now: the next run, if any, is the candidate's
     # a crashed run of the incumbent is not counted, and the decision is made on the runs there are
     crashed = h.judge_incumbent(ctx(tmp_path, 3, OTHER, inc), fake_run(crash_class="timeout"))
     assert "incumbent's run crashed (timeout); not counted" in crashed.reason
@@ -63,26 +63,34 @@ def test_a_baseline_with_its_five_runs_is_never_run_again_for_a_candidate(tmp_pa
     best = best_of(baseline(h, tmp_path))
     for v in (1.394, 1.396, 1.395, 1.397, 1.393):   # contested all the way: MAX_RUNS runs of its own
         d = decide(h, ctx(tmp_path, 2, CAND, best), v)
-        assert d.rerun_commit is None
+        assert d.run_next is None
     assert d.reason.startswith("contested:")
 
 
 def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(tmp_path, monkeypatch):
-    """agent/experiment.py: a Decision with rerun_commit makes the next run the incumbent's (its own
-    log and seed), judged by reviewer.judge_incumbent; the decision after it is the candidate's, and
-    the record's run is the candidate's last one, with the incumbent's run among the reruns."""
-    from contextlib import nullcontext
-
+    """agent/experiment.py: a Decision.again with run_next makes the next run the incumbent's (its
+    own log and seed), judged by reviewer.judge_incumbent; the decision after it is the candidate's,
+    and the record's run is the candidate's last one, with the incumbent's run among the reruns.
+    The real run_experiment on a real repository; only the run itself is a stand-in."""
     from agent import experiment
-    from agent.experiment import Attempt, _run_and_judge
+    from agent.coordinator import Coordinator
+    from agent.experiment import Attempt, Slot, run_experiment
     from agent.proposers.base import Proposal
     from agent.workspace import RunFiles
+    from harness import gitops
+    from harness.clock import ClockReference
+    from harness.records import RunInfo
+    from tests.loop_fixtures import make_repo
+    repo = make_repo(tmp_path / "repo", {"train.py": "x = 1\n"})
+    base = gitops.head(repo)
+    (repo / "train.py").write_text("x = 2\n")
+    cand = gitops.commit_file(repo, "train.py", "x = 2")
     ran = []
 
-    def execute(loop, a, log_name, env, commit=None):
-        ran.append((commit or a.commit, log_name, env.get("AUTORESEARCH_SEED")))
+    def run_commit(slot, n, commit, log_name, env=None, *, parent=None, status=None):
+        ran.append((commit, log_name, (env or {}).get("AUTORESEARCH_SEED")))
         return fake_run(summary={"val_bpb": 1.0}, log_path=tmp_path / log_name)
-    monkeypatch.setattr(experiment, "execute", execute)
+    monkeypatch.setattr(experiment, "run_commit", run_commit)
 
     class Reviewer:
         said = []
@@ -90,23 +98,35 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
         def judge(self, ctx, run):
             self.said.append(("judge", run.log_path.name))
             first = len(self.said) == 1
-            return Decision("discard", "more", 1.0, {}, rerun=True, rerun_commit=BASE if not first else None) \
+            return Decision.again("discard", "more", 1.0, {}, run_next=base if not first else None) \
                 if len(self.said) < 3 else Decision("keep", "kept", 1.0, {})
 
         def judge_incumbent(self, ctx, run):
             self.said.append(("incumbent", run.log_path.name))
-            return Decision("discard", "more", 1.0, {}, rerun=True)
+            return Decision.again("discard", "more", 1.0, {})
 
-    loop = SimpleNamespace(set_phase=lambda *a, **k: None, reviewer=Reviewer(),
-                           tracer=SimpleNamespace(span=lambda *a, **k: nullcontext(SimpleNamespace(log=lambda **k: None))),
-                           files=RunFiles(tmp_path, "t", tmp_path, tmp_path))
-    a = Attempt(n=4, parent=BASE, proposal=Proposal("d", "h", "src", "offline"), commit=CAND)
-    run, decision = _run_and_judge(loop, a, SimpleNamespace(n=4))
-    assert [c for c, _, _ in ran] == [CAND, CAND, BASE, CAND]
+    class Status:
+        def span(self, name, input):
+            from contextlib import nullcontext
+            return nullcontext(SimpleNamespace(log=lambda **k: None))
+
+        def __getattr__(self, name):   # phase, tick, attempt, run, judged, decided, event: shown nowhere
+            return lambda *a, **k: None
+
+    coord = Coordinator(last_kept=base)
+    coord.best = {"commit": base, "val_bpb": 1.1}
+    slot = Slot(files=RunFiles(repo, "t", repo, tmp_path / "run"), run_info=RunInfo(), budget=1.0, timeout=10.0,
+                seal=None, sealed=False, executor=None, clock_reference=ClockReference)
+    (tmp_path / "run").mkdir()
+    ideas = SimpleNamespace(ahead=lambda *a: None, config=SimpleNamespace(fix_tries=0), feedback="")
+    a = Attempt(n=4, parent=base, proposal=Proposal("d", "h", "x = 2\n", "offline"), commit=cand)
+    rec = run_experiment(a, coord, slot, ideas, Reviewer(), Status(), committed=True)
+    assert [c for c, _, _ in ran] == [cand, cand, base, cand]
     assert [log for _, log, _ in ran] == ["exp-0004.log", "exp-0004.rerun1.log", "exp-0004.rerun2.incumbent.log",
                                           "exp-0004.rerun3.log"]
     assert len({seed for _, _, seed in ran}) == 4                    # a seed of its own each
     assert Reviewer.said == [("judge", "exp-0004.log"), ("judge", "exp-0004.rerun1.log"),
                              ("incumbent", "exp-0004.rerun2.incumbent.log"), ("judge", "exp-0004.rerun3.log")]
-    assert decision.status == "keep" and run.log_path.name == "exp-0004.rerun3.log"
-    assert [r.get("commit") for r in decision.verdicts["reruns"]] == [None, None, BASE]
+    assert rec.status == "keep" and rec.log == str(tmp_path / "exp-0004.rerun3.log")
+    assert [r.get("commit") for r in rec.verdicts["reruns"]] == [None, None, base]
+    assert coord.last_kept == cand and gitops.head(repo) == cand     # kept: the branch moved

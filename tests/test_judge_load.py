@@ -37,7 +37,7 @@ def baseline(h, tmp_path, load, rng, true=1.40):
     d = None
     for _ in range(5):
         d = decide(h, ctx(tmp_path, 1, BASE, None), value(true, load, rng), r=cand_run(load))
-    assert not d.rerun
+    assert not d.is_again
     return {"commit": BASE, "val_bpb": d.trusted_bpb}
 
 
@@ -46,13 +46,13 @@ def drive(h, c, true_cand, true_inc, load_of, rng, limit=40):
     asked, order = None, []
     for k in range(limit):
         load = load_of(k)
-        if asked is not None and asked.rerun_commit:
+        if asked is not None and asked.run_next:
             order.append("I")
             d = h.judge_incumbent(c, inc_run(value(true_inc, load, rng), load))
         else:
             order.append("C")
             d = decide(h, c, value(true_cand, load, rng), r=cand_run(load))
-        if not d.rerun:
+        if not d.is_again:
             return d, "".join(order)
         asked = d
     raise AssertionError(f"no decision after {limit} runs: {order}")
@@ -115,7 +115,7 @@ def test_a_decision_out_of_reruns_is_contested_and_escalated(tmp_path):
     d = None
     for k in range(20):
         d = decide(h, c, value(1.37, 1.0, rng), r=cand_run(1.0, charged=10.9))
-        if not d.rerun:
+        if not d.is_again:
             break
     assert d.reason.startswith("contested: out of reruns"), d.reason
     esc = d.verdicts["judge"]["escalations"]
@@ -126,10 +126,9 @@ def test_a_decision_out_of_reruns_is_contested_and_escalated(tmp_path):
 def test_the_loop_s_last_rerun_is_escalated_not_silently_discarded(tmp_path):
     """agent/experiment.py's own cap: a decision still asking for a run when none is left."""
     c = ctx(tmp_path, 3, CAND, {"commit": BASE, "val_bpb": 1.4})
-    asking = Decision("discard", "P(better) 0.97 after 4 run(s)", 1.39, {"judge": {"status": "discard"}},
-                      rerun=True)
+    asking = Decision.again("discard", "P(better) 0.97 after 4 run(s)", 1.39, {"judge": {"status": "discard"}})
     d = escalation.out_of_reruns(c, asking, 13)
-    assert d.status == "discard" and not d.rerun and d.reason.startswith("contested: out of reruns after 13")
+    assert d.status == "discard" and not d.is_again and d.reason.startswith("contested: out of reruns after 13")
     assert any(i.kind == "contested" and i.experiment == 3 for i in queued(tmp_path))
 
 
@@ -163,8 +162,8 @@ def test_steps_mode_is_never_paired(tmp_path, monkeypatch):
     for k in range(5):
         d = decide(h, c, 1.40 - 6 * SIGMA + rng.gauss(0, SIGMA),
                    r=fake_run(extra={"clock": clock(4.0), "steps_mode": True}, summary={}))
-        assert "paired" not in d.verdicts["evidence"] and not d.rerun_commit
-        if not d.rerun:
+        assert "paired" not in d.verdicts["evidence"] and not d.run_next
+        if not d.is_again:
             break
     assert d.status == "keep", d.reason
     assert all(r["load"] is None for r in d.verdicts["evidence"]["candidate"]["runs"])

@@ -64,9 +64,9 @@ def test_baseline_repeats_then_the_band_from_the_pooled_sigma(tmp_path):
     h = JudgeHierarchy(baseline_repeats=5)
     for i, v in enumerate(BASELINE[:4]):
         d = decide(h, ctx(tmp_path, 1, BASE, None), v)
-        assert d.rerun and d.status == "keep" and f"baseline run {i + 1}/5" in d.reason
+        assert d.is_again and d.leaning == "keep" and f"baseline run {i + 1}/5" in d.reason
     d = decide(h, ctx(tmp_path, 1, BASE, None), BASELINE[4])
-    assert not d.rerun and d.basis is Basis.BASELINE
+    assert not d.is_again and d.basis is Basis.BASELINE
     assert d.trusted_bpb == pytest.approx(sum(BASELINE) / 5)
     jd = d.verdicts["judge"]
     assert jd["baseline_values"] == BASELINE and jd["band"]["df"] == 4
@@ -82,16 +82,16 @@ def test_baseline_repeats_then_the_band_from_the_pooled_sigma(tmp_path):
 def test_one_baseline_run_has_no_noise_estimate_and_nothing_is_kept_on_it(tmp_path):
     h = JudgeHierarchy(baseline_repeats=1)
     d = baseline(h, tmp_path, [1.400])
-    assert not d.rerun and d.verdicts["judge"]["threshold"] is None and "no estimate yet" in d.reason
+    assert not d.is_again and d.verdicts["judge"]["threshold"] is None and "no estimate yet" in d.reason
     best = best_of(d)
     # a huge gain: still no keep on one run, nor on two (df 1: t_0.99 = 31.8)
     first = decide(h, ctx(tmp_path, 2, CAND, best), 1.300)
-    assert first.rerun and "no noise estimate" in first.reason
+    assert first.is_again and "no noise estimate" in first.reason
     second = decide(h, ctx(tmp_path, 2, CAND, best), 1.320)
-    assert second.rerun and second.verdicts["evidence"]["comparison"]["df"] == 1
+    assert second.is_again and second.verdicts["evidence"]["comparison"]["df"] == 1
     # the candidate's own runs give the degrees of freedom: at 3 runs (df 2) a 0.09 gain is kept
     third = decide(h, ctx(tmp_path, 2, CAND, best), 1.310)
-    assert third.status == "keep" and not third.rerun
+    assert third.status == "keep" and not third.is_again
     assert third.verdicts["evidence"]["comparison"]["df"] == 2
 
 
@@ -103,7 +103,7 @@ def test_identical_runs_are_one_draw(tmp_path):
     assert d.verdicts["judge"]["band"]["measured"] is False and d.verdicts["judge"]["threshold"] is None
     best = best_of(d)
     calls = [decide(h, ctx(tmp_path, 2, CAND, best), 1.39) for _ in range(stats.MAX_RUNS)]
-    assert all(c.rerun for c in calls[:-1]) and not calls[-1].rerun
+    assert all(c.is_again for c in calls[:-1]) and not calls[-1].is_again
     assert calls[-1].status == "discard" and "no noise estimate" in calls[-1].reason
     assert calls[-1].verdicts["evidence"]["comparison"]["candidate_runs"] == [1.39]
     # with a measured sigma, a candidate's replays still count once: n stays 1, never a keep
@@ -111,7 +111,7 @@ def test_identical_runs_are_one_draw(tmp_path):
     best2 = best_of(baseline(h2, tmp_path))
     for _ in range(3):
         again = decide(h2, ctx(tmp_path, 3, OTHER, best2), 1.35)
-    assert again.rerun and again.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.35]
+    assert again.is_again and again.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.35]
 
 
 def _margin_for_two(h, best, tmp_path, runs):
@@ -138,7 +138,7 @@ def test_a_gain_exactly_at_the_margin_is_kept_and_just_under_it_is_not(tmp_path)
     under = [x + 1e-6 for x in at]
     decide(h2, ctx(tmp_path, 2, CAND, best2), under[0])
     d2 = decide(h2, ctx(tmp_path, 2, CAND, best2), under[1])
-    assert d2.status == "discard" and d2.rerun, "just under the margin: one more run, not a keep"
+    assert d2.is_again and d2.leaning == "discard", "just under the margin: one more run, not a keep"
 
 
 def test_a_lucky_best_does_not_become_the_bar(tmp_path):
@@ -153,7 +153,7 @@ def test_a_lucky_best_does_not_become_the_bar(tmp_path):
     lucky = {"commit": CAND, "val_bpb": 1.366}    # as if the loop had remembered a lucky low figure
     for v in (1.362, 1.368, 1.364):
         later = decide(h, ctx(tmp_path, 3, OTHER, lucky), v)
-        if not later.rerun:
+        if not later.is_again:
             break
     ev = later.verdicts["evidence"]
     assert ev["incumbent"]["commit"] == CAND and ev["comparison"]["incumbent_runs"] == runs
@@ -166,12 +166,12 @@ def test_sequential_calls_cost_one_run_for_a_worse_change_and_confirm_a_promisin
     h = JudgeHierarchy(baseline_repeats=5)
     best = best_of(baseline(h, tmp_path))
     worse = decide(h, ctx(tmp_path, 2, CAND, best), 1.403)
-    assert not worse.rerun and worse.status == "discard"
+    assert not worse.is_again and worse.status == "discard"
     assert worse.verdicts["evidence"]["call"] == "discard"
     promising = decide(h, ctx(tmp_path, 3, OTHER, best), 1.397)
-    assert promising.rerun and promising.status == "discard"
+    assert promising.is_again and promising.leaning == "discard"
     faded = decide(h, ctx(tmp_path, 3, OTHER, best), 1.404)
-    assert not faded.rerun and faded.status == "discard" and "faded" in faded.reason
+    assert not faded.is_again and faded.status == "discard" and "faded" in faded.reason
     assert faded.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.397, 1.404]
 
 
@@ -181,7 +181,7 @@ def test_a_change_between_keep_and_futility_is_contested_after_max_runs(tmp_path
     vals = [1.394, 1.396, 1.395, 1.397, 1.393]   # ~0.005 better: about 1.5 se, never 0.99
     for v in vals:
         d = decide(h, ctx(tmp_path, 2, CAND, best), v)
-    assert not d.rerun and d.status == "discard" and d.reason.startswith("contested:")
+    assert not d.is_again and d.status == "discard" and d.reason.startswith("contested:")
     assert d.verdicts["judge"]["escalations"][0]["kind"] == "contested"
 
 
@@ -194,20 +194,20 @@ def test_two_runs_far_apart_are_not_a_keep_on_the_pooled_sigma(tmp_path):
     bar = sum(BASELINE) / 5
     runs = [bar - 0.09, bar + 0.01]          # mean 0.04 better; 0.1 apart, ~20 sigma
     first = decide(h, ctx(tmp_path, 2, CAND, best), runs[0])
-    assert first.rerun
+    assert first.is_again
     d = decide(h, ctx(tmp_path, 2, CAND, best), runs[1])
     cmp = d.verdicts["evidence"]["comparison"]
     noise = d.verdicts["evidence"]["noise"]
     # on the pooled sigma alone the gain is far beyond the margin: the old rule kept it
     assert cmp["gain"] > 2 * stats.margin_for(noise["sigma"], noise["df"], 2, 5)
-    assert d.status == "discard" and d.rerun and "disagree beyond the tag's noise" in d.reason, d.reason
+    assert d.is_again and d.leaning == "discard" and "disagree beyond the tag's noise" in d.reason, d.reason
     assert cmp["erratic"] == ["candidate"] and cmp["df"] < 2 and cmp["p_better"] < 0.99
     assert "disagree beyond it" in ExperimentRecord.from_dict({"n": 2, "evidence": d.verdicts["evidence"]}
                                                              ).evidence_view().summary()
     # a third run like the second: the low one is the outlier, and a low outlier of a candidate
     # never counts in its favour (evidence.bar_values): what is left is not better
     d = decide(h, ctx(tmp_path, 2, CAND, best), bar + 0.011)
-    assert d.status == "discard" and not d.rerun, d.reason
+    assert d.status == "discard" and not d.is_again, d.reason
     assert bar - 0.09 not in d.verdicts["evidence"]["comparison"]["candidate_runs"]
 
 
@@ -225,7 +225,7 @@ def test_a_real_gain_with_one_tail_run_is_kept_once_its_runs_show_which_one(tmp_
     for v in [2.944016, 3.050210, 2.955209, 2.943405, 2.952434]:
         d = decide(h, ctx(tmp_path, 2, CAND, best), v)
         calls.append(d.verdicts["evidence"]["call"])
-        if not d.rerun:
+        if not d.is_again:
             break
     assert calls == ["more", "more", "keep"] and d.status == "keep", (calls, d.reason)
     assert 3.050210 in d.verdicts["evidence"]["comparison"]["candidate_runs"]
@@ -242,7 +242,7 @@ def test_an_erratic_change_is_run_again_and_never_kept_on_its_lucky_runs(tmp_pat
     for v in [bar - 0.06, bar + 0.02, bar - 0.02, bar + 0.01, bar - 0.03]:
         d = decide(h, ctx(tmp_path, 2, CAND, best), v)
         calls.append((d.verdicts["evidence"]["call"], d.verdicts["evidence"]["comparison"]["erratic"]))
-        if not d.rerun:
+        if not d.is_again:
             break
     assert calls[1] == ("more", ["candidate"]) and d.status == "discard", (calls, d.reason)
     assert all(c != "keep" for c, _ in calls)
@@ -282,10 +282,10 @@ def test_the_issue_case_a_baseline_repeat_slowed_by_a_competing_process(tmp_path
     fast, slow = 0.30, 0.30 * 6800 / 400
     d1 = decide(h, ctx(tmp_path, 1, BASE, None), 1.396, run(_log(tmp_path, "1.log", [fast] * 20), fast))
     d2 = decide(h, ctx(tmp_path, 1, BASE, None), 1.527, run(_log(tmp_path, "2.log", [slow] * 20), slow))
-    assert d1.rerun and d2.rerun and "disturbed" in d2.reason and "not counted" in d2.reason
+    assert d1.is_again and d2.is_again and "disturbed" in d2.reason and "not counted" in d2.reason
     for i, v in enumerate((1.399, 1.393)):
         d = decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"{i + 3}.log", [fast] * 20), fast))
-    assert not d.rerun
+    assert not d.is_again
     jd = d.verdicts["judge"]
     assert jd["baseline_values"] == [1.396, 1.399, 1.393] and d.trusted_bpb == pytest.approx(1.396)
     assert jd["spread"] < 0.01, "the slowed run did not blow up the band"
@@ -301,7 +301,7 @@ def test_a_run_slowed_mid_run_is_caught_by_its_own_steps(tmp_path):
     h = JudgeHierarchy(baseline_repeats=5)
     best = best_of(baseline(h, tmp_path))
     d = decide(h, ctx(tmp_path, 2, CAND, best), 1.45, run(_log(tmp_path, "m.log", dts), 0.75))
-    assert d.rerun and "no evidence" in d.reason and "slowed down mid-run" in d.reason
+    assert d.is_again and "no evidence" in d.reason and "slowed down mid-run" in d.reason
 
 
 def test_a_run_slowed_throughout_is_caught_when_the_only_other_run_wobbled(tmp_path):
@@ -311,7 +311,7 @@ def test_a_run_slowed_throughout_is_caught_when_the_only_other_run_wobbled(tmp_p
     wobbly = [0.3] * 12 + [0.6] * 12
     decide(h, ctx(tmp_path, 1, BASE, None), 1.396, run(_log(tmp_path, "1.log", wobbly), 0.45))
     d = decide(h, ctx(tmp_path, 1, BASE, None), 1.527, run(_log(tmp_path, "2.log", [1.5] * 24), 1.5))
-    assert d.rerun and "ms/step" in d.reason and "not counted" in d.reason, d.reason
+    assert d.is_again and "ms/step" in d.reason and "not counted" in d.reason, d.reason
     runs = d.verdicts["evidence"]["candidate"]["runs"]
     assert [r["used"] for r in runs] == [False, False] and "mid-run" in runs[0]["why"]
 
@@ -322,10 +322,10 @@ def test_a_first_run_far_below_the_incumbents_flop_rate_is_run_again(tmp_path):
         decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"b{i}.log", [0.3] * 20), 0.3))
     best = {"commit": BASE, "val_bpb": 1.4}
     slow = decide(h, ctx(tmp_path, 2, CAND, best), 1.43, run(_log(tmp_path, "c1.log", [1.0] * 20), 1.0))
-    assert slow.rerun and "suspect until run again" in slow.reason
+    assert slow.is_again and "suspect until run again" in slow.reason
     # the rerun is as slow: the code's own speed, both runs count, and a worse change is discarded
     again = decide(h, ctx(tmp_path, 2, CAND, best), 1.44, run(_log(tmp_path, "c2.log", [1.05] * 20), 1.05))
-    assert not again.rerun and again.status == "discard"
+    assert not again.is_again and again.status == "discard"
     assert again.verdicts["evidence"]["comparison"]["candidate_runs"] == [1.43, 1.44]
 
 
@@ -333,7 +333,7 @@ def test_steps_mode_never_calls_a_run_disturbed(tmp_path):
     h = JudgeHierarchy(baseline_repeats=2)
     decide(h, ctx(tmp_path, 1, BASE, None), 1.40, run(_log(tmp_path, "1.log", [0.3] * 20), 0.3, steps_mode=True))
     d = decide(h, ctx(tmp_path, 1, BASE, None), 1.41, run(_log(tmp_path, "2.log", [3.0] * 20), 3.0, steps_mode=True))
-    assert not d.rerun and all(r["used"] for r in d.verdicts["evidence"]["candidate"]["runs"])
+    assert not d.is_again and all(r["used"] for r in d.verdicts["evidence"]["candidate"]["runs"])
 
 
 def test_one_wild_run_cannot_blow_up_sigma():
@@ -387,7 +387,7 @@ def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(t
     fresh = JudgeHierarchy(baseline_repeats=5)
     best = best_of(base)
     d = decide(fresh, ctx(tmp_path, 2, CAND, best, [rec1]), 1.390)
-    assert d.rerun and d.verdicts["evidence"]["comparison"]["incumbent_runs"] == BASELINE
+    assert d.is_again and d.verdicts["evidence"]["comparison"]["incumbent_runs"] == BASELINE
     assert d.verdicts["evidence"]["noise"]["df"] == 4
     # an old journal (no evidence): baseline_values and runs still give the runs
     old = [{"n": 1, "commit": BASE, "status": "keep", "proposer": "baseline",

@@ -81,7 +81,7 @@ def test_llm_veto_turns_a_rule_keep_into_an_escalated_contested_discard(fake_ant
                           proposal=SimpleNamespace(description="LR 0.03", hypothesis=f"faster {planted}"))
     from harness.verify import VerifyResult
     # a rule keep rests on two runs: the first asks for its confirmation, the LLM is asked after
-    assert h._experiment(ctx, VerifyResult(True, "verified", 0.98, 0.98, True, 1.0), [0.98]).rerun
+    assert h._experiment(ctx, VerifyResult(True, "verified", 0.98, 0.98, True, 1.0), [0.98]).is_again
     d = h._experiment(ctx, VerifyResult(True, "verified", 0.981, 0.981, True, 1.0), [0.98, 0.981])
     assert d.status == "discard" and d.reason.startswith("contested:") and "LLM judge says discard" in d.reason
     jd = d.verdicts["judge"]

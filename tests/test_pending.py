@@ -1,4 +1,6 @@
 """agent/pending.py: the one shape of an undecided experiment (in flight; pending.json)."""
+from types import SimpleNamespace
+
 from agent.experiment import Attempt, write_pending
 from agent.pending import BEING_PROPOSED, InFlight, PendingFile
 from agent.proposers.base import Proposal
@@ -18,9 +20,8 @@ def attempt():
 def test_pending_file_round_trip_through_the_writer(tmp_path):
     a = attempt()
 
-    class Host:
-        files = RunFiles(tmp_path, "t", tmp_path, tmp_path)
-    write_pending(Host, a)          # what run_experiment writes before the run
+    slot = SimpleNamespace(files=RunFiles(tmp_path, "t", tmp_path, tmp_path))   # what write_pending reads of a Slot
+    write_pending(slot, a)          # what run_experiment writes before the run
     got = PendingFile.read(tmp_path / "pending.json")
     assert (got.n, got.parent, got.commit, got.description, got.proposer) == (7, a.parent, a.commit, "deeper", "claude")
     p = got.proposal(SRC)

@@ -101,7 +101,7 @@ def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
 
 def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tmp_path, monkeypatch):
     """measure_sealed hands JudgeHierarchy.measure a `train` that runs the commit through
-    agent/experiment.run_commit on a host of its own (the scratch worktree, the run folder); a
+    agent/experiment.run_commit on a slot of its own (the scratch worktree, the run folder); a
     crashed run is a failed measurement. Nothing trains here: run_commit, the data and the seal are stubbed."""
     from pathlib import Path
     from types import SimpleNamespace
@@ -115,8 +115,8 @@ def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tm
     monkeypatch.setattr(sealing, "make_seal", lambda *a, **k: None)
     ran = []
 
-    def crashed(host, n, commit, log_name):
-        ran.append((host.files.worktree, host.files.run_dir, n, commit, log_name))
+    def crashed(slot, n, commit, log_name):
+        ran.append((slot.files.worktree, slot.files.run_dir, n, commit, log_name))
         return SimpleNamespace(crash_class="timeout", log_path=Path(run / "logs" / log_name), summary=None)
     monkeypatch.setattr(experiment, "run_commit", crashed)
     data = {"run": run, "info": {"budget": 1, "tag": "t"}, "records": []}

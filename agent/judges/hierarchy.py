@@ -8,7 +8,7 @@
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
 Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
-(Decision.rerun asks the loop for each repeat); every trusted run of the tag goes into one store
+(Decision.again asks the loop for each repeat); every trusted run of the tag goes into one store
 (agent/judges/evidence.py) from which sigma is pooled. A candidate is judged by a sequential
 one-sided t-test against the mean of the incumbent's own runs: discarded after one run when it is
 not below that mean, otherwise run again (each run with a seed of its own) until it is kept
@@ -101,7 +101,7 @@ class JudgeHierarchy:
 
     def judge_incumbent(self, ctx, run) -> Decision:
         """A run of the incumbent (ctx.best's commit), made because a decision on ctx's candidate
-        asked for it (Decision.rerun_commit): verified as any run, added to the incumbent's runs
+        asked for it (Decision.run_next): verified as any run, added to the incumbent's runs
         (a crashed or failed one is not), and the candidate decided again on the new bar."""
         inc = ctx.best["commit"] if ctx.best else None
         if inc is None or ctx.commit not in self._last_verify:
@@ -193,8 +193,8 @@ class JudgeHierarchy:
             and len(samples) < self.baseline_repeats + evidence.DISTURBED_RERUNS
         if more and not final:
             why = f"; run {len(samples)} was disturbed ({latest.disturbed}), not counted" if latest.disturbed else ""
-            return Decision("keep", f"baseline run {len(samples)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}{why}; "
-                            "rerunning to measure the noise", mean, verdicts, rerun=True, basis=Basis.BASELINE)
+            return Decision.again("keep", f"baseline run {len(samples)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}"
+                                  f"{why}; rerunning to measure the noise", mean, verdicts, basis=Basis.BASELINE)
         left_out = [s for s in samples if not s.used]
         reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(used)} run(s); noise sigma "
                   f"{self.band.spread:.6f} ({noise.df} df{', floor' if noise.floored else ''}"
@@ -242,14 +242,15 @@ class JudgeHierarchy:
                 ev.update(call="more", measure_incumbent=ask)
                 jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 mean = statistics.fmean([s.bpb for s in samples])
-                return Decision("discard", paired.why + ("; the incumbent runs next" if ask else "; the candidate runs next"),
-                                mean, verdicts, rerun=True, basis=Basis.METRIC, rerun_commit=ask)
+                return Decision.again("discard", paired.why + ("; the incumbent runs next" if ask else
+                                                               "; the candidate runs next"),
+                                      mean, verdicts, basis=Basis.METRIC, run_next=ask)
         if (not cand or not bar) and (paired is None or paired.comparison is None or paired.comparison.t is None):
             if len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and cand == [] and bar:
                 jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 ev["call"] = "more"
-                return Decision("discard", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again",
-                                latest.bpb, verdicts, rerun=True, basis=Basis.METRIC)
+                return Decision.again("discard", f"run {len(samples)} is no evidence ({latest.disturbed}); "
+                                      "running it again", latest.bpb, verdicts, basis=Basis.METRIC)
             reason = f"contested: out of reruns after {len(samples)} runs, every one disturbed by the machine " \
                 "(no evidence either way)" if bar else "no measured incumbent to compare with"
             jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
@@ -284,14 +285,14 @@ class JudgeHierarchy:
             self._incumbent_tries[ctx.n] = tries + 1
             ev.update(call="more", measure_incumbent=inc_commit)
             jd.update(status="discard", basis=Basis.METRIC.value)
-            return Decision("discard", f"{why}; first the incumbent {inc_commit[:7]} is run again (it has "
-                            f"{len(evidence.values(inc))} run(s), the candidate {len(evidence.values(samples))})",
-                            mean, verdicts, rerun=True, basis=Basis.METRIC, rerun_commit=inc_commit)
+            return Decision.again("discard", f"{why}; first the incumbent {inc_commit[:7]} is run again (it has "
+                                  f"{len(evidence.values(inc))} run(s), the candidate {len(evidence.values(samples))})",
+                                  mean, verdicts, basis=Basis.METRIC, run_next=inc_commit)
         op = evidence.with_call(rule, said, why, cmp.n)
         if op is None:   # more runs: the decision waits for them
             ev["call"] = "more"
             jd.update(status="discard", basis=Basis.METRIC.value)
-            return Decision("discard", why, mean, verdicts, rerun=True, basis=Basis.METRIC)
+            return Decision.again("discard", why, mean, verdicts, basis=Basis.METRIC)
         status, basis, reason, escalate = self._combine(op, self._llm(ctx, op, jd))
         jd.update(status=status, basis=basis.value, reason=reason)
         current = ExperimentRecord(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)

@@ -65,7 +65,7 @@ class Reviewer(Protocol):
     def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision: ...
 
     def judge_incumbent(self, ctx: ExperimentContext, run: RunResult) -> Decision:
-        """A run of ctx.best's commit that a Decision on ctx asked for (Decision.rerun_commit);
+        """A run of ctx.best's commit that a Decision on ctx asked for (Decision.run_next);
         the candidate decided again. Only a reviewer that asks for such runs is handed one."""
         ...
 
