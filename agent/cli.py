@@ -24,8 +24,7 @@ from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 from agent import budget
-from agent.config import LoopConfig
-from agent.notify import ENV_VAR as NOTIFY_ENV, check_url
+from agent.config import NOTIFY_ENV, LoopConfig
 from agent.proposers.local import SEARCHES
 from agent.smoke import SMOKE_DEFAULTS, SMOKE_PROFILE, SMOKE_STEPS
 from harness import gitops
@@ -107,8 +106,10 @@ def validate(parser, args) -> None:
     gpus = getattr(args, "gpus", None)
     if gpus is not None and not all(g.strip() for g in gpus.split(",")):
         parser.error(f"--gpus wants comma-separated GPU ids such as 0,1,2, got {gpus!r}")
-    if getattr(args, "notify", None) and check_url(args.notify):
-        parser.error(check_url(args.notify))
+    if getattr(args, "notify", None):
+        from agent.notify import check_url   # only a loop that posts loads the notifier
+        if check_url(args.notify):
+            parser.error(check_url(args.notify))
     if getattr(args, "ray_address", None) and getattr(args, "executor", "local") != "ray":
         parser.error("--ray-address needs --executor ray")
 

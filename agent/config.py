@@ -13,6 +13,10 @@ from dataclasses import dataclass, fields
 from agent import budget
 from agent.judges import stats
 
+# The environment variable that gives --notify's webhook URL (a secret: never on the command line
+# of a shared machine).
+NOTIFY_ENV = "AUTORESEARCH_NOTIFY_URL"
+
 
 @dataclass(frozen=True)
 class LoopConfig:

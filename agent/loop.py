@@ -51,7 +51,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import budget, cli, envcheck, smoke, summary
+from agent import budget, cli, envcheck, smoke
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator
@@ -64,7 +64,6 @@ from agent.pending import PendingFile
 from agent.proposers.base import Proposal
 from agent.proposers.local import LocalProposer
 from agent.proposing import Prefetch, Proposers
-from agent.recovery import reconcile
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
@@ -132,21 +131,50 @@ class Loop:
         self.tag_lock = None   # the tag's own lock (workspace.tag_lock), taken by main before anything exists
         self.created = False   # this process made the tag (cli.forget_unstarted)
 
-    # What callers read of the loop (the scripts, the tests, cli, notify, summary).
-    tag = property(lambda self: self.files.tag)
-    repo = property(lambda self: self.files.repo)
-    worktree = property(lambda self: self.files.worktree)
-    run_dir = property(lambda self: self.files.run_dir)
-    budget = property(lambda self: float(self.config.budget))
-    history = property(lambda self: self.coord.history)
-    best = property(lambda self: self.coord.best, lambda self, v: setattr(self.coord, "best", v))
-    last_kept = property(lambda self: self.coord.last_kept, lambda self, v: setattr(self.coord, "last_kept", v))
-    started_at = property(lambda self: self.panel.started_at)
-    interim = property(lambda self: self.panel.shown.interim)
-    run_info = property(lambda self: self.slot.run_info)
-    console = property(lambda self: self.panel.console, lambda self, c: setattr(self.panel, "console", c))
-    proposers = property(lambda self: self.ideas.proposers,
-                         lambda self, p: setattr(self.ideas, "proposers", p))
+    # What callers read of the loop (the scripts, the tests, cli, notify, summary): views of its parts.
+    @property
+    def tag(self) -> str:
+        return self.files.tag
+
+    @property
+    def repo(self) -> Path:
+        return self.files.repo
+
+    @property
+    def worktree(self) -> Path:
+        return self.files.worktree
+
+    @property
+    def run_dir(self) -> Path:
+        return self.files.run_dir
+
+    @property
+    def budget(self) -> float:
+        return float(self.config.budget)
+
+    @property
+    def history(self) -> list[ExperimentRecord]:
+        return self.coord.history
+
+    @property
+    def best(self):
+        return self.coord.best
+
+    @property
+    def last_kept(self) -> str | None:
+        return self.coord.last_kept
+
+    @property
+    def started_at(self) -> float:
+        return self.panel.started_at
+
+    @property
+    def interim(self):
+        return self.panel.shown.interim
+
+    @property
+    def run_info(self):
+        return self.slot.run_info
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> Attempt | None:
@@ -192,11 +220,12 @@ class Loop:
                          f"data {data.fingerprint} ({data.source or '?'}), proposer {proposer.name}")
         if data_warning(data):
             self.panel.event(data_warning(data))
-        self.last_kept = run_info.base_commit
+        self.coord.last_kept = run_info.base_commit
         rerun = None
         if c.resume:
+            from agent.recovery import reconcile   # only a resumed tag has a state to reconcile
             found = reconcile(files, run_info.base_commit)   # the tag's state, as recorded
-            self.coord.history[:], self.last_kept, self.best = found.history, found.last_kept, found.best
+            self.coord.history[:], self.coord.last_kept, self.coord.best = found.history, found.last_kept, found.best
             notes = found.notes + [f"removed the leftover folder {name} of a run or an evaluation"
                                    for name in clear_leftovers(files.run_dir) + clear_staging(files.run_dir)]
             for note in notes:
@@ -393,7 +422,7 @@ def _notifier(url: str | None, tag: str, say):
     return LoopNotify(url, tag, say)
 def main(argv=None) -> int:
     config = parse_args(argv)
-    from agent import sdk_logs
+    from agent import sdk_logs, summary   # the SDKs' log lines; the end summary
     sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
         config = cli.resumed_config(config, argv)   # --resume: run.json's settings are the defaults

@@ -32,10 +32,10 @@ import urllib.parse
 import urllib.request
 from typing import Callable
 
+from agent.config import NOTIFY_ENV as ENV_VAR  # noqa: F401  (the name callers know it by)
 from harness.records import ExperimentRecord
 from harness.secrets import remember, scrub
 
-ENV_VAR = "AUTORESEARCH_NOTIFY_URL"
 # Sends per message before it is dropped, the first backoff (doubling), and one request's timeout:
 # a webhook that is down for a minute loses nothing; one that is down for the night costs nothing.
 TRIES = 4
@@ -220,10 +220,6 @@ class LoopNotify:
         self.notifier = Notifier(url, say) if url else None
         self.watch = Watch(tag, self.notifier.post) if self.notifier else None
         self._stopped = False
-
-    @classmethod
-    def of(cls, loop) -> "LoopNotify":
-        return cls(loop.config.notify, loop.tag, loop.console.event)
 
     def record(self, rec: ExperimentRecord, history: list[ExperimentRecord], in_flight=()) -> None:
         """After each recorded decision; `in_flight`: the experiment numbers still running (--workers)."""

@@ -32,7 +32,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent import sdk_logs
 from harness.appendlog import append_line, is_json_object, is_out_of_space
 from harness.journal_records import SpanRecord
 
@@ -102,10 +101,12 @@ class Tracer:
         if self._bt is None and os.environ.get("BRAINTRUST_API_KEY"):
             try:
                 import braintrust
+
+                from agent import sdk_logs   # only with Braintrust: its failures, one scrubbed line each
                 # set_current=False: this tracer owns its logger; nothing global changes.
                 self._bt = braintrust.init_logger(project=braintrust_project or DEFAULT_BT_PROJECT,
                                                   set_current=False)
-                sdk_logs.quiet_braintrust(self._bt)   # its failures: one scrubbed line each
+                sdk_logs.quiet_braintrust(self._bt)
             except Exception as e:
                 self._bt_failed(e)
 
@@ -188,6 +189,7 @@ class Tracer:
 
     def _bt_failed(self, e: Exception) -> None:
         if not self._bt_broken:   # the error may quote a server reply: one scrubbed line only
+            from agent import sdk_logs
             log.warning("tracing: Braintrust logging failed (%s: %s); it is off for this run",
                         type(e).__name__, sdk_logs.clean_line(str(e)))
         self._bt_broken = True

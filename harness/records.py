@@ -27,7 +27,7 @@ from harness.results_table import (MAX_DESCRIPTION, QUOTE_CHARS, RESULT_COLUMNS,
                                    fnum, parse_results, read_table)
 
 # ---------------------------------------------------------------- decisions, the journal record, evidence
-# Basis, Decision, ExperimentRecord (and its accessors), EvidenceFigures: harness/experiment_record.py.
+# Basis, Decision: harness/decision.py; ExperimentRecord (and its accessors), EvidenceFigures: harness/experiment_record.py.
 from harness.experiment_record import (  # noqa: E402, F401  (re-exported: readers import them from here)
     OPTIONAL_KEYS, RECORD_KEYS, Basis, Decision, EvidenceFigures, EvidenceRun, ExperimentRecord, NoiseBandFigures,
     experiment_records)

@@ -292,8 +292,8 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
                                "--reviewer", "hierarchy", "--budget", f"{budget:g}",
                                "--max-experiments", str(last)])
     loop = loopmod.Loop(args)
-    loop.console.close()
-    loop.console = Console(loop.tag, loop.budget, live=False)
+    loop.panel.console.close()
+    loop.panel.console = Console(loop.tag, loop.budget, live=False)
     try:
         loop.setup()
         edits = dict(nulls)
@@ -315,7 +315,7 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
         for n in sorted(planned):
             if loop.last_kept != base:   # a kept gain: back to the baseline
                 gitops.reset_hard(loop.worktree, base)
-                loop.last_kept, loop.best = base, dict(base_best)
+                loop.coord.last_kept, loop.coord.best = base, dict(base_best)
             loop.experiment(loop.next_attempt(n))
             scripted_or_stop(loop.history)
     finally:
@@ -334,7 +334,7 @@ def scripted_or_stop(history) -> None:
 
 def use_scripted(loop, scripted: ScriptedProposer) -> None:
     """The loop asks `scripted` for every proposal, and falls back to nobody else."""
-    loop.proposers = replace(loop.proposers, proposer=scripted, offline=scripted)
+    loop.ideas.proposers = replace(loop.ideas.proposers, proposer=scripted, offline=scripted)
 
 
 def runs_of(rec: dict) -> int:

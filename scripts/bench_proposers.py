@@ -44,8 +44,8 @@ def night(repo: Path, search: str, runs: int, budget: float, reviewer: str = "hi
     args = loopmod.parse_args(["--tag", f"night-{search}", "--repo", str(repo), "--proposer", "offline",
                                "--offline-search", search, "--reviewer", reviewer, "--budget", f"{budget:g}"])
     loop = loopmod.Loop(args)
-    loop.console.close()
-    loop.console = Console(loop.tag, loop.budget, live=False)
+    loop.panel.console.close()
+    loop.panel.console = Console(loop.tag, loop.budget, live=False)
     try:
         loop.setup()
         loop.ensure_baseline()

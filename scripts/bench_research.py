@@ -88,8 +88,8 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     if baseline_repeats is not None:
         argv += ["--baseline-repeats", str(baseline_repeats)]
     loop = loopmod.Loop(loopmod.parse_args(argv))
-    loop.console.close()
-    loop.console = Console(loop.tag, loop.budget, live=False)
+    loop.panel.console.close()
+    loop.panel.console = Console(loop.tag, loop.budget, live=False)
     t0 = time.time()
     measured = {}
     try:

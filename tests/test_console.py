@@ -131,8 +131,8 @@ def test_interim_decisions_reach_the_console_and_the_state(tmp_path, monkeypatch
     args = loop_mod.parse_args(["--tag", "s", "--budget", "1", "--repo", str(repo), "--max-experiments", "1",
                                 "--reviewer", "simple", "--proposer", "offline", "--baseline-repeats", "2"])
     lp = loop_mod.Loop(args)
-    real_update = lp.console.update
-    lp.console.update = lambda state: (seen.append(dict(state)), real_update(state))
+    real_update = lp.panel.console.update
+    lp.panel.console.update = lambda state: (seen.append(dict(state)), real_update(state))
     lp.run()
     lp.stop()
     out = capsys.readouterr().out

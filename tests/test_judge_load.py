@@ -4,10 +4,11 @@ runs out of reruns escalated as contested, never a silent discard. The runs are 
 inputs as the harness hands them in (the trusted value and the clock's measured load)."""
 import random
 
+from agent.console import decision_line
 from agent.judges import escalation, pairing
 from agent.judges.hierarchy import JudgeHierarchy
 from harness.queue_store import QueueStore
-from harness.records import Decision
+from harness.records import Decision, ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run
 from tests.test_judge_stats import BASE, CAND, ctx, decide
@@ -120,6 +121,8 @@ def test_a_decision_out_of_reruns_is_contested_and_escalated(tmp_path):
     assert d.reason.startswith("contested: out of reruns"), d.reason
     esc = d.verdicts["judge"]["escalations"]
     assert esc and esc[0]["kind"] == "contested" and esc[0].get("id") is not None, esc
+    assert d.escalated and "escalated to the human queue" in decision_line(ExperimentRecord(
+        n=2, status=d.status, verdicts=d.verdicts, decision_reason=d.reason))   # and the console says so
     assert any(i.kind == "contested" and i.experiment == 2 for i in queued(tmp_path))
 
 
@@ -129,6 +132,7 @@ def test_the_loop_s_last_rerun_is_escalated_not_silently_discarded(tmp_path):
     asking = Decision.again("discard", "P(better) 0.97 after 4 run(s)", 1.39, {"judge": {"status": "discard"}})
     d = escalation.out_of_reruns(c, asking, 13)
     assert d.status == "discard" and not d.is_again and d.reason.startswith("contested: out of reruns after 13")
+    assert d.escalated and not asking.escalated
     assert any(i.kind == "contested" and i.experiment == 3 for i in queued(tmp_path))
 
 
