@@ -61,7 +61,7 @@ def streak_reason(history: list, streak: int | None) -> str | None:
 
 def handover(config, history: list) -> str | None:
     """Why the LLM does not propose this experiment (None: it does). `config`: what holds the two
-    limits, max_cost and crash_streak (the loop's LoopConfig, agent/config.py; or the
+    limits, max_cost and crash_streak (the loop's IdeasConfig, agent/config.py; or the
     agent/proposing.py Proposers built from it); `history`: what the proposal request
     sees (ProposalRequest.tried(): experiments in flight included)."""
     return cap_reason(list(history), config.max_cost) or streak_reason(list(history), config.crash_streak)

@@ -20,7 +20,6 @@ import re
 import shutil
 import os
 import subprocess
-from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 from agent import budget
@@ -198,16 +197,16 @@ REMEMBERED = ("budget", "max_experiments", "proposer", "model", "max_cost", "cra
 
 def settings_of(config: LoopConfig) -> dict:
     """What run.json records of the command line (REMEMBERED)."""
-    return {name: getattr(config, name) for name in REMEMBERED}
+    return {name: config.value(name) for name in REMEMBERED}
 
 
 def resumed(config: LoopConfig, given: set[str], saved: dict | None) -> LoopConfig:
     """--resume's configuration: run.json's settings where the option was not given."""
     if not config.resume or not saved:
         return config
-    known = {f.name for f in fields(LoopConfig)}
+    known = set(LoopConfig.option_names())
     take = {k: v for k, v in saved.items() if k in REMEMBERED and k in known and k not in given}
-    return replace(config, **take)
+    return config.with_values(**take)
 
 
 def resumed_config(config: LoopConfig, argv=None) -> LoopConfig:
@@ -221,7 +220,7 @@ def resumed_config(config: LoopConfig, argv=None) -> LoopConfig:
         repo = gitops.toplevel(Path(config.repo).resolve())
     except gitops.GitError:
         return config
-    saved = RunInfo.read(workspace.worktree_path(repo, config.tag, config.worktree_root) / "run.json")
+    saved = RunInfo.read(workspace.worktree_path(repo, config.tag, config.place.worktree_root) / "run.json")
     if saved is None:
         return config
     settings = dict(saved.settings or {})
@@ -330,6 +329,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--notify", metavar="URL",
                    help=f"post a short JSON message (Slack/Discord webhook shape) on a new best, a stop, a crash "
                         f"streak, a human-queue item and an hourly digest (default: {NOTIFY_ENV})")
-    p.set_defaults(**{f.name: f.default for f in fields(LoopConfig)
-                      if f.default is not MISSING and f.name not in ("budget", "proposer")})
+    defaults = LoopConfig(tag="", budget=0.0)   # one table of defaults: the configuration's own
+    p.set_defaults(**{name: defaults.value(name) for name in LoopConfig.option_names()
+                      if name not in ("tag", "budget", "proposer")})
     return p

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agent import budget
+from agent.config import IdeasConfig
 from agent.pending import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import Prefetch, ProposalInfo, Proposers, call_proposer, with_dropped
@@ -27,7 +28,8 @@ class Ideas:
     coord: object                 # agent/coordinator.py Coordinator: history, best, what is in flight
     repo: Path                    # program.md is read from here first (the human edits it there) ...
     worktree: Path                # ... then from the tag's worktree
-    config: object                # LoopConfig: seed, fix_tries, max_experiments, crash_streak, max_cost
+    config: IdeasConfig           # seed, fix_tries, the hand-over limits (max_cost, crash_streak)
+    last_n: int | None = None     # --max-experiments: nothing is prefetched past it
     prefetch: Prefetch | None = None   # the single loop: n + 1 is proposed while n trains
     feedback: str = ""            # the last guard rejection, told to the next proposal
 
@@ -76,7 +78,7 @@ class Ideas:
     def ahead(self, a, new_source: str) -> None:
         """While `a` trains, propose n + 1 on top of it (the single loop; see agent/proposing.py)."""
         n, c = a.n + 1, self.config
-        if self.prefetch is None or self.prefetch.n == n or (c.max_experiments is not None and n > c.max_experiments):
+        if self.prefetch is None or self.prefetch.n == n or (self.last_n is not None and n > self.last_n):
             return
         pending = InFlight.of(a.n, a.parent, replace(a.proposal, source=new_source), commit=a.commit,
                               handover=a.info.handover)

@@ -118,7 +118,7 @@ class Loop:
         config = self.config = LoopConfig.of(config)   # frozen: what the loop was asked to do
         self.coord = Coordinator()   # the tag's decided state and the decision lock
         repo = gitops.toplevel(Path(config.repo).resolve())
-        worktree = workspace.worktree_path(repo, config.tag, config.worktree_root)
+        worktree = workspace.worktree_path(repo, config.tag, config.place.worktree_root)
         self.files = workspace.RunFiles(repo, config.tag, worktree, worktree)
         self.panel = Panel(self.files, float(config.budget), self.coord, Console(config.tag, float(config.budget)),
                            _notifier(config.notify, config.tag, lambda text: self.panel.event(text)),
@@ -183,14 +183,14 @@ class Loop:
         self.run_lock = workspace.lock(files.run_dir)
         workspace.ignore_run_files(files.worktree)
         tracer = self.panel.tracer = Tracer(files.run_dir / "traces.jsonl")
-        proposer = make_proposer(c.proposer, c.offline_search, model=c.model, api_patience=c.api_patience,
+        proposer = make_proposer(c.ideas.proposer, c.ideas.offline_search, model=c.ideas.model, api_patience=c.ideas.api_patience,
                                  tracer=tracer)
         self.reviewer = build_reviewer(c.reviewer, c.baseline_repeats, tracer, self.budget)
-        proposers = Proposers(proposer, proposer if c.proposer == "offline" else make_offline(c.offline_search),
-                              tracer, c.max_cost, c.crash_streak,
+        proposers = Proposers(proposer, proposer if c.ideas.proposer == "offline" else make_offline(c.ideas.offline_search),
+                              tracer, c.ideas.max_cost, c.ideas.crash_streak,
                               budget.Handovers(self.panel.event, self.reviewer_stop_llm).announce)
-        self.ideas = Ideas(proposers, self.coord, files.repo, files.worktree, c,
-                           prefetch=None if c.parallel else Prefetch())
+        self.ideas = Ideas(proposers, self.coord, files.repo, files.worktree, c.ideas,
+                           last_n=c.stops.max_experiments, prefetch=None if c.parallel else Prefetch())
         (files.run_dir / "logs").mkdir(exist_ok=True)
         env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{self.budget:g}")
         info = workspace.describe_data(files.worktree, env, files.run_dir / "logs" / "prepare.log")
@@ -210,7 +210,7 @@ class Loop:
             (agent/envcheck.py): at start, before each experiment, and after a crashed run."""
             envcheck.check(self.tag, files.worktree, view, run_info.inventory, run_info.profile, run_info.source)
         check_environment()   # at start and on --resume: a broken environment costs no idea
-        seal = make_seal(files.run_dir, info, run_info, c.sandbox, self.panel.event)
+        seal = make_seal(files.run_dir, info, run_info, c.place.sandbox, self.panel.event)
         workspace.warm_compile_cache(files.repo, files.run_dir, run_info, seal, self.budget, self.panel.event)
         sealed = bool(getattr(self.reviewer, "evaluates", False))
         if hasattr(self.reviewer, "seal"):
@@ -233,7 +233,7 @@ class Loop:
             rerun = found.rerun
         # one local slot, after the leftovers went (agent/workers.py opens the --workers' slots)
         self.slot = Slot(files=files, run_info=run_info, budget=self.budget,
-                         timeout=c.timeout or timeout_for(self.budget), seal=seal, sealed=sealed,
+                         timeout=c.place.timeout or timeout_for(self.budget), seal=seal, sealed=sealed,
                          executor=None if c.parallel else one_slot(files.run_dir),
                          clock_reference=self.clock_reference, check_environment=check_environment)
         return rerun
@@ -252,7 +252,7 @@ class Loop:
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         rerun = self.setup()                                          # 0. set up (and reconcile)
-        deadline = deadline_of(self.config.until)
+        deadline = deadline_of(self.config.stops.until)
         if rerun is not None:
             self.check_space()
             self.experiment(rerun, committed=True)
@@ -267,7 +267,7 @@ class Loop:
         if self.best is None and self.config.reviewer == "hierarchy":
             steps = os.environ.get("AUTORESEARCH_STEPS")
             self.panel.event(smoke.eta_note(
-                baseline_repeats=self.config.baseline_repeats, max_experiments=self.config.max_experiments,
+                baseline_repeats=self.config.baseline_repeats, max_experiments=self.config.stops.max_experiments,
                 budget=self.budget, eval_tokens=self.run_info.eval_tokens, steps=int(steps) if steps else None,
                 done=self.coord.next_n() - 1))
         if self.config.parallel:
@@ -278,7 +278,7 @@ class Loop:
         self.ensure_baseline()                                        # 1. baseline
         while True:
             n = self.coord.next_n()                                   # 2. stop?
-            eta = smoke.eta_line(n=n, max_experiments=self.config.max_experiments, first_n=first_n,
+            eta = smoke.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
                                  elapsed_s=time.time() - session_at)
             if eta:
                 self.panel.event(eta)
@@ -292,12 +292,12 @@ class Loop:
     def stop_due(self, n: int, deadline: float | None) -> str | None:
         """Why the loop stops before experiment n (--max-experiments, --until, --max-runs), or None."""
         c = self.config
-        if c.max_experiments is not None and n > c.max_experiments:
-            return f"reached --max-experiments {c.max_experiments}"
+        if c.stops.max_experiments is not None and n > c.stops.max_experiments:
+            return f"reached --max-experiments {c.stops.max_experiments}"
         if deadline is not None and time.time() >= deadline:
-            return f"reached --until {c.until}"
-        if c.max_runs is not None and budget.runs_done(self.history) >= c.max_runs:
-            return f"reached --max-runs {c.max_runs} ({budget.runs_done(self.history)} training runs)"
+            return f"reached --until {c.stops.until}"
+        if c.stops.max_runs is not None and budget.runs_done(self.history) >= c.stops.max_runs:
+            return f"reached --max-runs {c.stops.max_runs} ({budget.runs_done(self.history)} training runs)"
         return None
 
     def step(self, n: int) -> ExperimentRecord:
@@ -356,10 +356,10 @@ class Loop:
         if self.ideas.prefetch is None or self.ideas.prefetch.n != n or self.ideas.feedback:
             self.panel.phase("proposing", n)
         got = self.ideas.propose(n, parent)
-        if self.config.screen > 1:
+        if self.config.ideas.screen > 1:
             from agent import screening   # only with --screen K
             got = screening.pick(screening.Screen(
-                k=int(self.config.screen), seed=self.config.seed, files=self.files, seal=self.slot.seal,
+                k=int(self.config.ideas.screen), seed=self.config.ideas.seed, files=self.files, seal=self.slot.seal,
                 profile=self.run_info.profile, parent=parent, history=list(self.history),
                 best=self.best, proposers=self.ideas.proposers, request=self.ideas.request,
                 guard=self.reviewer.guard, say=self.panel.event, set_phase=self.panel.phase,
@@ -447,7 +447,7 @@ def main(argv=None) -> int:
         if not cli.forget_unstarted(loop):
             reason = summary.interrupted_reason(loop.interim, [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
-                                               cap=config.max_cost)), flush=True)
+                                               cap=config.ideas.max_cost)), flush=True)
         return 130
     except OutOfSpaceStop as exc:
         loop.stop()
@@ -476,7 +476,7 @@ def main(argv=None) -> int:
         return 2
     loop.stop()
     print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
-                                       time.time() - loop.started_at, cap=config.max_cost)), flush=True)
+                                       time.time() - loop.started_at, cap=config.ideas.max_cost)), flush=True)
     return 0
 
 

@@ -243,7 +243,7 @@ class LoopNotify:
                 f"error: {type(exc).__name__}: {exc}" if exc is not None and not isinstance(exc, KeyboardInterrupt)
                 else summary.interrupted_reason(getattr(loop, "interim", None), [r.n for r in loop.history]))
             text = summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
-                                                cap=loop.config.max_cost))
+                                                cap=loop.config.ideas.max_cost))
             self.watch.stopped(reason, text)
         except Exception as exc:
             self.watch.stopped(loop.stop_reason or "stopped", f"(no summary: {type(exc).__name__})")

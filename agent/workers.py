@@ -121,9 +121,9 @@ def _pop(items: list, lock):
 def run_parallel(loop, deadline: float | None) -> str | None:
     """Run workers until --max-experiments / --until / Ctrl-C; returns the stop reason."""
     c = loop.config
-    count = max(1, int(c.workers))
+    count = max(1, int(c.place.workers))
     # local slots beside the workers' worktrees: reused after a kill -9, hidden from sealed runs
-    executor, where = open_executor(c.executor, count, ray_address=c.ray_address, gpus=c.gpus, slots_root=worker_root(loop) / "slots")
+    executor, where = open_executor(c.place.executor, count, ray_address=c.place.ray_address, gpus=c.place.gpus, slots_root=worker_root(loop) / "slots")
     loop.slot = replace(loop.slot, executor=executor)   # the baseline runs where the experiments will
     try:
         loop.ensure_baseline()
@@ -143,7 +143,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     for a, _ in resumed:   # their numbers are taken before any worker claims one
         loop.coord.adopt(0, a)
         loop.panel.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
-    limit = loop.config.max_experiments
+    limit = loop.config.stops.max_experiments
     for w in workers:
         w.thread = threading.Thread(target=w.work, args=(resumed, limit, deadline), name=f"worker-{w.wid}",
                                     daemon=True)
@@ -169,7 +169,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     if limit is not None and loop.coord.next_n() > limit:
         return f"reached --max-experiments {limit}"
     if deadline is not None and time.time() >= deadline:
-        return f"reached --until {loop.config.until}"
+        return f"reached --until {loop.config.stops.until}"
     return None
 
 

@@ -73,21 +73,22 @@ def test_the_loop_is_configured_by_a_frozen_loop_config(monkeypatch):
     monkeypatch.delenv("AUTORESEARCH_TIME_BUDGET", raising=False)
     config = loop_mod.parse_args(["--tag", "t", "--workers", "2", "--gpus", "0,1"])
     assert isinstance(config, LoopConfig)
-    assert config.budget == cli.DEFAULT_BUDGET and config.proposer == "offline" and config.reviewer == "hierarchy"
-    assert config.workers == 2 and config.gpus == "0,1" and config.parallel
+    assert config.budget == cli.DEFAULT_BUDGET and config.ideas.proposer == "offline" and config.reviewer == "hierarchy"
+    assert config.place.workers == 2 and config.place.gpus == "0,1" and config.parallel
     assert not loop_mod.parse_args(["--tag", "t"]).parallel and loop_mod.parse_args(["--tag", "t", "--executor", "ray"]).parallel
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.budget = 1.0
     dests = {a.dest for a in cli.parser()._actions if a.dest != "help"}
-    assert dests == {f.name for f in dataclasses.fields(LoopConfig)}
+    assert dests == set(LoopConfig.option_names())
     # one table of defaults: what an option left out becomes is LoopConfig's own default
     plain = loop_mod.parse_args(["--tag", "t"])
-    for f in dataclasses.fields(LoopConfig):
-        if f.default is not dataclasses.MISSING:
-            assert getattr(plain, f.name) == f.default, (f.name, getattr(plain, f.name), f.default)
+    defaults = LoopConfig(tag="t", budget=0.0)
+    for name in LoopConfig.option_names():
+        if name not in ("tag", "budget"):
+            assert plain.value(name) == defaults.value(name), (name, plain.value(name), defaults.value(name))
     assert "(default 3; 0: never)" in " ".join(cli.parser().format_help().split())   # --crash-streak's help
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    assert loop_mod.parse_args(["--tag", "t"]).proposer == "claude"   # the default follows the key
+    assert loop_mod.parse_args(["--tag", "t"]).ideas.proposer == "claude"   # the default follows the key
 
 
 def test_bad_budget_from_the_environment_is_refused(monkeypatch, capsys):

@@ -39,8 +39,8 @@ def test_the_smoke_preset_fills_what_was_not_given(monkeypatch):
     monkeypatch.delenv("AUTORESEARCH_TIME_BUDGET", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     c = cli.parse_args(["--tag", "s", "--smoke"])
-    assert c.smoke and c.budget == SMOKE_DEFAULTS["budget"] and c.max_experiments == 3
-    assert c.baseline_repeats == 2 and c.proposer == "offline" and c.reviewer == "hierarchy"
+    assert c.smoke and c.budget == SMOKE_DEFAULTS["budget"] and c.stops.max_experiments == 3
+    assert c.baseline_repeats == 2 and c.ideas.proposer == "offline" and c.reviewer == "hierarchy"
     given = cli.parse_args(["--tag", "s", "--smoke", "--max-experiments", "5", "--baseline-repeats", "3"])
     assert given.max_experiments == 5 and given.baseline_repeats == 3   # an option given wins
     assert not cli.parse_args(["--tag", "s"]).smoke and cli.parse_args(["--tag", "s"]).max_experiments is None

@@ -4,7 +4,7 @@ import json
 from types import SimpleNamespace
 
 from agent import budget
-from agent.config import LoopConfig
+from agent.config import IdeasConfig
 from harness.records import ExperimentRecord
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (the fixture)
 from tests.loop_fixtures import fake_env, fake_repo, run_loop
@@ -94,7 +94,7 @@ def test_streak_and_cap_rules_on_their_own():
                                  rec(5, "claude", "crash")], 3) is None
     assert budget.cap_reason(hist, 0.07).startswith("cost cap: $0.0700 of --max-cost $0.0700")
     assert budget.cap_reason(hist, 0.08) is None and budget.cap_reason(hist, None) is None
-    config = LoopConfig(tag="t", budget=1.0, max_cost=0.05, crash_streak=3)
+    config = IdeasConfig(max_cost=0.05, crash_streak=3)
     assert budget.handover(config, hist).startswith("cost cap")
 
 
