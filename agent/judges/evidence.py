@@ -65,7 +65,7 @@ def sample_of(ctx, run, bpb: float) -> Sample:
             text = Path(log_path).read_text(errors="replace")
         except OSError:
             text = ""
-    pace_s = clock.pace_s if clock is not None and finite(clock.pace_s) and clock.pace_s > 0 else None
+    pace_s = clock.steps.pace_s if clock is not None and finite(clock.steps.pace_s) and clock.steps.pace_s > 0 else None
     per_step = pace.flops_per_step(text)
     steps_mode = run.steps_mode or bool(os.environ.get("AUTORESEARCH_STEPS"))
     log = None
@@ -78,7 +78,7 @@ def sample_of(ctx, run, bpb: float) -> Sample:
                   pace_s=None if steps_mode else pace_s,
                   flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
                   within=None if steps_mode else pace.within_run(pace.step_times(text)),
-                  load=clock.load_train if clock is not None and clock.startup_s is not None and not steps_mode
+                  load=clock.load.train if clock is not None and clock.startup_s is not None and not steps_mode
                   else None, at=time.time())
 
 
@@ -115,9 +115,9 @@ def over_steps(run, clock) -> tuple[str | None, str]:
             return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot count its "
                              "steps, so it cannot be kept")
         return None, ""
-    last = max(clock.last_step or 0, clock.steps_seen)
+    last = max(clock.steps.last or 0, clock.steps.seen)
     if steps > 0 and last > steps:
-        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps_seen} step "
+        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps.seen} step "
                          "lines): it trained past its step count")
     return None, ""
 
