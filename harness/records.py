@@ -81,10 +81,20 @@ SEALED_KIND = "bwrap"
 
 
 @dataclass
+class RunSeal:
+    """What agent/sealing.py adds to run.json once the tag's first run is sealed: the sandbox its
+    runs ran in (harness/sandbox.Sandbox.describe(): kind, reason, ...) and the pinned evaluation
+    inputs' hashes (harness/pinned.py)."""
+    sandbox: dict | None = None
+    inputs: dict | None = None
+
+
+@dataclass
 class RunInfo:
     """run.json: the tag's fixed terms (budget, data, profile, base commit), written once for a new
-    tag, then the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from disk it is
-    data: every field is type-checked, unknown keys are kept as read."""
+    tag, then the seal: the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from
+    disk it is data: every field is type-checked, unknown keys are kept as read. The file stays
+    flat (RUN_INFO_KEYS): the seal's keys sit beside the others."""
     tag: str | None = None
     budget: float | None = None
     fingerprint: str | None = None       # the prepared data's (prepare.describe())
@@ -92,8 +102,7 @@ class RunInfo:
     base_commit: str | None = None
     created_at: float | None = None
     source: str | None = None            # where the data came from ("offline-fallback" off the hub)
-    sandbox: dict | None = None          # harness/sandbox.Sandbox.describe(): kind, reason, ...
-    inputs: dict | None = None           # the pinned evaluation inputs' hashes (harness/pinned.py)
+    seal: RunSeal = field(default_factory=RunSeal)
     settings: dict | None = None         # the options the tag was started with: --resume's defaults
     inventory: dict | None = None        # the data shards and tokenizer files it started with (agent/envcheck.py)
     eval_tokens: int | None = None       # the trusted evaluation's tokens (None: the profile's EVAL_TOKENS)
@@ -105,7 +114,7 @@ class RunInfo:
         return isinstance(self.settings, dict) and self.settings.get("smoke") is True
 
     def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in RUN_INFO_KEYS if k != "extra"}
+        out = {k: getattr(self.seal if k in _SEAL_KEYS else self, k) for k in RUN_INFO_KEYS if k != "extra"}
         return {k: v for k, v in out.items() if v is not None or k in _RUN_INFO_WRITTEN} | self.extra
 
     @classmethod
@@ -114,8 +123,8 @@ class RunInfo:
         return cls(tag=_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=_str(d.get("fingerprint")),
                    profile=_str(d.get("profile")), base_commit=_str(d.get("base_commit")),
                    created_at=fnum(d.get("created_at")), source=_str(d.get("source")),
-                   sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
-                   inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None,
+                   seal=RunSeal(sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
+                                inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None),
                    settings=d.get("settings") if isinstance(d.get("settings"), dict) else None,
                    inventory=d.get("inventory") if isinstance(d.get("inventory"), dict) else None,
                    eval_tokens=_int(d.get("eval_tokens")),
@@ -131,7 +140,7 @@ class RunInfo:
 
     @property
     def sandbox_kind(self) -> str | None:
-        return _str((self.sandbox or {}).get("kind"))
+        return _str((self.seal.sandbox or {}).get("kind"))
 
     @property
     def unsealed(self) -> str | None:
@@ -140,10 +149,13 @@ class RunInfo:
         kind = self.sandbox_kind
         if kind in (None, SEALED_KIND):
             return None
-        return _str((self.sandbox or {}).get("reason")) or kind
+        return _str((self.seal.sandbox or {}).get("reason")) or kind
 
 
-RUN_INFO_KEYS = tuple(f.name for f in fields(RunInfo))
+# run.json's keys, in the order they are written; anything else read is kept in `extra`.
+RUN_INFO_KEYS = ("tag", "budget", "fingerprint", "profile", "base_commit", "created_at", "source", "sandbox",
+                 "inputs", "settings", "inventory", "eval_tokens", "extra")
+_SEAL_KEYS = tuple(f.name for f in fields(RunSeal))
 # Written for a new tag even when None (agent/workspace.py): the file always names them.
 _RUN_INFO_WRITTEN = ("tag", "budget", "fingerprint", "profile", "base_commit", "created_at", "source")
 

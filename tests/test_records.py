@@ -10,7 +10,7 @@ from agent.judges.judge import Opinion, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
-from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunState, WorkerState,
+from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunInfo, RunSeal, RunState, WorkerState,
                              experiment_records, parse_results)
 from harness.verify import VerifyResult
 from tests.test_judge import _ctx, _judge, margin
@@ -149,6 +149,22 @@ def test_run_state_with_workers_round_trips_and_checks_types():
                               "workers": [{"worker": "x"}, "y", {"worker": 2, "n": "3"}]})
     assert (odd.phase, odd.experiment, odd.budget, odd.best, odd.pid) == (None, None, None, None, None)
     assert [(x.worker, x.n) for x in odd.workers] == [(2, None)]
+
+
+def test_run_info_reads_and_writes_run_json_flat():
+    """run.json keeps its keys where it always had them; the sandbox and the pinned inputs are the
+    type's seal part, and an unknown key is kept in place."""
+    raw = {"tag": "t", "budget": 300.0, "fingerprint": "f" * 8, "profile": "cpu", "base_commit": "b" * 40,
+           "created_at": 1.5, "source": "offline-fallback", "sandbox": {"kind": "none", "reason": "--sandbox none"},
+           "inputs": {"val.bin": "ab" * 32}, "settings": {"smoke": True}, "inventory": {"shards": 2},
+           "eval_tokens": 4096, "later": [1]}
+    info = RunInfo.from_dict(json.loads(json.dumps(raw)))
+    assert info.seal.sandbox["kind"] == "none" and info.seal.inputs == raw["inputs"] and info.extra == {"later": [1]}
+    assert info.unsealed == "--sandbox none" and info.smoke and info.sandbox_kind == "none"
+    assert json.dumps(info.to_dict()) == json.dumps(raw)
+    fresh = RunInfo(tag="t", budget=300.0).to_dict()      # a new tag: no seal yet, the fixed terms named
+    assert "sandbox" not in fresh and "inputs" not in fresh and fresh["fingerprint"] is None
+    assert RunInfo.from_dict({"sandbox": "x", "inputs": []}).seal == RunSeal()
 
 
 # ---- Basis: set by the judges where they decide ---------------------------------------------------
