@@ -5,7 +5,7 @@
 can run its tasks on the loop's executors, a Ray cluster included, instead of the local process
 pool. Each task becomes a TrainJob whose files are the candidate's train.py and prepare.py, so a
 node needs no shared file system: a state to resume from travels with the job, and the state a
-task saves is fetched back and written where the schedule expects it (task.save).
+task saves is fetched back and written where the schedule expects it (task.state.save).
 
 Against harness/search/pool.Pool: every task is a fresh `python train.py` (the pool's
 "subprocess" mode; no long-lived in-process workers), with a fixed thread count per task.
@@ -72,10 +72,10 @@ class ExecutorPool:
         env.update(task_env(task))
         env["AUTORESEARCH_ARTIFACT"] = ""           # no model to save: the task prints its val_bpb
         fetch = ()
-        if task.resume is not None:
-            files[RESUME_NAME] = Path(task.resume).read_bytes()
+        if task.state.resume is not None:
+            files[RESUME_NAME] = Path(task.state.resume).read_bytes()
             env["AUTORESEARCH_RESUME_STATE"] = "{src}/" + RESUME_NAME
-        if task.save is not None:
+        if task.state.save is not None:
             env["AUTORESEARCH_SAVE_STATE"] = "{out}/" + SAVE_NAME
             fetch = (SAVE_NAME,)
         return TrainJob(n=n, files=files, budget=NOMINAL_BUDGET, run_dir=str(self.run_dir),
@@ -96,9 +96,9 @@ class ExecutorPool:
     def _result(self, task: Task, res, wall: float) -> TaskResult:
         out_dir = self.run_dir / "artifacts" / f"exp-{res.n:04d}"
         state = res.outputs.get(SAVE_NAME)
-        if task.save is not None and state and Path(state).is_file():
-            Path(task.save).parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(state, task.save)
+        if task.state.save is not None and state and Path(state).is_file():
+            Path(task.state.save).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(state, task.state.save)
         shutil.rmtree(out_dir, ignore_errors=True)
         log = Path(res.log_path) if res.log_path else None
         val = (res.summary or {}).get("val_bpb")

@@ -44,10 +44,10 @@ def task_env(task: Task) -> dict[str, str]:
            "AUTORESEARCH_SEED": str(task.seed), "AUTORESEARCH_THREADS": str(task.threads),
            # a candidate's source carries its profile's knob values already (harness/knobs.for_profile)
            "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"}
-    if task.save is not None:
-        env["AUTORESEARCH_SAVE_STATE"] = str(task.save)
-    if task.resume is not None:
-        env["AUTORESEARCH_RESUME_STATE"] = str(task.resume)
+    if task.state.save is not None:
+        env["AUTORESEARCH_SAVE_STATE"] = str(task.state.save)
+    if task.state.resume is not None:
+        env["AUTORESEARCH_RESUME_STATE"] = str(task.state.resume)
     return env
 
 
@@ -128,8 +128,8 @@ def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
         run = run_train(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sandbox=box, data=data,
                         sealed=True, data_mode="train", stand_ins=proxy.stand_ins if proxy else None,
                         eval_rows=seal["rows"], log_path=log, out_dir=out, pid_name=f".{task.id}.pid",
-                        extra_readonly=[task.resume] if task.resume is not None else [],
-                        extra_writable=[Path(task.save).parent] if task.save is not None else [])
+                        extra_readonly=[task.state.resume] if task.state.resume is not None else [],
+                        extra_writable=[Path(task.state.save).parent] if task.state.save is not None else [])
         if run.crash_class is not None:
             return 1, f"crashed: {run.crash_class}", None
         cache = proxy.cache if proxy else Path(seal["eval_cache"]) if seal.get("eval_cache") else None
@@ -267,9 +267,10 @@ class Pool:
             raise RuntimeError("no free worker: call next_result() first")
         # Workers run each task from its log folder: relative paths (an `--out out/sweep`) would
         # point somewhere else there, so every path is made absolute here.
+        st = task.state
         task = replace(task, source=Path(task.source).resolve(),
-                       resume=Path(task.resume).resolve() if task.resume is not None else None,
-                       save=Path(task.save).resolve() if task.save is not None else None)
+                       state=replace(st, resume=Path(st.resume).resolve() if st.resume is not None else None,
+                                     save=Path(st.save).resolve() if st.save is not None else None))
         self.pending.append(task)
 
     def _dispatch(self) -> None:
