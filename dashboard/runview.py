@@ -77,7 +77,8 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
     """
     recs = typed(records)
     margin = next(((r, ev) for r in reversed(recs) if r.status in ("keep", "discard")
-                   for ev in [r.evidence_view()] if ev is not None and ev.margin is not None and ev.margin > 0), None)
+                   for ev in [r.evidence_view()] if ev is not None and ev.comparison.margin is not None
+                   and ev.comparison.margin > 0), None)
     for r in reversed(recs):
         if not r.is_baseline or r.status != "keep":
             continue
@@ -91,9 +92,10 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
         spread = band.spread if band else None
         if margin is not None:
             rec, ev = margin
-            threshold, spread = ev.margin, ev.sigma
+            t = ev.comparison
+            threshold, spread = t.margin, t.sigma
             source += (f"; the margin the judge used at experiment {rec.n}"
-                       + (f" (sigma {ev.sigma:.4g})" if ev.sigma is not None else ""))
+                       + (f" (sigma {t.sigma:.4g})" if t.sigma is not None else ""))
         return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
                 "spread": spread, "k": band.k if band and margin is None else None, "source": source}
     valid = [r for r in rows if r.figure is not None]

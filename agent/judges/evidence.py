@@ -177,12 +177,13 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
                     s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, RunSpeed(pace_s=r.pace_s))
                     s.disturbed = r.why
                     out.setdefault(rec.commit, []).append(s)
-            if ev.incumbent_commit and ev.incumbent_commit != rec.commit:
-                for r in ev.incumbent_runs:
+            inc = ev.incumbent
+            if inc.commit and inc.commit != rec.commit:
+                for r in inc.runs:
                     if r.bpb is not None and r.n is not None and r.n == rec.number:
-                        s = Sample(ev.incumbent_commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s))
+                        s = Sample(inc.commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s))
                         s.disturbed = r.why
-                        out.setdefault(ev.incumbent_commit, []).append(s)
+                        out.setdefault(inc.commit, []).append(s)
             continue
         legacy = rec.judge_values("baseline_values" if rec.is_baseline else "runs")
         if legacy is not None and rec.status in ("keep", "discard"):
