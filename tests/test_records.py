@@ -10,7 +10,8 @@ from agent.judges.judge import Opinion, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
-from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunInfo, RunSeal, RunState, WorkerState,
+from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunInfo, RunningExperiment, RunSeal, RunState,
+                             STATE_KEYS, WorkerState,
                              experiment_records, parse_results)
 from harness.verify import VerifyResult
 from tests.test_judge import _ctx, _judge, margin
@@ -50,8 +51,8 @@ def test_real_results_rows_agree_with_the_typed_records(loop_run):
 def test_real_state_json_reads_as_a_run_state(loop_run):
     raw = json.loads((loop_run / "state.json").read_text())
     state = RunState.from_dict(raw)
-    assert (state.tag, state.phase, state.experiment) == ("rec", "stopped", 4)
-    assert state.workers == [] and state.best["commit"] == raw["best"]["commit"]
+    assert (state.tag, state.phase, state.running.experiment) == ("rec", "stopped", 4)
+    assert state.workers == [] and state.tally.best["commit"] == raw["best"]["commit"]
     out = state.to_dict()
     assert set(raw) <= set(out) and out["workers"] == []
     for key in raw:
@@ -141,13 +142,14 @@ def test_noise_band_comes_from_the_record_that_carries_the_baseline(tmp_path):
 def test_run_state_with_workers_round_trips_and_checks_types():
     w = WorkerState(worker=1, n=5, phase="training", phase_started_at=100.0, run_started_at=110.0,
                     commit="c" * 40, parent="p" * 40, description="deeper")
-    state = RunState(tag="t", phase="training", experiment=5, workers=[w])
+    state = RunState(tag="t", phase="training", running=RunningExperiment(experiment=5), workers=[w])
     back = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert back.workers == [w] and back == state
+    assert tuple(state.to_dict()) == STATE_KEYS[:-1]      # flat, in the file's order (updated_at: write_state's)
     assert w.elapsed(130.0) == 20.0 and WorkerState(worker=0, phase="proposing", phase_started_at=125.0).elapsed(130.0) == 5.0
     odd = RunState.from_dict({"phase": 3, "experiment": True, "budget": "300", "best": [], "pid": 1.5,
                               "workers": [{"worker": "x"}, "y", {"worker": 2, "n": "3"}]})
-    assert (odd.phase, odd.experiment, odd.budget, odd.best, odd.pid) == (None, None, None, None, None)
+    assert (odd.phase, odd.running.experiment, odd.budget, odd.tally.best, odd.pid) == (None, None, None, None, None)
     assert [(x.worker, x.n) for x in odd.workers] == [(2, None)]
 
 
