@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.executors.base import FIXED_SOURCES, TrainJob
+from harness.executors.base import FIXED_SOURCES, JobSeal, TrainJob
 from harness.search.hyperband import Task, TaskResult
 from harness.search.pool import TASK_TIMEOUT, task_env
 
@@ -51,7 +51,7 @@ class ExecutorPool:
         self.threads = threads or max(1, cores // self.n)
         self.env = {k: str(v) for k, v in (env or {}).items() if v is not None}
         self.timeout = task_timeout
-        self.sandbox, self.data, self.data_mode = sandbox, data, data_mode
+        self.seal = JobSeal(sandbox=sandbox, data=data, data_mode=data_mode)   # every task's
         self._running: dict[str, tuple[Task, float]] = {}
         self._count = 0
 
@@ -79,8 +79,8 @@ class ExecutorPool:
             env["AUTORESEARCH_SAVE_STATE"] = "{out}/" + SAVE_NAME
             fetch = (SAVE_NAME,)
         return TrainJob(n=n, files=files, budget=NOMINAL_BUDGET, run_dir=str(self.run_dir),
-                        log_name=f"{task.id}.log", timeout=self.timeout, env=env, sandbox=self.sandbox,
-                        data=self.data, data_mode=self.data_mode, fetch=fetch, meta={"task": task.id})
+                        log_name=f"{task.id}.log", timeout=self.timeout, env=env, seal=self.seal,
+                        fetch=fetch, meta={"task": task.id})
 
     def next_result(self) -> TaskResult:
         if not self._running:
@@ -100,12 +100,12 @@ class ExecutorPool:
             Path(task.state.save).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(state, task.state.save)
         shutil.rmtree(out_dir, ignore_errors=True)
-        log = Path(res.log_path) if res.log_path else None
+        log = Path(res.log.path) if res.log.path else None
         val = (res.summary or {}).get("val_bpb")
         slot = res.extra.get("slot")
         worker = int(slot) if isinstance(slot, str) and slot.isdigit() else -1
         if res.crash_class is not None or not isinstance(val, (int, float)):
-            fail = next((ln for ln in res.log_text.splitlines() if ln.startswith("FAIL:")), None)
+            fail = next((ln for ln in res.log.text.splitlines() if ln.startswith("FAIL:")), None)
             error = fail or f"{res.crash_class or 'no val_bpb'} (exit {res.returncode})"
             return TaskResult(task, None, res.summary, wall, error=error, log=log, worker=worker)
         return TaskResult(task, float(val), res.summary, wall, log=log, worker=worker)
