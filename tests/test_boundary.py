@@ -311,7 +311,7 @@ def test_screening_scores_are_the_trusted_evaluator_s_on_a_split_no_candidate_sa
     task = Task(id="t0", cand="c0", source=src, steps=3, decay_steps=1, state=TaskState(save=ckpt / "s3.pt"))
     with Pool(1, prepare_dir=Path(prepare.__file__).parent, log_dir=tmp_path / "logs", sandbox=detect(),
               data=view, sealed_tasks=True, proxy=proxy, rows=8) as pool:
-        assert pool.mode == "subprocess"
+        assert pool.launch.mode == "subprocess"
         (res,) = run_tasks(pool, [task])
     log = res.log.read_text()
     assert "sees the tail False" in log, log[-2000:]

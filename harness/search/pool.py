@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -190,6 +190,30 @@ def _worker(inbox: Connection, outbox: Connection, mode: str, prepare_dir: str) 
         outbox.send((task.id, code, error, time.time() - t0, trusted))
 
 
+@dataclass
+class WorkerLaunch:
+    """How a worker process starts: its mode ("inprocess" | "subprocess"), the folder it imports
+    prepare.py from, the folder of its logs, the environment added to its own, and, for harness-made
+    variants, the sandbox every worker runs in (`box`, None: none) with the data it shows and the
+    folder it may write (`root`, default the log folder)."""
+    mode: str
+    prepare_dir: str
+    log_dir: Path
+    env: dict
+    box: object = None
+    data: object = None
+    root: Path | None = None
+
+
+@dataclass
+class ThreadShare:
+    """How many threads a task gets: `fixed` for every task when set; else, `adaptive`, the
+    pending tasks split the cores the busy ones leave free; else an even share of `cores`."""
+    cores: int
+    fixed: int | None = None
+    adaptive: bool = True
+
+
 class Pool:
     """submit() tasks, next_result() gets them back as they finish (any order)."""
 
@@ -211,20 +235,20 @@ class Pool:
         # the validation data (nor the proxy split it is ranked on) nor touch another candidate's
         # worker or checkpoints; its score is the trusted evaluation's, never its own.
         self.seal = None
-        self.box = sandbox if sandbox is not None and sandbox.sealed and not sealed_tasks else None
-        self.data, self.root = data, Path(root).resolve() if root is not None else None
         if sandbox is not None and sandbox.sealed and sealed_tasks:
             mode = "subprocess"
             self.seal = {"data": data.as_dict() if data else None, "proxy": proxy.as_dict() if proxy else None,
                          "eval_cache": str(eval_cache) if eval_cache else None,
                          "rows": rows, "eval_tokens": eval_tokens, "timeout": task_timeout}
-        self.n, self.mode = workers, mode
-        self.cores = cores or os.cpu_count() or 1
-        self.fixed_threads = threads                 # if set, every task gets exactly this
-        self.adaptive = adaptive_threads and threads is None
-        self.prepare_dir, self.log_dir = str(Path(prepare_dir).resolve()), Path(log_dir).resolve()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {k: v for k, v in (env or {}).items() if v is not None}
+        self.launch = WorkerLaunch(
+            mode=mode, prepare_dir=str(Path(prepare_dir).resolve()), log_dir=Path(log_dir).resolve(),
+            env={k: v for k, v in (env or {}).items() if v is not None},
+            box=sandbox if sandbox is not None and sandbox.sealed and not sealed_tasks else None,
+            data=data, root=Path(root).resolve() if root is not None else None)
+        self.launch.log_dir.mkdir(parents=True, exist_ok=True)
+        self.n = workers
+        self.threads = ThreadShare(cores=cores or os.cpu_count() or 1, fixed=threads,
+                                   adaptive=adaptive_threads and threads is None)
         self.timeout = task_timeout
         self.procs: list = [None] * workers
         self.conns: list = [None] * workers
@@ -235,19 +259,20 @@ class Pool:
 
     def _start(self, i: int) -> None:
         """A worker is `python -m harness.search.pool` talking over two pipes (no re-import of __main__)."""
+        w = self.launch
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ, **self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.prepare_dir, env.get("PYTHONPATH")) if p)
-        err = open(self.log_dir / f"worker{i}.stderr", "ab")
-        argv = [sys.executable, "-m", "harness.search.pool", self.mode, self.prepare_dir,
+        env = dict(os.environ, **w.env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (w.prepare_dir, env.get("PYTHONPATH")) if p)
+        err = open(w.log_dir / f"worker{i}.stderr", "ab")
+        argv = [sys.executable, "-m", "harness.search.pool", w.mode, w.prepare_dir,
                 str(to_child_r), str(from_child_w)]
-        if self.box is not None:
+        if w.box is not None:
             from harness.sandbox import View, data_view
-            readonly, binds, hide = data_view(self.data, "open")
-            view = View(cwd=self.log_dir, writable=[self.root or self.log_dir], binds=binds, hide=hide,
-                        readonly=readonly + [Path(self.prepare_dir), Path(__file__).resolve().parents[1]])
-            p = self.box.popen(argv, view, env, pass_fds=(to_child_r, from_child_w),
+            readonly, binds, hide = data_view(w.data, "open")
+            view = View(cwd=w.log_dir, writable=[w.root or w.log_dir], binds=binds, hide=hide,
+                        readonly=readonly + [Path(w.prepare_dir), Path(__file__).resolve().parents[1]])
+            p = w.box.popen(argv, view, env, pass_fds=(to_child_r, from_child_w),
                                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         else:
             from harness.sandbox import child_env
@@ -278,20 +303,21 @@ class Pool:
         if not self.pending:
             return
         used = sum(t.threads for t, _, _ in self.busy.values())
-        free_cores = max(len(self.pending), self.cores - used)
-        base_share = max(1, self.cores // self.n)
+        share_of = self.threads
+        free_cores = max(len(self.pending), share_of.cores - used)
+        base_share = max(1, share_of.cores // self.n)
         for k, task in enumerate(self.pending):
             if task.meta.get("pin_threads"):         # a task that must not depend on the split
                 task.threads = int(task.meta["pin_threads"])
-            elif self.fixed_threads:
-                task.threads = self.fixed_threads
-            elif self.adaptive:
+            elif share_of.fixed:
+                task.threads = share_of.fixed
+            elif share_of.adaptive:
                 share, extra = divmod(free_cores, len(self.pending))
                 task.threads = max(1, share + (1 if k < extra else 0))
             else:
                 task.threads = base_share
             i = next(j for j in range(self.n) if j not in self.busy)
-            log = self.log_dir / f"{task.id}.log"
+            log = self.launch.log_dir / f"{task.id}.log"
             self.busy[i] = (task, log, time.time())
             try:
                 self.conns[i][0].send((task, log, self.seal))
@@ -322,7 +348,7 @@ class Pool:
     def _stderr_tail(self, i: int) -> str:
         """The worker's last words (e.g. prepare's 'run uv run prepare.py first')."""
         try:
-            lines = (self.log_dir / f"worker{i}.stderr").read_text(errors="replace").splitlines()
+            lines = (self.launch.log_dir / f"worker{i}.stderr").read_text(errors="replace").splitlines()
         except OSError:
             return "no stderr"
         lines = [ln for ln in lines if ln.strip() and "leaked" not in ln and "nanobind" not in ln
