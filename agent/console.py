@@ -153,29 +153,30 @@ def panel_rows(tag: str, budget: float, state, now: float) -> list[tuple[str, st
     """The panel's rows for state `state` (RunState, or its dict) at time `now` (a pure function:
     the tests render it)."""
     s = as_state(state)
+    cur, tally = s.running, s.tally
     phase = str(s.phase or "setup")
     since_phase = s.phase_started_at
     rows = [("phase", f"{phase} for {clock(now - since_phase)}" if since_phase else phase),
-            ("experiment", str(s.experiment or "-"))]
-    if s.idea:
-        rows.append(("idea", idea_text(s.idea)))
+            ("experiment", str(cur.experiment or "-"))]
+    if cur.idea:
+        rows.append(("idea", idea_text(cur.idea)))
     if phase in RUN_PHASES:
-        started = s.run_started_at
-        which = f"run {run_text(s.run)}, " if s.run else ""
+        started = cur.run_started_at
+        which = f"run {run_text(cur.run)}, " if cur.run else ""
         rows.append(("run", f"{which}{clock(now - started)} since launch (startup included)" if started else "-"))
         if phase == "training":
-            rows.append(("training", progress_text(s.progress, budget)))
+            rows.append(("training", progress_text(cur.progress, budget)))
         else:
             rows.append(("evaluating", "the trusted evaluator measures the saved model (training done"
-                         + (f": {s.progress['step']} steps" if s.progress else "") + ")"))
-        rows.append(("log", str(s.log or "-")))
-    best = s.best or {"commit": None, "val_bpb": None}
+                         + (f": {cur.progress['step']} steps" if cur.progress else "") + ")"))
+        rows.append(("log", str(cur.log or "-")))
+    best = tally.best or {"commit": None, "val_bpb": None}
     rows.append(("best val_bpb", f"{best['val_bpb']:.6f} @ {str(best['commit'])[:7]}"
                  if best["val_bpb"] is not None else "-"))
-    rows.append(("last decision", str(s.last_decision or "-")))
-    rate = s.keep_rate
+    rows.append(("last decision", str(tally.last_decision or "-")))
+    rate = tally.keep_rate
     rows.append(("keep rate", f"{rate:.0%}" if rate is not None else "-"))
-    rows.append(("cost so far", f"${s.cost_usd or 0.0:.4f}"))
+    rows.append(("cost so far", f"${tally.cost_usd or 0.0:.4f}"))
     started = s.started_at
     rows.append(("up", f"{clock(now - started)} since the loop started" if started else "-"))
     return rows
@@ -212,20 +213,21 @@ class Console:
         if self._live is not None:
             self._live.refresh()
             return
-        key = (s.phase, s.experiment)
-        stamp = f"[{time.strftime('%H:%M:%S')}]" + (f" exp {s.experiment}:" if s.experiment is not None else "")
+        cur = s.running
+        key = (s.phase, cur.experiment)
+        stamp = f"[{time.strftime('%H:%M:%S')}]" + (f" exp {cur.experiment}:" if cur.experiment is not None else "")
         if key != self._last_phase:
-            self._last_phase, self._last_log = key, s.log
+            self._last_phase, self._last_log = key, cur.log
             self._last_progress_print = time.time()
-            log = f" (log {s.log})" if s.log else ""
+            log = f" (log {cur.log})" if cur.log else ""
             print(f"{stamp} {s.phase}{log}", flush=True)
-        elif s.log and s.log != self._last_log:
-            self._last_log = s.log    # the log appears just after the phase changed
-            print(f"{stamp} {s.phase} (log {s.log})", flush=True)
-        elif s.phase == "training" and s.progress and \
+        elif cur.log and cur.log != self._last_log:
+            self._last_log = cur.log    # the log appears just after the phase changed
+            print(f"{stamp} {s.phase} (log {cur.log})", flush=True)
+        elif s.phase == "training" and cur.progress and \
                 time.time() - self._last_progress_print >= PLAIN_PROGRESS_SECONDS:
             self._last_progress_print = time.time()
-            print(f"{stamp} {progress_text(s.progress, self.budget)}", flush=True)
+            print(f"{stamp} {progress_text(cur.progress, self.budget)}", flush=True)
 
     def event(self, text: str) -> None:
         if self._live is not None:

@@ -68,13 +68,13 @@ def cmd_show(q: QueueStore, item_id: int) -> int:
         return 1
     e = it.escalation
     print(f"item {it.id}: {it.kind} — {it.status}"
-          + (f" by {it.decided_by} at {_when(it.decided_at)}" if it.decided_by else ""))
+          + (f" by {it.decision.by} at {_when(it.decision.at)}" if it.decision.by else ""))
     print(f"experiment {it.experiment}  commit {it.commit}  tag {it.tag}")
     print(f"reason: {it.reason}")
-    if it.note:
-        print(f"note: {it.note}")
-    if it.result:
-        print(f"applied: {it.result}")
+    if it.decision.note:
+        print(f"note: {it.decision.note}")
+    if it.applied.result:
+        print(f"applied: {it.applied.result}")
     print(f"\n{e.description}\nhypothesis: {e.hypothesis}")
     print(f"status at escalation: {e.status}   discarded ref: {e.discarded_ref or '-'}")
     print("figures: " + json.dumps(e.figures, default=str))

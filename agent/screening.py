@@ -39,6 +39,15 @@ def proxy_tokens(profile: str | None) -> int | None:
 
 
 @dataclass(frozen=True)
+class Standing:
+    """Where the tag stands when experiment n is screened: what every candidate is proposed
+    against and guarded against."""
+    parent: str                   # the last kept commit: the candidates' parent
+    history: list                 # the decided records
+    best: dict | None             # {"commit", "val_bpb"}
+
+
+@dataclass(frozen=True)
 class Screen:
     """What a screen of experiment n reads and calls (the loop builds one per screen)."""
     k: int                        # --screen K: candidates asked for
@@ -46,9 +55,7 @@ class Screen:
     files: RunFiles               # the tag: journal, run folder (screen/NNNN/, the proxy split), worktree
     seal: object                  # agent/sealing.py's seal (None or unsealed: the candidates run open)
     profile: str | None           # run.json's profile (None: $AUTORESEARCH_PROFILE)
-    parent: str                   # the last kept commit: the candidates' parent
-    history: list                 # the decided records
-    best: dict | None             # {"commit", "val_bpb"}
+    standing: Standing
     proposers: Proposers
     request: Callable[..., ProposalRequest]    # request(n, source, pending=[InFlight]) (Loop.request)
     guard: Callable[[ExperimentContext], GuardVerdict]   # the reviewer's guard
@@ -65,7 +72,7 @@ def gather(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> list
     tries = 0
     while len(got) < s.k and tries < 2 * s.k:
         tries += 1
-        pending = [InFlight.of(n, s.parent, replace(p, description=f"(screen candidate) {p.description}"))
+        pending = [InFlight.of(n, s.standing.parent, replace(p, description=f"(screen candidate) {p.description}"))
                    for p, _ in got]
         proposal, info = call_proposer(s.proposers, s.request(n, source, pending=pending))
         if proposal.source in seen or proposal.source == source:
@@ -77,12 +84,12 @@ def gather(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> list
 
 def guarded(s: Screen, n: int, source: str, candidates: list[tuple[Proposal, dict]]) -> list[tuple[Proposal, dict]]:
     """The candidates the guard passes; each rejection is journaled (kind "screen"), none trains."""
-    f = s.files
+    f, st = s.files, s.standing
     kept = []
     for i, (p, info) in enumerate(candidates):
-        ctx = ExperimentContext(n=n, tag=f.tag, worktree=f.worktree, parent=s.parent, commit=None,
+        ctx = ExperimentContext(n=n, tag=f.tag, worktree=f.worktree, parent=st.parent, commit=None,
                                 old_source=source, new_source=p.source, diff=gitops.text_diff(source, p.source), proposal=p,
-                                history=list(s.history), best=s.best, run_dir=f.run_dir)
+                                history=list(st.history), best=st.best, run_dir=f.run_dir)
         verdict = s.guard(ctx)
         if verdict.ok:
             kept.append((p, info))

@@ -41,13 +41,13 @@ def make_seal(run_dir: Path, info: dict, run_info: RunInfo | dict, mode: str, sa
     seal = Seal(sandbox=box, data=view)
     run_json = Path(run_dir) / "run.json"
     changed = {}
-    if run_info.sandbox != box.describe():
+    if run_info.seal.sandbox != box.describe():
         changed["sandbox"] = box.describe()
-        if run_info.sandbox:
+        if run_info.seal.sandbox:
             say(f"note: this tag's runs were sandboxed as {run_info.sandbox_kind}; now {box.kind}")
     if view is not None:
         target = Path(run_dir) / pinned.PINNED_DIR / "cache"
-        recorded = run_info.inputs
+        recorded = run_info.seal.inputs
         try:
             if not recorded:
                 seal.eval_cache, seal.inputs = pinned.pin(run_dir, view)
@@ -62,7 +62,7 @@ def make_seal(run_dir: Path, info: dict, run_info: RunInfo | dict, mode: str, sa
             raise SealError(str(exc)) from None
     if changed:
         for key, value in changed.items():
-            setattr(run_info, key, value)
+            setattr(run_info.seal, key, value)
         write_json_atomic(run_json, run_info.to_dict())
     return seal
 

@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,19 @@ BT_TOKEN_METRICS = (("prompt_tokens", "input"), ("completion_tokens", "output"),
 _current: contextvars.ContextVar["Span | None"] = contextvars.ContextVar("trace_span", default=None)
 
 
+@dataclass
+class SpanResult:
+    """What a span's work came to: its output, the tokens and cost it logged, the error that
+    ended it (None: none)."""
+    output: Any = None
+    tokens: dict = field(default_factory=dict)
+    cost: float = 0.0
+    error: str | None = None
+
+
 class Span:
     """An open span. `log` may be called several times: output dicts merge (else replace),
-    tokens add up key by key, cost adds up."""
+    tokens add up key by key, cost adds up (its `result`)."""
 
     def __init__(self, tracer: "Tracer", name: str, input: Any, parent: "Span | None",
                  parent_id: str | None):
@@ -64,28 +75,26 @@ class Span:
         self.start = time.time()
         self.end: float | None = None
         self.input = input
-        self.output: Any = None
-        self.tokens: dict = {}
-        self.cost = 0.0
-        self.error: str | None = None
+        self.result = SpanResult()
         self._bt = None              # the Braintrust span, when that sink is on
 
     def log(self, output: Any = None, tokens: dict | None = None, cost: float | None = None) -> None:
+        res = self.result
         if output is not None:
-            if isinstance(output, dict) and isinstance(self.output, dict):
-                self.output = {**self.output, **output}
+            if isinstance(output, dict) and isinstance(res.output, dict):
+                res.output = {**res.output, **output}
             else:
-                self.output = output
+                res.output = output
         for k, v in (tokens or {}).items():
             if isinstance(v, (int, float)):
-                self.tokens[k] = self.tokens.get(k, 0) + v
+                res.tokens[k] = res.tokens.get(k, 0) + v
         if cost:
-            self.cost += float(cost)
+            res.cost += float(cost)
 
     def record(self) -> dict:
         return {"id": self.id, "parent": self.parent, "trace": self.trace, "name": self.name,
-                "start": self.start, "end": self.end, "input": self.input, "output": self.output,
-                "tokens": self.tokens, "cost": self.cost, "error": self.error}
+                "start": self.start, "end": self.end, "input": self.input, "output": self.result.output,
+                "tokens": self.result.tokens, "cost": self.result.cost, "error": self.result.error}
 
 
 class Tracer:
@@ -118,7 +127,7 @@ class Tracer:
         try:
             yield sp
         except BaseException as e:
-            sp.error = f"{type(e).__name__}: {e}"
+            sp.result.error = f"{type(e).__name__}: {e}"
             raise
         finally:
             _current.reset(token)

@@ -10,7 +10,6 @@ is escaped, and bad or missing files are shown as such, never as a 500.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hmac
 import json
 import math
@@ -233,7 +232,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
             abort(404, description=f"tag {run.tag} has no experiment #{request.args.get('n')}")
         d, ev = exp["diff"], exp["evidence"]
         return jsonify({**exp, "diff": {"text": d.text, "source": d.source, "problems": d.problems},
-                        "evidence": dict(dataclasses.asdict(ev), summary=ev.summary()) if ev else None})
+                        "evidence": dict(ev.as_dict(), summary=ev.summary()) if ev else None})
 
     @app.get("/api/stream")
     def api_stream():

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from harness import knobs
 from harness.queue_store import QueueStore
-from harness.records import Basis, Decision, ExperimentRecord, RunState, WorkerState
+from harness.records import (Basis, Decision, ExperimentRecord, RunningExperiment, RunState, SessionTally,
+                             WorkerState)
 from harness.results import append_journal, append_result, init_results, write_state
 
 # The synthetic baseline val_bpb, run-to-run spread, and the Judge's multiple k.
@@ -219,15 +220,17 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
     in_flight = [WorkerState(worker=w, n=n + 1 + w, phase="training", phase_started_at=now - 95 - 30 * w,
                              run_started_at=now - 95 - 30 * w, commit="%040x" % rng.getrandbits(160),
                              parent=parent, description=EDITS[(n + w) % len(EDITS)][2]) for w in range(workers)]
-    state = RunState(tag=tag, phase=phase, experiment=n + 1, started_at=t0, run_started_at=now - 95,
-                     budget=300, best={"commit": parent, "val_bpb": best},
-                     last_decision=f"exp {n} {records[-1].status}: {records[-1].decision_reason}",
-                     keep_rate=sum(r.status == "keep" for r in records) / len(records),
-                     tokens={"input": 182_340, "output": 20_115}, cost_usd=0.87, pid=None,
-                     phase_started_at=now - 95, workers=in_flight,
-                     idea={"description": EDITS[n % len(EDITS)][2], "proposer": "offline",
-                           "hypothesis": f"{EDITS[n % len(EDITS)][0]} at {EDITS[n % len(EDITS)][1]} should lower val_bpb"},
-                     run={"k": 2, "of": 3, "why": "confirming: one run is no evidence"})
+    running = RunningExperiment(
+        experiment=n + 1, run_started_at=now - 95,
+        idea={"description": EDITS[n % len(EDITS)][2], "proposer": "offline",
+              "hypothesis": f"{EDITS[n % len(EDITS)][0]} at {EDITS[n % len(EDITS)][1]} should lower val_bpb"},
+        run={"k": 2, "of": 3, "why": "confirming: one run is no evidence"})
+    tally = SessionTally(best={"commit": parent, "val_bpb": best},
+                         last_decision=f"exp {n} {records[-1].status}: {records[-1].decision_reason}",
+                         keep_rate=sum(r.status == "keep" for r in records) / len(records),
+                         tokens={"input": 182_340, "output": 20_115}, cost_usd=0.87)
+    state = RunState(tag=tag, phase=phase, phase_started_at=now - 95, started_at=t0, budget=300, pid=None,
+                     running=running, tally=tally, workers=in_flight)
     write_state(run / "state.json", **state.to_dict())
     if queue:
         store = QueueStore(run / "queue.sqlite")

@@ -29,7 +29,7 @@ def items(run: Run) -> tuple[list[QueueItem], list[QueueItem], str | None]:
         return [], [], f"cannot read {QUEUE_FILE}: {e}"
     pending = [r for r in rows if r.status == "pending"]
     decided = sorted((r for r in rows if r.status != "pending"),
-                     key=lambda r: r.decided_at or r.created_at or 0, reverse=True)
+                     key=lambda r: r.decision.at or r.created_at or 0, reverse=True)
     return pending, decided[:RECENT_DECIDED], None
 
 

@@ -77,7 +77,8 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
     """
     recs = typed(records)
     margin = next(((r, ev) for r in reversed(recs) if r.status in ("keep", "discard")
-                   for ev in [r.evidence_view()] if ev is not None and ev.margin is not None and ev.margin > 0), None)
+                   for ev in [r.evidence_view()] if ev is not None and ev.comparison.margin is not None
+                   and ev.comparison.margin > 0), None)
     for r in reversed(recs):
         if not r.is_baseline or r.status != "keep":
             continue
@@ -91,9 +92,10 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
         spread = band.spread if band else None
         if margin is not None:
             rec, ev = margin
-            threshold, spread = ev.margin, ev.sigma
+            t = ev.comparison
+            threshold, spread = t.margin, t.sigma
             source += (f"; the margin the judge used at experiment {rec.n}"
-                       + (f" (sigma {ev.sigma:.4g})" if ev.sigma is not None else ""))
+                       + (f" (sigma {t.sigma:.4g})" if t.sigma is not None else ""))
         return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
                 "spread": spread, "k": band.k if band and margin is None else None, "source": source}
     valid = [r for r in rows if r.figure is not None]
@@ -156,28 +158,29 @@ def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord],
     state, problem = data.read_json(run.file("state.json"))
     # state.json is data: RunState checks every field for its type.
     s = RunState.from_dict(state)
+    cur, tally = s.running, s.tally
     phase = s.phase or "unknown"
-    out = {"problem": problem, "phase": phase[:40], "experiment": s.experiment,
-           "updated_at": s.updated_at, "last_decision": s.last_decision,
+    out = {"problem": problem, "phase": phase[:40], "experiment": cur.experiment,
+           "updated_at": s.updated_at, "last_decision": tally.last_decision,
            "server_now": now, "run_started_at": None, "budget": s.budget, "workers": workers_panel(s, now)}
     done = [r for r in rows if not r.partial]
     n_keep = sum(r.status == "keep" for r in done)
     # Best: the loop's own claim first (RunState: {"commit", "val_bpb"}, checked), else the
     # lowest kept val_bpb in results.tsv.
-    best = s.best
+    best = tally.best
     if not best or best["val_bpb"] is None:
         kept = [r for r in done if r.status == "keep" and r.val_bpb is not None]
         b = min(kept, key=lambda r: r.val_bpb, default=None)
         best = {"commit": b.commit, "val_bpb": b.val_bpb} if b else None
     out["best"] = best
-    kr = s.keep_rate
+    kr = tally.keep_rate
     out["keep_rate"] = kr if kr is not None else (n_keep / len(done) if done else None)
     out["experiments"] = len(done)
     # Tokens and cost: state.json's running totals, else the journal's sums.
     records = typed(records)
-    out["tokens"] = s.tokens if s.tokens is not None else \
+    out["tokens"] = tally.tokens if tally.tokens is not None else \
         {k: sum(r.token_counts()[k] for r in records) for k in ("input", "output")}
-    out["cost_usd"] = s.cost_usd if s.cost_usd is not None else sum(r.cost() for r in records)
+    out["cost_usd"] = tally.cost_usd if tally.cost_usd is not None else sum(r.cost() for r in records)
     # Rates over the journal's span: experiments per hour, and the share of wall time spent
     # training (duty cycle), which is what a faster harness improves.
     starts = [r.started_at for r in records if _fnum(r.started_at) is not None]
@@ -190,11 +193,11 @@ def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord],
     # What is being tried, which run of it, and how long the trusted evaluation has taken: shown
     # while an experiment is under way (state.json's idea and run are the running one's).
     active = out["phase"] in ACTIVE_PHASES
-    out["idea"] = s.idea if active and s.idea and (s.idea["description"] or s.idea["hypothesis"]) else None
-    out["run"] = s.run if active else None
+    out["idea"] = cur.idea if active and cur.idea and (cur.idea["description"] or cur.idea["hypothesis"]) else None
+    out["run"] = cur.run if active else None
     out["evaluating_for"] = (max(0.0, now - s.phase_started_at)
                              if out["phase"] == "evaluating" and s.phase_started_at is not None else None)
-    started = s.run_started_at
+    started = cur.run_started_at
     if out["phase"] == "training" and started is not None:
         out["run_started_at"] = started
         out["elapsed"] = max(0.0, now - started)

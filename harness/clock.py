@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.experiment_record import ExperimentRecord
 
@@ -80,19 +80,19 @@ def limit_for(budget: float, load: float = 1.0) -> float:
 def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
     """(None | "over" | "cheat", why) for a run's figures: "over" is no evidence (run it again),
     "cheat" is trained past the budget (an integrity failure)."""
-    limit = limit_for(budget, fig.load_train)
+    limit = limit_for(budget, fig.load.train)
     if fig.charged_s <= limit:
         return None, ""
     why = (f"by the harness's clock the run trained {fig.charged_s:.1f}s for a {budget:g}s budget (limit "
-           f"{limit:.1f}s at load x{fig.load_train:.2f}; step lines {fig.train_s:.1f}s, startup "
-           f"{fig.startup_s or 0:.1f}s against {fig.allowance_s:.1f}s allowed at load x{fig.load_startup:.2f}, "
+           f"{limit:.1f}s at load x{fig.load.train:.2f}; step lines {fig.train_s:.1f}s, startup "
+           f"{fig.startup_s or 0:.1f}s against {fig.allowance_s:.1f}s allowed at load x{fig.load.startup:.2f}, "
            f"after the last step {fig.post_s or 0:.1f}s against {fig.post_allowance_s:.1f}s at load "
-           f"x{fig.load_post:.2f})")
+           f"x{fig.load.post:.2f})")
     # one step at the run's own pace more before a cheat: a step is the granularity of an honest
     # stop, and on a saturated machine one step can outlast a short budget (it is visible training:
     # such a run is no evidence, never kept)
-    saturated = max(fig.load_startup, fig.load_train, fig.load_post) >= MAX_LOAD * SATURATED
-    if fig.charged_s > CHEAT_FACTOR * limit + fig.pace_s and not saturated:
+    saturated = max(fig.load.startup, fig.load.train, fig.load.post) >= MAX_LOAD * SATURATED
+    if fig.charged_s > CHEAT_FACTOR * limit + fig.steps.pace_s and not saturated:
         return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit and a step: it trained past the budget"
     if saturated:   # the meter is at its cap: it cannot tell a cheat from the load, so no verdict either way
         return "over", why + f": the load reached the meter's cap (x{MAX_LOAD:g}), no evidence, run again"
@@ -139,26 +139,51 @@ def startup_allowance(reference_startup: float | None) -> float:
 
 
 @dataclass
+class StepLines:
+    """What the run's step lines showed: how many arrived, the first and last step numbers, the
+    steps trained before the first line (silent), the pace between the first and last lines
+    (mean seconds per step), the median tok/s they reported (a disturbed run is slow) and the
+    last line itself."""
+    seen: int = 0
+    first: int | None = None
+    last: int | None = None
+    silent: int = 0
+    pace_s: float = 0.0
+    tok_s: float | None = None
+    last_line: str = ""
+
+
+@dataclass
+class PhaseLoads:
+    """The machine's load factor in each phase of the run (harness/load.py): each phase's
+    allowance is the reference's times its load."""
+    startup: float = 1.0
+    train: float = 1.0
+    post: float = 1.0
+
+
+@dataclass
 class ClockFigures:
+    """A run's figures by the harness clock: the three phases' seconds, the charged training, the
+    allowances not charged, what the step lines showed and the load in each phase. as_dict() is
+    the flat dict the journal and a remote job carry (run.extra["clock"])."""
     startup_s: float | None      # None: no step line was seen
     train_s: float
     charged_s: float
-    steps_seen: int
-    first_step: int | None
-    last_step: int | None
     allowance_s: float            # startup not charged
-    last_line: str = ""
     post_s: float | None = None
-    silent_steps: int = 0
-    pace_s: float = 0.0           # mean seconds per step between the first and last lines
     post_allowance_s: float = POST_FIRST_S
-    tok_s: float | None = None    # the median tok/s its step lines reported (a disturbed run is slow)
-    load_startup: float = 1.0     # the machine's load factor in each phase (harness/load.py)
-    load_train: float = 1.0
-    load_post: float = 1.0
+    steps: StepLines = field(default_factory=StepLines)
+    load: PhaseLoads = field(default_factory=PhaseLoads)
 
     def as_dict(self) -> dict:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        s, ld = self.steps, self.load
+        flat = {"startup_s": self.startup_s, "train_s": self.train_s, "charged_s": self.charged_s,
+                "steps_seen": s.seen, "first_step": s.first, "last_step": s.last, "allowance_s": self.allowance_s,
+                "last_line": s.last_line, "post_s": self.post_s, "silent_steps": s.silent, "pace_s": s.pace_s,
+                "post_allowance_s": self.post_allowance_s, "tok_s": s.tok_s, "load_startup": ld.startup,
+                "load_train": ld.train, "load_post": ld.post}
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in flat.items()}
 
     @classmethod
     def from_dict(cls, d) -> "ClockFigures | None":
@@ -176,16 +201,16 @@ class ClockFigures:
             v = d.get(k)
             return v if isinstance(v, int) and not isinstance(v, bool) else None
 
+        steps = StepLines(seen=count("steps_seen") or 0, first=count("first_step"), last=count("last_step"),
+                          silent=count("silent_steps") or 0, pace_s=num("pace_s", 0.0), tok_s=num("tok_s"),
+                          last_line=d.get("last_line") if isinstance(d.get("last_line"), str) else "")
+        load = PhaseLoads(startup=num("load_startup", 1.0), train=num("load_train", 1.0), post=num("load_post", 1.0))
         return cls(startup_s=num("startup_s"), train_s=num("train_s", 0.0), charged_s=num("charged_s", 0.0),
-                   steps_seen=count("steps_seen") or 0, first_step=count("first_step"), last_step=count("last_step"),
-                   allowance_s=num("allowance_s", 0.0),
-                   last_line=d.get("last_line") if isinstance(d.get("last_line"), str) else "",
-                   post_s=num("post_s"), silent_steps=count("silent_steps") or 0, pace_s=num("pace_s", 0.0),
-                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), tok_s=num("tok_s"),
-                   load_startup=num("load_startup", 1.0), load_train=num("load_train", 1.0),
-                   load_post=num("load_post", 1.0))
+                   allowance_s=num("allowance_s", 0.0), post_s=num("post_s"),
+                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load)
 
 
+@dataclass
 class LogClock:
     """Stamps step lines with the harness's monotonic clock as they arrive (feed() from the
     runner's reader thread; figures() and live_charge() from anywhere)."""
@@ -239,8 +264,8 @@ class LogClock:
             first_at, last_at = self.first_at, self.last_at
         if first_at is None:
             ls = self._load(self.started, ended)
-            return ClockFigures(None, 0.0, 0.0, 0, None, None, ref.startup_allowance() * ls, "",
-                                post_allowance_s=ref.post_allowance(), load_startup=ls)
+            return ClockFigures(None, 0.0, 0.0, ref.startup_allowance() * ls,
+                                post_allowance_s=ref.post_allowance(), load=PhaseLoads(startup=ls))
         ls, lt = self._load(self.started, first_at), self._load(first_at, last_at)
         lp = self._load(last_at, ended) if ended is not None else 1.0
         s_allow, p_allow = ref.startup_allowance() * ls, ref.post_allowance() * lp
@@ -254,8 +279,9 @@ class LogClock:
                        + max(0.0, (post or 0.0) - p_allow))
             toks = sorted(self._tok_s[1:] or self._tok_s)
             tok = toks[len(toks) // 2] if toks else None
-            return ClockFigures(startup, train, charged, self.steps_seen, self.first_step, self.last_step,
-                                s_allow, self.last_line, post, silent, pace, p_allow, tok, ls, lt, lp)
+            steps = StepLines(seen=self.steps_seen, first=self.first_step, last=self.last_step, silent=silent,
+                              pace_s=pace, tok_s=tok, last_line=self.last_line)
+            return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, PhaseLoads(ls, lt, lp))
 
 
 def progress_fields(line: str) -> dict:

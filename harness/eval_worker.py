@@ -32,6 +32,7 @@ import secrets
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 
 # The causality check runs this fraction of the evaluation's batches again (its cost: that much
 # more evaluation), and never fewer than hold CHECK_MIN_CUTS rows (every batch when there are fewer).
@@ -147,6 +148,22 @@ def _num(v):
     return v if isinstance(v, (int, float)) and math.isfinite(v) else repr(v)
 
 
+@dataclass
+class CheckTally:
+    """What the checks measured so far: the metric's calls, the batches and rows run with their
+    futures spliced, the largest leak, the run-to-run noise (once measured), and the loss of the
+    spliced rows against the same rows as given (the report's figures)."""
+    calls: int = 0
+    checked_batches: int = 0
+    checked_rows: int = 0
+    max_leak: float = 0.0
+    noise: float = 0.0
+    noise_measured: bool = False
+    spliced_nats: float = 0.0
+    base_nats: float = 0.0
+    spliced_tokens: int = 0
+
+
 class Checked:
     """The graph as the evaluation calls it, behind a copy of its input, with the checks: every
     call's logits are finite where the metric needs them, a random set of calls is also run with
@@ -160,11 +177,8 @@ class Checked:
         want = min(steps, max(-(-steps // round(1 / CHECK_FRACTION)), -(-CHECK_MIN_CUTS // max(1, graph.rows))))
         self.chosen = set(torch.randperm(steps, generator=self.gen)[:want].tolist())
         self.noise_step = int(torch.randint(steps, (1,), generator=self.gen))
-        self.calls = self.checked_batches = self.checked_rows = 0
-        self.max_leak = self.noise = 0.0
-        self.noise_measured = self.finished = False
-        self.spliced_nats = self.base_nats = 0.0
-        self.spliced_tokens = 0
+        self.tally = CheckTally()
+        self.finished = False
         self.failure = self.failure_kind = None
 
     # evaluate_bpb reads the device from parameters() or buffers() and switches train/eval
@@ -192,8 +206,8 @@ class Checked:
     def __call__(self, idx):
         if self.failure:
             raise IntegrityError(self.failure)
-        step = self.calls
-        self.calls += 1
+        step = self.tally.calls
+        self.tally.calls += 1
         x = idx.clone()
         logits = self._checked(x) if step in self.chosen else self._run(x)
         if step == self.noise_step:
@@ -254,24 +268,25 @@ class Checked:
             logits = self._run(x)
             spliced = self._run(x2)
         worst = 0.0
+        tally = self.tally
         for r, t in live:
             moved = float((self._logp(spliced[r, :t]) - self._logp(logits[r, :t])).abs().max())
             if not (moved <= self.leak_tol):
-                self.max_leak = max(self.max_leak, moved) if math.isfinite(moved) else moved
+                tally.max_leak = max(tally.max_leak, moved) if math.isfinite(moved) else moved
                 self._fail("causality", f"replacing each row's future from a cut on with other validation text "
                                         f"moved log-probabilities before the cut by {moved:.3g} nats")
             worst = max(worst, moved)
             # the spliced row is scored like a metric row (targets: its own next tokens)
-            self.spliced_nats += float(torch.nn.functional.cross_entropy(
+            tally.spliced_nats += float(torch.nn.functional.cross_entropy(
                 spliced[r, :T - 1].float(), x2[r, 1:], reduction="sum"))
-            self.base_nats += float(torch.nn.functional.cross_entropy(
+            tally.base_nats += float(torch.nn.functional.cross_entropy(
                 logits[r, :T - 1].float(), x[r, 1:], reduction="sum"))
-            self.spliced_tokens += T - 1
-        if not (math.isfinite(self.spliced_nats) and math.isfinite(self.base_nats)):
+            tally.spliced_tokens += T - 1
+        if not (math.isfinite(tally.spliced_nats) and math.isfinite(tally.base_nats)):
             self._fail("finite", "the loss on the checked rows is not finite (a target token has probability 0)")
-        self.max_leak = max(self.max_leak, worst)
-        self.checked_batches += 1
-        self.checked_rows += len(live)
+        tally.max_leak = max(tally.max_leak, worst)
+        tally.checked_batches += 1
+        tally.checked_rows += len(live)
         return logits
 
     def _noise(self, x, logits):
@@ -284,7 +299,7 @@ class Checked:
                 self._fail("determinism", f"the graph is not deterministic: the same batch twice differs by "
                                           f"{moved:.3g} nats (limit {NOISE_MAX:.3g})")
             noise = max(noise, moved)
-        self.noise, self.noise_measured = noise, True
+        self.tally.noise, self.tally.noise_measured = noise, True
 
     def limit(self):
         """The leak limit: the device's constant (the measured noise never widens it)."""
@@ -294,23 +309,25 @@ class Checked:
         """After the metric's last call: the decisions that need every call's figures."""
         if self.failure:
             raise IntegrityError(self.failure)
-        if not self.noise_measured:
+        t = self.tally
+        if not t.noise_measured:
             self._fail("determinism", "the run-to-run check never ran")
-        if self.checked_batches == 0:
+        if t.checked_batches == 0:
             self._fail("causality", "no batch could be checked")
-        if not (self.max_leak <= self.limit()):
+        if not (t.max_leak <= self.limit()):
             self._fail("causality", f"replacing each row's future from a cut on with other validation text "
-                                    f"moved log-probabilities before the cut by {self.max_leak:.3g} nats "
+                                    f"moved log-probabilities before the cut by {t.max_leak:.3g} nats "
                                     f"(limit {self.limit():.3g})")
         self.finished = True
 
     def report(self):
-        return {"checked_batches": self.checked_batches, "checked_rows": self.checked_rows,
-                "batches": self.calls, "max_leak": _num(self.max_leak), "limit": _num(self.limit()),
-                "noise": _num(self.noise), "noise_max": NOISE_MAX, "logp_floor": LOGP_FLOOR,
-                "spliced_tokens": self.spliced_tokens, "spliced_nats": _num(self.spliced_nats),
-                "base_nats": _num(self.base_nats),
-                "causal": self.failure is None and self.finished and self.checked_batches > 0,
+        t = self.tally
+        return {"checked_batches": t.checked_batches, "checked_rows": t.checked_rows,
+                "batches": t.calls, "max_leak": _num(t.max_leak), "limit": _num(self.limit()),
+                "noise": _num(t.noise), "noise_max": NOISE_MAX, "logp_floor": LOGP_FLOOR,
+                "spliced_tokens": t.spliced_tokens, "spliced_nats": _num(t.spliced_nats),
+                "base_nats": _num(t.base_nats),
+                "causal": self.failure is None and self.finished and t.checked_batches > 0,
                 "failure": self.failure, "failure_kind": self.failure_kind}
 
 

@@ -6,7 +6,7 @@
   typed accessors for what readers need (the decision's val_bpb, the judge's figures, the noise
   band, the basis, timings...). The loop's history is a list of these; a record becomes a dict
   only where it is written (the journal) and is built with from_dict only where it is read.
-- EvidenceFigures: a record's `evidence`, read safely.
+- EvidenceFigures: a record's `evidence`, read safely (harness/evidence_figures.py, re-exported).
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
 the accessors check types (a hostile journal gives None or an empty value, never an exception).
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 
-from harness.figures import as_dict, as_int as _int, as_str, as_str as _str, finite, fnum
+from harness.evidence_figures import BarFigures, ComparisonFigures, EvidenceFigures, EvidenceRun  # noqa: F401
+from harness.figures import as_dict, as_str, finite, fnum
 
 from harness.decision import (  # noqa: F401  (the record's verdicts are read the decision's way)
     AGAIN, DECIDED, FIGURE_KEYS, Basis, Decision, VerdictReads)
@@ -291,98 +292,3 @@ def experiment_records(records: list[dict]) -> list[ExperimentRecord]:
     """Journal objects of kind "experiment" (the default when absent), typed."""
     return [ExperimentRecord.from_dict(r) for r in records
             if isinstance(r, dict) and r.get("kind", "experiment") == "experiment"]
-
-
-# ---------------------------------------------------------------- the judge's evidence
-
-@dataclass
-class EvidenceRun:
-    bpb: float | None
-    seed: int | None
-    used: bool
-    why: str | None                       # why it is no evidence (disturbed), else None
-    log: str | None
-    pace_s: float | None = None           # seconds per step by the harness clock
-    n: int | None = None                  # the experiment it was run for (an incumbent's: a later one's)
-
-
-@dataclass
-class EvidenceFigures:
-    """A record's `evidence` (agent/judges/hierarchy.py), read safely: what the decision rested on."""
-    call: str | None = None               # keep | discard | more | undecided | baseline
-    why: str | None = None
-    runs: list = field(default_factory=list)             # the candidate's (or the baseline's) runs
-    has_runs: bool = False                # the candidate's runs were recorded (a list; older journals: none)
-    incumbent_commit: str | None = None
-    incumbent_runs: list = field(default_factory=list)   # the bar's runs
-    incumbent_mean: float | None = None
-    remembered: bool = False              # the bar was the loop's remembered figure (no runs known)
-    gain: float | None = None
-    margin: float | None = None
-    p_better: float | None = None
-    p_keep: float | None = None
-    sigma: float | None = None
-    df: float | None = None               # the pooled sigma's (an int), or Welch's where a side is erratic
-    se: float | None = None
-    erratic: list = field(default_factory=list)          # sides whose runs disagree beyond the noise
-
-    @classmethod
-    def of(cls, ev) -> "EvidenceFigures | None":
-        if not isinstance(ev, dict) or not ev:
-            return None
-
-        def runs(raw):
-            out = []
-            for r in raw if isinstance(raw, list) else []:
-                if isinstance(r, dict):
-                    out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
-                                           _str(r.get("why")), _str(r.get("log")), fnum(r.get("pace_s")),
-                                           _int(r.get("n"))))
-            return out
-        cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
-        inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}
-        cmp = ev.get("comparison") if isinstance(ev.get("comparison"), dict) else {}
-        noise = ev.get("noise") if isinstance(ev.get("noise"), dict) else {}
-        return cls(call=_str(ev.get("call")), why=_str(ev.get("why")), runs=runs(cand.get("runs")),
-                   has_runs=isinstance(cand.get("runs"), list),
-                   incumbent_commit=_str(inc.get("commit")), incumbent_runs=runs(inc.get("runs")),
-                   incumbent_mean=fnum(cmp.get("incumbent_mean")), remembered=inc.get("remembered") is True,
-                   gain=fnum(cmp.get("gain")), margin=fnum(cmp.get("margin")), p_better=fnum(cmp.get("p_better")),
-                   p_keep=fnum(ev.get("p_keep")), sigma=fnum(cmp.get("sigma", noise.get("sigma"))),
-                   df=fnum(cmp.get("df", noise.get("df"))), se=fnum(cmp.get("se")),
-                   erratic=[x for x in cmp.get("erratic") or [] if x in ("candidate", "incumbent")]
-                   if isinstance(cmp.get("erratic"), list) else [])
-
-    def fresh_incumbent_runs(self) -> list[EvidenceRun]:
-        """The incumbent's runs made for this decision (agent/judges/stats.py INCUMBENT_RUNS):
-        those numbered as the candidate's own runs."""
-        own = {r.n for r in self.runs if r.n is not None}
-        return [r for r in self.incumbent_runs if r.n is not None and r.n in own]
-
-    @property
-    def runs_spent(self) -> int:
-        """Training runs this decision took: the candidate's own and the incumbent's made for it."""
-        return len(self.runs) + len(self.fresh_incumbent_runs())
-
-    def summary(self) -> str:
-        """One line: the runs, the bar, the noise and the test the decision used."""
-        used = [r.bpb for r in self.runs if r.used and r.bpb is not None]
-        left = sum(1 for r in self.runs if not r.used)
-        parts = [f"{len(used)} run(s) of its own [{', '.join(f'{v:.6f}' for v in used)}]"
-                 + (f" ({left} disturbed, left out)" if left else "")]
-        if self.incumbent_commit or self.incumbent_runs:
-            m = len([r for r in self.incumbent_runs if r.used])
-            bar = f"{self.incumbent_mean:.6f}" if self.incumbent_mean is not None else "-"
-            fresh = self.fresh_incumbent_runs()
-            parts.append(f"against the incumbent {str(self.incumbent_commit or '?')[:7]}'s "
-                         + ("remembered figure" if self.remembered else f"{m} run(s)")
-                         + (f", {len(fresh)} of them run again for this decision" if fresh else "") + f" (mean {bar})")
-        if self.sigma is not None:
-            parts.append(f"sigma {self.sigma:.6f} ({self.df:.3g} df)" if self.df is not None else f"sigma {self.sigma:.6f}")
-        if self.erratic:
-            parts.append(f"the {' and '.join(self.erratic)}'s runs disagree beyond it: its own spread (Welch)")
-        if self.gain is not None:
-            parts.append(f"gain {self.gain:+.6f}" + (f" vs margin {self.margin:.6f}" if self.margin is not None else ""))
-        if self.p_better is not None:
-            parts.append(f"P(better) {self.p_better:.4f} (keep at >= {self.p_keep or 0.99:g})")
-        return "; ".join(parts)

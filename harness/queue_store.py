@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.figures import as_dict, as_str, fnum
@@ -97,10 +97,28 @@ class Escalation:
 
 
 @dataclass(frozen=True)
+class HumanDecision:
+    """A person's call on an item (the review CLI's or the dashboard's): who, their note, when.
+    `by` and `at` are None while the item is pending."""
+    by: str | None = None
+    note: str = ""
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The loop's application of a decided item: when, and what happened (None until applied)."""
+    at: float | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True)
 class QueueItem:
     """One row of the queue, as every reader sees it (the loop's application, the review CLI, the
     dashboard). `payload` is the escalation's evidence (agent/judges/hierarchy.py `_escalate`:
-    description, hypothesis, status, figures, diff, the opinions), read through the properties."""
+    description, hypothesis, status, figures, diff, the opinions), read through the properties.
+    The row's columns stay flat (COLUMNS, as_dict()); the person's call and the loop's application
+    are its `decision` and `applied` parts."""
     id: int
     tag: str
     experiment: int | None
@@ -109,12 +127,9 @@ class QueueItem:
     reason: str
     payload: dict = field(default_factory=dict)
     status: str = "pending"
-    decided_by: str | None = None
-    note: str = ""
     created_at: float = 0.0
-    decided_at: float | None = None
-    applied_at: float | None = None
-    result: str | None = None
+    decision: HumanDecision = field(default_factory=HumanDecision)
+    applied: Applied = field(default_factory=Applied)
 
     @property
     def escalation(self) -> Escalation:
@@ -126,7 +141,11 @@ class QueueItem:
         return self.escalation.status
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The row as its columns name it (the dashboard's JSON)."""
+        return {"id": self.id, "tag": self.tag, "experiment": self.experiment, "commit": self.commit,
+                "kind": self.kind, "reason": self.reason, "payload": self.payload, "status": self.status,
+                "decided_by": self.decision.by, "note": self.decision.note, "created_at": self.created_at,
+                "decided_at": self.decision.at, "applied_at": self.applied.at, "result": self.applied.result}
 
 
 class QueueStore:
@@ -229,6 +248,8 @@ def _row(r: sqlite3.Row) -> QueueItem:
     if not isinstance(payload, dict):
         # A hand-edited or truncated payload must not hide the item from the human.
         payload = {"unparsed": d["payload"]}
-    d.update(payload=payload, note=d["note"] or "", kind=d["kind"] or "", reason=d["reason"] or "",
-             tag=d["tag"] or "", created_at=d["created_at"] or 0.0)
-    return QueueItem(**d)
+    return QueueItem(id=d["id"], tag=d["tag"] or "", experiment=d["experiment"], commit=d["commit"],
+                     kind=d["kind"] or "", reason=d["reason"] or "", payload=payload, status=d["status"],
+                     created_at=d["created_at"] or 0.0,
+                     decision=HumanDecision(by=d["decided_by"], note=d["note"] or "", at=d["decided_at"]),
+                     applied=Applied(at=d["applied_at"], result=d["result"]))

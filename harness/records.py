@@ -81,10 +81,20 @@ SEALED_KIND = "bwrap"
 
 
 @dataclass
+class RunSeal:
+    """What agent/sealing.py adds to run.json once the tag's first run is sealed: the sandbox its
+    runs ran in (harness/sandbox.Sandbox.describe(): kind, reason, ...) and the pinned evaluation
+    inputs' hashes (harness/pinned.py)."""
+    sandbox: dict | None = None
+    inputs: dict | None = None
+
+
+@dataclass
 class RunInfo:
     """run.json: the tag's fixed terms (budget, data, profile, base commit), written once for a new
-    tag, then the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from disk it is
-    data: every field is type-checked, unknown keys are kept as read."""
+    tag, then the seal: the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from
+    disk it is data: every field is type-checked, unknown keys are kept as read. The file stays
+    flat (RUN_INFO_KEYS): the seal's keys sit beside the others."""
     tag: str | None = None
     budget: float | None = None
     fingerprint: str | None = None       # the prepared data's (prepare.describe())
@@ -92,8 +102,7 @@ class RunInfo:
     base_commit: str | None = None
     created_at: float | None = None
     source: str | None = None            # where the data came from ("offline-fallback" off the hub)
-    sandbox: dict | None = None          # harness/sandbox.Sandbox.describe(): kind, reason, ...
-    inputs: dict | None = None           # the pinned evaluation inputs' hashes (harness/pinned.py)
+    seal: RunSeal = field(default_factory=RunSeal)
     settings: dict | None = None         # the options the tag was started with: --resume's defaults
     inventory: dict | None = None        # the data shards and tokenizer files it started with (agent/envcheck.py)
     eval_tokens: int | None = None       # the trusted evaluation's tokens (None: the profile's EVAL_TOKENS)
@@ -105,7 +114,7 @@ class RunInfo:
         return isinstance(self.settings, dict) and self.settings.get("smoke") is True
 
     def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in RUN_INFO_KEYS if k != "extra"}
+        out = {k: getattr(self.seal if k in _SEAL_KEYS else self, k) for k in RUN_INFO_KEYS if k != "extra"}
         return {k: v for k, v in out.items() if v is not None or k in _RUN_INFO_WRITTEN} | self.extra
 
     @classmethod
@@ -114,8 +123,8 @@ class RunInfo:
         return cls(tag=_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=_str(d.get("fingerprint")),
                    profile=_str(d.get("profile")), base_commit=_str(d.get("base_commit")),
                    created_at=fnum(d.get("created_at")), source=_str(d.get("source")),
-                   sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
-                   inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None,
+                   seal=RunSeal(sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
+                                inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None),
                    settings=d.get("settings") if isinstance(d.get("settings"), dict) else None,
                    inventory=d.get("inventory") if isinstance(d.get("inventory"), dict) else None,
                    eval_tokens=_int(d.get("eval_tokens")),
@@ -131,7 +140,7 @@ class RunInfo:
 
     @property
     def sandbox_kind(self) -> str | None:
-        return _str((self.sandbox or {}).get("kind"))
+        return _str((self.seal.sandbox or {}).get("kind"))
 
     @property
     def unsealed(self) -> str | None:
@@ -140,10 +149,13 @@ class RunInfo:
         kind = self.sandbox_kind
         if kind in (None, SEALED_KIND):
             return None
-        return _str((self.sandbox or {}).get("reason")) or kind
+        return _str((self.seal.sandbox or {}).get("reason")) or kind
 
 
-RUN_INFO_KEYS = tuple(f.name for f in fields(RunInfo))
+# run.json's keys, in the order they are written; anything else read is kept in `extra`.
+RUN_INFO_KEYS = ("tag", "budget", "fingerprint", "profile", "base_commit", "created_at", "source", "sandbox",
+                 "inputs", "settings", "inventory", "eval_tokens", "extra")
+_SEAL_KEYS = tuple(f.name for f in fields(RunSeal))
 # Written for a new tag even when None (agent/workspace.py): the file always names them.
 _RUN_INFO_WRITTEN = ("tag", "budget", "fingerprint", "profile", "base_commit", "created_at", "source")
 
@@ -200,31 +212,51 @@ WORKER_KEYS = tuple(f.name for f in fields(WorkerState))
 
 
 @dataclass
-class RunState:
-    """state.json: the loop's live status, rewritten atomically (harness/results.write_state)."""
-    tag: str | None = None
-    phase: str | None = None
+class RunningExperiment:
+    """The experiment the (single) loop is at: its number, when its run started, its log and last
+    step line, what it tries and which run of it this is."""
     experiment: int | None = None
-    started_at: float | None = None
     run_started_at: float | None = None
-    budget: float | None = None
+    log: str | None = None               # the running experiment's log, relative to the run folder
+    progress: dict | None = None         # its last step line: {"step", "loss", "tok_s", "trained"}
+    idea: dict | None = None             # the running experiment's {"description", "hypothesis", "proposer"}
+    run: dict | None = None              # which run of it: {"k": 2, "of": 3, "why": "confirming"} (reruns)
+
+
+@dataclass
+class SessionTally:
+    """What the tag has come to so far: the incumbent, the last decision, the keep rate, the
+    proposers' tokens and cost."""
     best: Best | None = None
     last_decision: str | None = None
     keep_rate: float | None = None
     tokens: dict | None = None           # {"input", "output"}
     cost_usd: float | None = None
-    pid: int | None = None
+
+
+@dataclass
+class RunState:
+    """state.json: the loop's live status, rewritten atomically (harness/results.write_state).
+    The file is flat (STATE_KEYS); the running experiment and the tally are the type's parts."""
+    tag: str | None = None
+    phase: str | None = None
     phase_started_at: float | None = None
-    log: str | None = None               # the running experiment's log, relative to the run folder
-    progress: dict | None = None         # its last step line: {"step", "loss", "tok_s", "trained"}
+    started_at: float | None = None
+    budget: float | None = None
+    pid: int | None = None
+    running: RunningExperiment = field(default_factory=RunningExperiment)
+    tally: SessionTally = field(default_factory=SessionTally)
     workers: list[WorkerState] = field(default_factory=list)   # --workers N: the experiments in flight
-    idea: dict | None = None             # the running experiment's {"description", "hypothesis", "proposer"}
-    run: dict | None = None              # which run of it: {"k": 2, "of": 3, "why": "confirming"} (reruns)
     updated_at: float | None = None      # set by write_state
 
     def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in STATE_KEYS}
-        out["workers"] = [w.to_dict() for w in self.workers]
+        r, t = self.running, self.tally
+        out = {"tag": self.tag, "phase": self.phase, "experiment": r.experiment, "started_at": self.started_at,
+               "run_started_at": r.run_started_at, "budget": self.budget, "best": t.best,
+               "last_decision": t.last_decision, "keep_rate": t.keep_rate, "tokens": t.tokens, "cost_usd": t.cost_usd,
+               "pid": self.pid, "phase_started_at": self.phase_started_at, "log": r.log, "progress": r.progress,
+               "workers": [w.to_dict() for w in self.workers], "idea": r.idea, "run": r.run,
+               "updated_at": self.updated_at}
         if out["updated_at"] is None:
             del out["updated_at"]
         return out
@@ -242,15 +274,15 @@ class RunState:
         progress = d.get("progress") if isinstance(d.get("progress"), dict) else None
         workers = d.get("workers") if isinstance(d.get("workers"), list) else []
         last = d.get("last_decision")
-        return cls(tag=_str(d.get("tag")), phase=_str(d.get("phase")) or None, experiment=_int(d.get("experiment")),
-                   started_at=fnum(d.get("started_at")), run_started_at=fnum(d.get("run_started_at")),
-                   budget=fnum(d.get("budget")), best=best,
-                   last_decision=last if isinstance(last, (str, dict)) else None,
-                   keep_rate=fnum(d.get("keep_rate")), tokens=tokens, cost_usd=fnum(d.get("cost_usd")),
-                   pid=_int(d.get("pid")), phase_started_at=fnum(d.get("phase_started_at")),
-                   log=_str(d.get("log")), progress=progress,
+        running = RunningExperiment(experiment=_int(d.get("experiment")), run_started_at=fnum(d.get("run_started_at")),
+                                    log=_str(d.get("log")), progress=progress, idea=_idea(d.get("idea")),
+                                    run=_run_of(d.get("run")))
+        tally = SessionTally(best=best, last_decision=last if isinstance(last, (str, dict)) else None,
+                             keep_rate=fnum(d.get("keep_rate")), tokens=tokens, cost_usd=fnum(d.get("cost_usd")))
+        return cls(tag=_str(d.get("tag")), phase=_str(d.get("phase")) or None,
+                   phase_started_at=fnum(d.get("phase_started_at")), started_at=fnum(d.get("started_at")),
+                   budget=fnum(d.get("budget")), pid=_int(d.get("pid")), running=running, tally=tally,
                    workers=[w for w in (WorkerState.from_dict(x) for x in workers) if w is not None],
-                   idea=_idea(d.get("idea")), run=_run_of(d.get("run")),
                    updated_at=fnum(d.get("updated_at")))
 
 
@@ -268,4 +300,7 @@ def _run_of(d) -> dict | None:
     return {"k": _int(d.get("k")), "of": _int(d.get("of")), "why": _str(d.get("why")) or ""}
 
 
-STATE_KEYS = tuple(f.name for f in fields(RunState))
+# state.json's keys, in the order they are written.
+STATE_KEYS = ("tag", "phase", "experiment", "started_at", "run_started_at", "budget", "best", "last_decision",
+              "keep_rate", "tokens", "cost_usd", "pid", "phase_started_at", "log", "progress", "workers", "idea",
+              "run", "updated_at")

@@ -276,8 +276,8 @@ def judge_sigma(history) -> tuple[float | None, int | None]:
     """The sigma and df the judge's latest decision used (its evidence), None before any."""
     for r in reversed(history):
         ev = r.evidence_view() if r.is_experiment else None
-        if ev is not None and ev.sigma is not None:
-            return ev.sigma, ev.df
+        if ev is not None and ev.comparison.sigma is not None:
+            return ev.comparison.sigma, ev.comparison.df
     return None, None
 
 

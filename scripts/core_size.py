@@ -163,9 +163,22 @@ def circles() -> list[list[str]]:
                    for p in project_files()})
 
 
+def _targets(targets) -> list[ast.expr]:
+    """Assignment targets with tuples and lists unpacked (`self.a, self.b = ...` sets two)."""
+    out = []
+    for t in targets:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            out += _targets(t.elts)
+        elif isinstance(t, ast.Starred):
+            out += _targets([t.value])
+        else:
+            out.append(t)
+    return out
+
+
 def class_attributes(path: Path) -> list[tuple[str, int]]:
     """(class, attributes) for each class: annotated fields, class-level assignments and
-    `self.x = ...` anywhere in its methods."""
+    `self.x = ...` anywhere in its methods (tuple targets unpacked)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if not isinstance(node, ast.ClassDef):
@@ -175,12 +188,12 @@ def class_attributes(path: Path) -> list[tuple[str, int]]:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 names.add(stmt.target.id)
             elif isinstance(stmt, ast.Assign):
-                names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+                names |= {t.id for t in _targets(stmt.targets) if isinstance(t, ast.Name)}
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for sub in ast.walk(stmt):
                     targets = sub.targets if isinstance(sub, ast.Assign) else \
                         [sub.target] if isinstance(sub, (ast.AnnAssign, ast.AugAssign)) else []
-                    for t in targets:
+                    for t in _targets(targets):
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             names.add(t.attr)
         names = {n for n in names if not (n.startswith("__") and n.endswith("__"))}

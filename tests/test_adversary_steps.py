@@ -62,4 +62,4 @@ def test_the_real_train_py_numbers_its_steps_up_to_the_count(tiny_cache):
     for i, line in enumerate(out.stdout.splitlines()):
         c.feed(line, now=float(i))
     fig = c.figures()
-    assert fig.last_step == 3 and fig.steps_seen == 3
+    assert fig.steps.last == 3 and fig.steps.seen == 3

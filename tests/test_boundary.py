@@ -293,7 +293,7 @@ def test_screening_scores_are_the_trusted_evaluator_s_on_a_split_no_candidate_sa
     its score is the trusted evaluation of its saved model on the held-out tail, which it never saw."""
     import prepare
     from harness.proxy import make_proxy
-    from harness.search.hyperband import Task
+    from harness.search.hyperband import Task, TaskState
     from harness.search.pool import Pool, run_tasks
     view = DataView.from_describe({"paths": prepare.data_paths()})
     proxy = make_proxy(view, tmp_path / "proxy")
@@ -308,10 +308,10 @@ def test_screening_scores_are_the_trusted_evaluator_s_on_a_split_no_candidate_sa
                    .replace('"val_bpb": "sealed" if val_bpb is None else f"{val_bpb:.6f}"', '"val_bpb": "0.000001"', 1))
     ckpt = tmp_path / "ckpt" / "b0-c0"
     ckpt.mkdir(parents=True)
-    task = Task(id="t0", cand="c0", source=src, steps=3, decay_steps=1, save=ckpt / "s3.pt")
+    task = Task(id="t0", cand="c0", source=src, steps=3, decay_steps=1, state=TaskState(save=ckpt / "s3.pt"))
     with Pool(1, prepare_dir=Path(prepare.__file__).parent, log_dir=tmp_path / "logs", sandbox=detect(),
               data=view, sealed_tasks=True, proxy=proxy, rows=8) as pool:
-        assert pool.mode == "subprocess"
+        assert pool.launch.mode == "subprocess"
         (res,) = run_tasks(pool, [task])
     log = res.log.read_text()
     assert "sees the tail False" in log, log[-2000:]

@@ -91,7 +91,7 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
         return c.figures(ended=end)
 
     fig = run(0.0, 0.0)
-    assert fig.load_train == pytest.approx(f) and over_budget(fig, budget)[0] is None
+    assert fig.load.train == pytest.approx(f) and over_budget(fig, budget)[0] is None
     extra = 0.051 * budget * f                               # just over 5% of the budget's work, slowed
     for pre, post in ((extra, 0.0), (0.0, extra), (extra / 2, extra / 2 + 0.001 * budget)):
         assert over_budget(run(pre, post), budget)[0] is not None
@@ -178,7 +178,7 @@ def test_one_step_longer_than_a_short_budget_is_no_evidence_not_a_cheat():
     c.feed("step 00001 | loss 6.2", now=30.0)
     c.feed("step 00002 | loss 6.0", now=56.2)
     fig = c.figures(ended=63.0)
-    assert fig.charged_s == pytest.approx(26.2) and fig.pace_s == pytest.approx(26.2)
+    assert fig.charged_s == pytest.approx(26.2) and fig.steps.pace_s == pytest.approx(26.2)
     assert over_budget(fig, 15.0)[0] == "over"
 
 
@@ -187,15 +187,15 @@ def test_at_the_meter_s_cap_an_excess_is_no_evidence_never_a_cheat():
     cheat on a measured load is then no evidence (not counted, never kept), not an accusation; the
     same excess under a load the meter measured stays an integrity failure."""
     from dataclasses import replace
-    from harness.clock import ClockFigures
+    from harness.clock import ClockFigures, PhaseLoads, StepLines
     from harness.load import MAX_LOAD
     budget = 5.0
-    base = ClockFigures(startup_s=2.0, train_s=5.0, charged_s=3 * budget, steps_seen=10, first_step=1,
-                        last_step=10, allowance_s=2.0, last_line="", post_s=0.5, silent_steps=0, pace_s=0.5,
-                        post_allowance_s=1.0, tok_s=None, load_startup=2.0, load_train=2.0, load_post=1.0)
+    base = ClockFigures(startup_s=2.0, train_s=5.0, charged_s=3 * budget, allowance_s=2.0, post_s=0.5,
+                        post_allowance_s=1.0, steps=StepLines(seen=10, first=1, last=10, pace_s=0.5),
+                        load=PhaseLoads(startup=2.0, train=2.0, post=1.0))
     assert over_budget(base, budget)[0] == "cheat"
-    for phase in ("load_startup", "load_train", "load_post"):
-        kind, why = over_budget(replace(base, **{phase: MAX_LOAD}), budget)
+    for phase in ("startup", "train", "post"):
+        kind, why = over_budget(replace(base, load=replace(base.load, **{phase: MAX_LOAD})), budget)
         assert kind == "over" and "cap" in why, (phase, why)
     assert over_budget(replace(base, charged_s=budget), budget)[0] is None   # within the limit: fine
 
@@ -226,3 +226,16 @@ def test_a_single_threaded_run_is_not_slowed_by_a_core_left_free():
     later.feed("step 00001 | loss 6.0", now=1.3)
     later.feed("step 00010 | loss 5.0", now=6.3)
     assert over_budget(later.figures(ended=6.8), 5.0)[0] is None
+
+
+def test_clock_figures_keep_their_flat_dict():
+    """The figures are grouped in the type (steps, loads) but the journal's and a remote job's dict
+    stays flat: a dict written before reads back to the same dict."""
+    from harness.clock import ClockFigures
+    old = {"startup_s": 2.5, "train_s": 5.0, "charged_s": 5.25, "steps_seen": 10, "first_step": 1, "last_step": 10,
+           "allowance_s": 4.0, "last_line": "step 00010 | loss 3.0", "post_s": 0.5, "silent_steps": 0,
+           "pace_s": 0.556, "post_allowance_s": 1.0, "tok_s": 1200.0, "load_startup": 1.5, "load_train": 2.0,
+           "load_post": 1.0}
+    fig = ClockFigures.from_dict(old)
+    assert (fig.steps.last, fig.steps.tok_s, fig.load.train) == (10, 1200.0, 2.0)
+    assert fig.as_dict() == old and list(fig.as_dict()) == list(old)

@@ -48,8 +48,10 @@ def test_decide_refused_without_token_recorded_with_it(fresh):
     assert store.get(item.id).status == "pending"
     r = c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN})
     assert r.status_code == 200 and r.get_json()["item"]["status"] == "approved"
+    assert r.get_json()["item"]["decided_by"] == "dashboard"      # the row's flat columns
+    assert "by dashboard: “looks real”" in r.get_json()["html"]       # the decided list names who and why
     got = store.get(item.id)
-    assert (got.status, got.decided_by, got.note) == ("approved", "dashboard", "looks real")
+    assert (got.status, got.decision.by, got.decision.note) == ("approved", "dashboard", "looks real")
     # Once only; unknown items, other tags and bad ids are refused with a reason.
     assert c.post("/api/queue/decide", json=body, headers={TOKEN_HEADER: TOKEN}).status_code == 409
     for bad, code in (({**body, "id": 999}, 409), ({**body, "tag": "nope"}, 404),

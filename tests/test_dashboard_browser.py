@@ -99,7 +99,7 @@ def test_live_page_in_chromium(server, tmp_path):
         browser.click(f'button.decide.approve[data-id="{pending[0].id}"]')
         browser.wait_for(f"!!document.querySelector('.decided .qitem[data-id=\"{pending[0].id}\"]')")
         item = store.get(pending[0].id)
-        assert (item.status, item.decided_by, item.note) == ("approved", "dashboard", "clicked in chromium")
+        assert (item.status, item.decision.by, item.decision.note) == ("approved", "dashboard", "clicked in chromium")
         assert browser.evaluate("document.querySelectorAll('.qitem.pending').length") == 1
 
         browser.screenshot(screenshot)

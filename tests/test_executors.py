@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import gitops, pinned, runner
-from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, seal_fields, wait
+from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, job_seal, wait
 from harness.sandbox import DataView, detect
 from harness.verify import eval_rows
 from tests.loop_fixtures import REPO, pid_alive
@@ -49,7 +49,7 @@ def job(tmp_path, n, **env) -> TrainJob:
 
 
 def field(res, name: str) -> str:
-    return next(line.split(" ", 1)[1] for line in res.log_text.splitlines() if line.startswith(name + " "))
+    return next(line.split(" ", 1)[1] for line in res.log.text.splitlines() if line.startswith(name + " "))
 
 
 def span(res) -> tuple[float, float]:
@@ -86,7 +86,7 @@ def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
         assert ex.free_slots() == -1          # two running, one waiting
         res = wait(ex, ids, timeout=120)
     a, b, c = (res[i] for i in ids)
-    assert all(r.ok for r in (a, b, c)), [r.log_tail for r in (a, b, c)]
+    assert all(r.ok for r in (a, b, c)), [r.log.tail for r in (a, b, c)]
     assert a.summary["val_bpb"] == 1.25 and a.meta == {"mine": 1}
     assert overlap(a, b), (span(a), span(b))
     assert not overlap(a, c) or not overlap(b, c)       # the third waited for a free slot
@@ -94,8 +94,8 @@ def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
     assert field(c, "gpu") == c.extra["gpu"] and c.extra["gpu"] in ("0", "1")
     for r in (a, b, c):   # the run happened in a slot folder, not the repo; log and model are in the run folder
         assert Path(field(r, "cwd")).parent == tmp_path / "slots"
-        assert Path(r.log_path) == tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
-        assert Path(r.log_path).read_text().startswith(r.log_text.split("\n[runner]")[0][:40])
+        assert Path(r.log.path) == tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
+        assert Path(r.log.path).read_text().startswith(r.log.text.split("\n[runner]")[0][:40])
         assert Path(r.artifact).read_bytes() == b"stand-in model"
         assert r.extra["clock"]["steps_seen"] == 1
     assert not list((tmp_path / "run").glob("child*.pid"))
@@ -115,7 +115,7 @@ def test_local_cancel_ends_the_whole_process_group(tmp_path):
         ex.cancel(jid)
         res = ex.poll(jid)
         assert time.monotonic() - t0 < 10
-    assert res is not None and res.cancelled and "cancelled" in res.log_tail
+    assert res is not None and res.cancelled and "cancelled" in res.log.tail
     assert all_gone(pids), "a process of the cancelled run is still alive"
     assert not (tmp_path / "run" / "child-0.pid").exists()
 
@@ -201,7 +201,7 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
     finally:
         ex.close()
     a, b = (res[i] for i in ids)
-    assert a.ok and b.ok, (a.log_text, b.log_text)
+    assert a.ok and b.ok, (a.log.text, b.log.text)
     assert (a.summary["val_bpb"], b.summary["val_bpb"]) == (1.1, 1.2)
     assert overlap(a, b), (span(a), span(b))
     for r in (a, b):
@@ -210,7 +210,7 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
         assert REPO not in cwd.parents and tmp_path not in cwd.parents
         assert not cwd.parent.exists()                       # the node's folder is gone
         local = tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
-        assert Path(r.log_path) == local and local.read_text() == r.log_text and "val_bpb" in r.log_text
+        assert Path(r.log.path) == local and local.read_text() == r.log.text and "val_bpb" in r.log.text
         assert Path(r.artifact).read_bytes() == b"stand-in model"   # fetched back from the node
         assert r.extra["node_ip"] and r.meta == {"mine": r.n}
         assert r.extra["python"] == sys.executable    # this venv: Ray built no second one (uv run)
@@ -252,13 +252,13 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
     tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in ("runtime.py", "attention.py")}},
                   budget=2, run_dir=str(run_dir),
-                  env={"AUTORESEARCH_STEPS": "2"}, sealed=True, data_mode="train", **seal_fields(seal),
+                  env={"AUTORESEARCH_STEPS": "2"}, seal=job_seal(seal, sealed=True, data_mode="train"),
                   evaluation=eval_spec(seal, prepare_source=prep, train_source=train, profile="tiny"))
     assert tj.evaluation.inputs == inputs and tj.evaluation.batch_size == eval_rows("tiny")
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=600)[jid]
-    assert res.ok, res.log_tail
+    assert res.ok, res.log.tail
     v = res.verify_result()
     assert v is not None and v.ok, res.verify
     assert 0 < v.trusted_bpb < 20 and v.printed_bpb is None      # sealed: the evaluation is the figure

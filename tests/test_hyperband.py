@@ -59,13 +59,13 @@ class SyntheticExecutor:
     def submit(self, task):
         self.queue.append(task)
         self.seen.append(task)
-        if task.save:
-            Path(task.save).write_text(f"{task.cand}@{task.steps}")  # the pre-decay state
+        if task.state.save:
+            Path(task.state.save).write_text(f"{task.cand}@{task.steps}")  # the pre-decay state
 
     def next_result(self):
         task = self.queue.pop(0)
-        if task.resume is not None:
-            assert Path(task.resume).read_text() == f"{task.cand}@{task.start_steps}"
+        if task.state.resume is not None:
+            assert Path(task.state.resume).read_text() == f"{task.cand}@{task.state.start_steps}"
         if task.cand in self.crash:
             return TaskResult(task, None, None, 0.0, error="FAIL: loss exploded")
         return TaskResult(task, task.meta["config"]["q"] + 1.0 / task.steps, {}, 0.0)
@@ -85,7 +85,7 @@ def test_successive_halving_keeps_the_best_and_promotes_from_checkpoints(tmp_pat
     assert rung1 == ["c1", "c3", "c5"]
     assert [r["cand"] for r in recs if r["rung"] == 2] == ["c1"]
     promoted = [t for t in ex.seen if t.rung > 0]
-    assert all(t.resume is not None for t in promoted)
+    assert all(t.state.resume is not None for t in promoted)
     # steps charged = the promotion accounting, decay branches included
     assert recs[-1]["cum_steps"] == bracket_cost(b, 1, promotion=True)
     assert not any((tmp_path / "ck").glob("*.pt"))     # every state was consumed or discarded

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from agent.judges import pairing, stats
+from agent.judges.evidence import RunSpeed, Sample
 from agent.judges.pairing import Run
 
 
@@ -92,11 +93,10 @@ def test_no_pairs_no_comparison():
 
 
 def test_one_pair_discards_only_a_clearly_worse_candidate():
-    from types import SimpleNamespace as S
     noise = noise_of(0.01, 10)
 
     def sample(bpb, at, load, n=2, commit="c"):
-        return S(bpb=bpb, at=at, load=load, n=n, used=True, over=None, within=None)
+        return Sample(commit, bpb, n=n, speed=RunSpeed(load=load), at=at)
 
     inc = [sample(1.40, 0, 1.0, n=1), sample(1.40, 1, 1.0, n=1)]          # the bar ran quiet
     first = pairing.plan([sample(1.43, 2, 2.0)], inc, 2, noise)           # worse, but under a heavier load
@@ -108,11 +108,10 @@ def test_one_pair_discards_only_a_clearly_worse_candidate():
 
 
 def test_a_faded_gain_is_called_on_three_pairs_unless_it_is_behind():
-    from types import SimpleNamespace as S
     noise = noise_of(0.01, 10)
 
     def sample(bpb, at, load, n=2):
-        return S(bpb=bpb, at=at, load=load, n=n, used=True, over=None, within=None)
+        return Sample("c", bpb, n=n, speed=RunSpeed(load=load), at=at)
 
     inc0 = [sample(1.40, 0, 1.0, n=1), sample(1.40, 1, 1.0, n=1)]
 

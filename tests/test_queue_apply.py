@@ -88,7 +88,7 @@ def test_approve_restores_and_reject_reverts_both_noted(branch):
     assert read_results(b.results).rows == []   # results.tsv stays one row per experiment
     assert {i.id: i.status for i in b.q.list()} == {restore_id: "applied", revert_id: "applied",
                                                           ack_id: "applied"}
-    assert "nothing to change" in b.q.get(ack_id).result
+    assert "nothing to change" in b.q.get(ack_id).applied.result
     # applying again does nothing: every item is applied
     assert apply_decided(b.q, repo=b.wt, worktree=b.wt, tag="t", measure=measure, history=history) == []
 
@@ -100,7 +100,7 @@ def test_failed_remeasurement_and_conflict_leave_the_branch(branch):
     recs = apply_decided(b.q, repo=b.wt, worktree=b.wt, tag="t", history=[],
                          measure=lambda c: {"ok": False, "reason": "integrity: causality probe failed"})
     assert recs[0]["action"] == "restore_failed" and gitops.head(b.wt) == b.kept
-    assert "causality" in b.q.get(i).result
+    assert "causality" in b.q.get(i).applied.result
     assert gitops.ref_exists(b.wt, f"refs/autoresearch/t/queue/{i}")   # the attempt stays reachable
     # a change that no longer applies (the branch moved the same line) is reported, not forced
     (b.wt / "train.py").write_text("LR = 2\n\n\n\nDEPTH = 6\n")

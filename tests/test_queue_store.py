@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from harness.queue_store import QueueError, QueueStore
+from harness.queue_store import COLUMNS, QueueError, QueueStore
 
 
 def _escalate(q, **kw):
@@ -26,7 +26,7 @@ def test_escalate_list_get_roundtrip(tmp_path):
     assert first.status == "pending"
     assert first.payload == {"diff": "-x\n+y", "val_bpb": 1.23}
     assert first.commit == "a" * 40 and first.kind == "contested" and first.experiment == 3
-    assert first.created_at > 0 and first.decided_at is None and first.applied_at is None
+    assert first.created_at > 0 and first.decision.at is None and first.applied.at is None
     assert q.get(9999) is None
     # WAL mode, so the dashboard can read while the loop writes.
     mode = sqlite3.connect(tmp_path / "queue.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
@@ -37,15 +37,19 @@ def test_decide_only_pending_and_apply(tmp_path):
     q = QueueStore(tmp_path / "queue.sqlite")
     i = _escalate(q)
     row = q.decide(i, "approve", who="alice", note="looks real")
-    assert row.status == "approved" and row.decided_by == "alice" and row.note == "looks real"
-    assert row.decided_at is not None
+    assert row.status == "approved" and row.decision.by == "alice" and row.decision.note == "looks real"
+    assert row.decision.at is not None
     with pytest.raises(QueueError, match="not pending"):
         q.decide(i, "reject", who="bob")
     assert q.list("pending") == []
     assert [x.id for x in q.list("approved")] == [i]
     q.mark_applied(i, "restored as abc1234")
     row = q.get(i)
-    assert row.status == "applied" and row.result == "restored as abc1234"
+    assert row.status == "applied" and row.applied.result == "restored as abc1234"
+    # the dashboard's JSON is the row's columns, flat, whatever parts the type groups them in
+    flat = row.as_dict()
+    assert tuple(flat) == COLUMNS and (flat["decided_by"], flat["note"]) == ("alice", "looks real")
+    assert flat["result"] == "restored as abc1234" and flat["applied_at"] >= flat["decided_at"] > 0
     with pytest.raises(QueueError):
         q.mark_applied(i, "twice")
 

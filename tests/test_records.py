@@ -10,7 +10,8 @@ from agent.judges.judge import Opinion, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
-from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunState, WorkerState,
+from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunInfo, RunningExperiment, RunSeal, RunState,
+                             STATE_KEYS, WorkerState,
                              experiment_records, parse_results)
 from harness.verify import VerifyResult
 from tests.test_judge import _ctx, _judge, margin
@@ -50,8 +51,8 @@ def test_real_results_rows_agree_with_the_typed_records(loop_run):
 def test_real_state_json_reads_as_a_run_state(loop_run):
     raw = json.loads((loop_run / "state.json").read_text())
     state = RunState.from_dict(raw)
-    assert (state.tag, state.phase, state.experiment) == ("rec", "stopped", 4)
-    assert state.workers == [] and state.best["commit"] == raw["best"]["commit"]
+    assert (state.tag, state.phase, state.running.experiment) == ("rec", "stopped", 4)
+    assert state.workers == [] and state.tally.best["commit"] == raw["best"]["commit"]
     out = state.to_dict()
     assert set(raw) <= set(out) and out["workers"] == []
     for key in raw:
@@ -141,14 +142,31 @@ def test_noise_band_comes_from_the_record_that_carries_the_baseline(tmp_path):
 def test_run_state_with_workers_round_trips_and_checks_types():
     w = WorkerState(worker=1, n=5, phase="training", phase_started_at=100.0, run_started_at=110.0,
                     commit="c" * 40, parent="p" * 40, description="deeper")
-    state = RunState(tag="t", phase="training", experiment=5, workers=[w])
+    state = RunState(tag="t", phase="training", running=RunningExperiment(experiment=5), workers=[w])
     back = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert back.workers == [w] and back == state
+    assert tuple(state.to_dict()) == STATE_KEYS[:-1]      # flat, in the file's order (updated_at: write_state's)
     assert w.elapsed(130.0) == 20.0 and WorkerState(worker=0, phase="proposing", phase_started_at=125.0).elapsed(130.0) == 5.0
     odd = RunState.from_dict({"phase": 3, "experiment": True, "budget": "300", "best": [], "pid": 1.5,
                               "workers": [{"worker": "x"}, "y", {"worker": 2, "n": "3"}]})
-    assert (odd.phase, odd.experiment, odd.budget, odd.best, odd.pid) == (None, None, None, None, None)
+    assert (odd.phase, odd.running.experiment, odd.budget, odd.tally.best, odd.pid) == (None, None, None, None, None)
     assert [(x.worker, x.n) for x in odd.workers] == [(2, None)]
+
+
+def test_run_info_reads_and_writes_run_json_flat():
+    """run.json keeps its keys where it always had them; the sandbox and the pinned inputs are the
+    type's seal part, and an unknown key is kept in place."""
+    raw = {"tag": "t", "budget": 300.0, "fingerprint": "f" * 8, "profile": "cpu", "base_commit": "b" * 40,
+           "created_at": 1.5, "source": "offline-fallback", "sandbox": {"kind": "none", "reason": "--sandbox none"},
+           "inputs": {"val.bin": "ab" * 32}, "settings": {"smoke": True}, "inventory": {"shards": 2},
+           "eval_tokens": 4096, "later": [1]}
+    info = RunInfo.from_dict(json.loads(json.dumps(raw)))
+    assert info.seal.sandbox["kind"] == "none" and info.seal.inputs == raw["inputs"] and info.extra == {"later": [1]}
+    assert info.unsealed == "--sandbox none" and info.smoke and info.sandbox_kind == "none"
+    assert json.dumps(info.to_dict()) == json.dumps(raw)
+    fresh = RunInfo(tag="t", budget=300.0).to_dict()      # a new tag: no seal yet, the fixed terms named
+    assert "sandbox" not in fresh and "inputs" not in fresh and fresh["fingerprint"] is None
+    assert RunInfo.from_dict({"sandbox": "x", "inputs": []}).seal == RunSeal()
 
 
 # ---- Basis: set by the judges where they decide ---------------------------------------------------

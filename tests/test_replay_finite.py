@@ -41,7 +41,7 @@ def test_ruling_out_unused_ids_with_minus_inf_is_legal_and_measured(honest_bpb):
     unused = unused_ids()
     assert 0 < int(unused.sum()) < V
     bpb, checked = run_checked(load(Unused(Causal(V, T), unused, -INF), T))
-    assert checked.report()["causal"] is True and checked.max_leak == 0.0
+    assert checked.report()["causal"] is True and checked.tally.max_leak == 0.0
     assert math.isfinite(bpb) and bpb < honest_bpb
 
 

@@ -45,7 +45,7 @@ def test_list_show_approve_reject(tmp_path):
     assert rc == 0 and "nothing changes on the branch" in out
 
     item = q.get(a)
-    assert item.status == "approved" and item.decided_by == "alice" and item.note == "worth a look"
+    assert item.status == "approved" and item.decision.by == "alice" and item.decision.note == "worth a look"
     rc, out, _ = cli("--run", str(run), "list")
     assert "no pending items" in out
     rc, out, _ = cli("--run", str(run), "list", "--status", "all")

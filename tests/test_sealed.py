@@ -101,8 +101,8 @@ def test_silent_steps_before_the_first_line_are_charged():
     c = clock_mod.LogClock(started=0.0, reference=clock_mod.ClockReference(60.0, 5.0))
     feed(c, [(t, f"step {i:05d} | loss 3.0") for i, t in enumerate(range(5, 15), start=301)])
     fig = c.figures(ended=15.0)
-    assert fig.train_s == 9.0 and fig.first_step == 301
-    assert fig.silent_steps == 300 and fig.charged_s == pytest.approx(9.0 + 300 * 1.0)
+    assert fig.train_s == 9.0 and fig.steps.first == 301
+    assert fig.steps.silent == 300 and fig.charged_s == pytest.approx(9.0 + 300 * 1.0)
 
 
 @pytest.mark.parametrize("pre, post", [(30.0, 0.0), (0.0, 40.0), (20.0, 20.0), (7.0, 7.0)])
@@ -257,8 +257,8 @@ def test_clock_figures_from_stamped_lines():
     feed(c, [(130.0, "importing"), (130.0, "step 00001 | loss 3.0")])   # 30 s startup: 20 s beyond the reference
     feed(c, [(150.0, "step 00002 | loss 2.9 | tok/s 1,000 | trained 1.0s"), (160.0, "step 00003 | loss 2.8")])
     fig = c.figures(ended=260.0)   # 100 s after the last line: 40 s beyond the reference's post
-    assert (fig.startup_s, fig.train_s, fig.steps_seen, fig.last_step) == (30.0, 30.0, 3, 3)
+    assert (fig.startup_s, fig.train_s, fig.steps.seen, fig.steps.last) == (30.0, 30.0, 3, 3)
     assert fig.charged_s == pytest.approx(30.0 + 20.0 + (100.0 - 60.0))
-    assert fig.tok_s == 1000.0
+    assert fig.steps.tok_s == 1000.0
     assert clock_mod.progress_fields("step 00002 | loss 2.9 | tok/s 1,000 | trained 1.0s") == \
         {"loss": 2.9, "tok/s": 1000.0, "trained": 1.0}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import knobs
-from harness.search.hyperband import Task
+from harness.search.hyperband import Task, TaskState
 from harness.search.pool import Pool, run_tasks, task_env
 from harness.search.halving import screen, screen_bracket
 from harness.search.space import SMALL_BASE
@@ -39,13 +39,13 @@ def pool(tiny_cache, tmp_path_factory):
 def test_resume_from_checkpoint_matches_uninterrupted_run(pool, small_train, tmp_path):
     ck = tmp_path / "ck.pt"
     straight = Task("straight", "c", small_train, steps=8, decay_steps=2)
-    first = Task("first", "c", small_train, steps=4, decay_steps=2, save=ck)
+    first = Task("first", "c", small_train, steps=4, decay_steps=2, state=TaskState(save=ck))
     a, b = run_tasks(pool, [straight, first])
     assert a.val_bpb is not None and b.val_bpb is not None, (a.error, b.error)
     assert a.task.threads == b.task.threads == 1           # two tasks share the two cores
     assert ck.exists()
     # pinned to one thread like the straight run: thread count changes float summation order
-    resumed = Task("resumed", "c", small_train, steps=8, decay_steps=2, start_steps=4, resume=ck,
+    resumed = Task("resumed", "c", small_train, steps=8, decay_steps=2, state=TaskState(start_steps=4, resume=ck),
                    meta={"pin_threads": 1})
     (c,) = run_tasks(pool, [resumed])
     log = c.log.read_text()

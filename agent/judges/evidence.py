@@ -12,7 +12,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.judges import pace, stats
@@ -31,19 +31,26 @@ WALL_GRACE_S = 90.0
 
 
 @dataclass
+class RunSpeed:
+    """How fast a run trained and under what load: what the disturbance screen and pairing
+    compare (None: not measured, e.g. in steps mode or a record written before)."""
+    pace_s: float | None = None          # the harness clock's seconds per step
+    flops_rate: float | None = None      # FLOPs per second (header's flops/token x tokens/step / pace)
+    load: float | None = None            # the machine's load factor while it trained (harness/load.py)
+
+
+@dataclass
 class Sample:
     commit: str
     bpb: float
     seed: int | None = None
     n: int | None = None                 # the experiment it was run in
     log: str | None = None
-    pace_s: float | None = None          # the harness clock's seconds per step
-    flops_rate: float | None = None      # FLOPs per second (header's flops/token x tokens/step / pace)
+    speed: RunSpeed = field(default_factory=RunSpeed)
     within: str | None = None            # the run's own pace says it was disturbed
     disturbed: str | None = None         # why it is no evidence (set by screen())
     suspect: str | None = None           # a first run slower than the incumbent's FLOP rate
     over: str | None = None              # over its clock limit, short of a cheat (harness/clock.py)
-    load: float | None = None            # the machine's load factor while it trained (harness/load.py)
     at: float | None = None              # when it was judged (the order of a decision's runs)
 
     @property
@@ -51,8 +58,8 @@ class Sample:
         return self.disturbed is None
 
     def as_dict(self) -> dict:
-        return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.pace_s,
-                "load": self.load, "used": self.used, "why": self.disturbed}
+        return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.speed.pace_s,
+                "load": self.speed.load, "used": self.used, "why": self.disturbed}
 
 
 def sample_of(ctx, run, bpb: float) -> Sample:
@@ -65,7 +72,7 @@ def sample_of(ctx, run, bpb: float) -> Sample:
             text = Path(log_path).read_text(errors="replace")
         except OSError:
             text = ""
-    pace_s = clock.pace_s if clock is not None and finite(clock.pace_s) and clock.pace_s > 0 else None
+    pace_s = clock.steps.pace_s if clock is not None and finite(clock.steps.pace_s) and clock.steps.pace_s > 0 else None
     per_step = pace.flops_per_step(text)
     steps_mode = run.steps_mode or bool(os.environ.get("AUTORESEARCH_STEPS"))
     log = None
@@ -74,12 +81,12 @@ def sample_of(ctx, run, bpb: float) -> Sample:
             log = str(Path(log_path).relative_to(ctx.run_dir))
         except ValueError:
             log = str(log_path)
-    return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log,
-                  pace_s=None if steps_mode else pace_s,
-                  flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
-                  within=None if steps_mode else pace.within_run(pace.step_times(text)),
-                  load=clock.load_train if clock is not None and clock.startup_s is not None and not steps_mode
-                  else None, at=time.time())
+    speed = RunSpeed(pace_s=None if steps_mode else pace_s,
+                     flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
+                     load=clock.load.train if clock is not None and clock.startup_s is not None and not steps_mode
+                     else None)
+    return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log, speed=speed,
+                  within=None if steps_mode else pace.within_run(pace.step_times(text)), at=time.time())
 
 
 def over_budget(run, budget: float | None) -> tuple[str | None, str]:
@@ -115,9 +122,9 @@ def over_steps(run, clock) -> tuple[str | None, str]:
             return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot count its "
                              "steps, so it cannot be kept")
         return None, ""
-    last = max(clock.last_step or 0, clock.steps_seen)
+    last = max(clock.steps.last or 0, clock.steps.seen)
     if steps > 0 and last > steps:
-        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps_seen} step "
+        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps.seen} step "
                          "lines): it trained past its step count")
     return None, ""
 
@@ -129,11 +136,11 @@ def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None
         # A run slowed mid-run still bounds the commit's pace from above (it can only make the fastest
         # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
         # slowed from its first step pass when the commit's only other run wobbled.
-        others = [o.pace_s for o in samples if o is not s and o.pace_s]
-        s.disturbed = s.over or s.within or pace.against_commit(s.pace_s, others)
+        others = [o.speed.pace_s for o in samples if o is not s and o.speed.pace_s]
+        s.disturbed = s.over or s.within or pace.against_commit(s.speed.pace_s, others)
         s.suspect = None
     if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
-        why = pace.against_incumbent(samples[0].flops_rate, [o.flops_rate for o in incumbent if o.used])
+        why = pace.against_incumbent(samples[0].speed.flops_rate, [o.speed.flops_rate for o in incumbent if o.used])
         if why:
             samples[0].suspect = why
             samples[0].disturbed = f"suspect until run again: {why}"
@@ -167,15 +174,16 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
         if ev is not None and ev.has_runs:
             for r in ev.runs:
                 if r.bpb is not None:
-                    s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, r.pace_s)
+                    s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, RunSpeed(pace_s=r.pace_s))
                     s.disturbed = r.why
                     out.setdefault(rec.commit, []).append(s)
-            if ev.incumbent_commit and ev.incumbent_commit != rec.commit:
-                for r in ev.incumbent_runs:
+            inc = ev.incumbent
+            if inc.commit and inc.commit != rec.commit:
+                for r in inc.runs:
                     if r.bpb is not None and r.n is not None and r.n == rec.number:
-                        s = Sample(ev.incumbent_commit, r.bpb, r.seed, r.n, r.log, r.pace_s)
+                        s = Sample(inc.commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s))
                         s.disturbed = r.why
-                        out.setdefault(ev.incumbent_commit, []).append(s)
+                        out.setdefault(inc.commit, []).append(s)
             continue
         legacy = rec.judge_values("baseline_values" if rec.is_baseline else "runs")
         if legacy is not None and rec.status in ("keep", "discard"):
@@ -192,7 +200,8 @@ def noise_of(store: dict[str, list[Sample]]) -> stats.Noise:
     for c, ss in store.items():
         for s in ss:
             if s.used:
-                key = c if not s.load else f"{c}@{math.floor(math.log(max(1.0, s.load)) / math.log(LOAD_BAND))}"
+                load = s.speed.load
+                key = c if not load else f"{c}@{math.floor(math.log(max(1.0, load)) / math.log(LOAD_BAND))}"
                 groups.setdefault(key, []).append(s.bpb)
     noise = stats.pooled_noise(groups)
     noise.outliers = [(c.split("@")[0], v) for c, v in noise.outliers]   # the records name commits

@@ -169,16 +169,16 @@ def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts:
     runs (its one-run discard is fair). `attempts`: runs of this decision no sample records."""
     used_c = [s for s in candidate if s.used]
     used_i = [s for s in incumbent if s.used]
-    loads = [s.load for s in used_c + used_i]
+    loads = [s.speed.load for s in used_c + used_i]
     if not any(loads) or not varies(loads):
         return None
-    inc_loads = [s.load for s in used_i if s.load]
+    inc_loads = [s.speed.load for s in used_i if s.speed.load]
     inc_mean = statistics.fmean(s.bpb for s in used_i) if used_i else None
     if len(candidate) == 1 and used_c and inc_mean is not None and used_c[0].bpb >= inc_mean and inc_loads \
-            and (used_c[0].load or 0) <= LOAD_SAME * min(inc_loads):
+            and (used_c[0].speed.load or 0) <= LOAD_SAME * min(inc_loads):
         return None   # worse, and no heavier than the lightest of the bar's runs: the load did not do it
-    runs = [Run("candidate", s.bpb, s.at or 0.0, s.load) for s in candidate if _usable(s)]
-    runs += [Run("incumbent", s.bpb, s.at or 0.0, s.load) for s in incumbent if s.n == n and _usable(s)]
+    runs = [Run("candidate", s.bpb, s.at or 0.0, s.speed.load) for s in candidate if _usable(s)]
+    runs += [Run("incumbent", s.bpb, s.at or 0.0, s.speed.load) for s in incumbent if s.n == n and _usable(s)]
     pairs, dropped = pairs_of(runs)
     left = [{"candidate": c.value, "incumbent": i.value, "why": w} for c, i, w in dropped]
     spent = len(candidate) + len([s for s in incumbent if s.n == n]) + attempts

@@ -53,8 +53,8 @@ def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure
     decision = item.status
     head0 = gitops.head(worktree)
     rec = {"kind": "queue_applied", "tag": tag, "item": item.id, "item_kind": item.kind,
-           "experiment": item.experiment, "decision": decision, "decided_by": item.decided_by,
-           "note": item.note, "source_commit": source, "parent": head0, "commit": None,
+           "experiment": item.experiment, "decision": decision, "decided_by": item.decision.by,
+           "note": item.decision.note, "source_commit": source, "parent": head0, "commit": None,
            "action": "acknowledged", "trusted_bpb": None, "measure": None, "started_at": time.time()}
     if decision == "approved" and status != "keep" and source:
         action, verb = "restore", "restored"
@@ -68,10 +68,10 @@ def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure
         rec.update(action=action, commit=done, result=f"already {verb} as {done[:7]} (applied before a stop)")
         return _finish(rec, done, None)
 
-    who = item.decided_by or "human"
+    who = item.decision.by or "human"
     message = (f"{'Restore' if action == 'restore' else 'Revert'} experiment {item.experiment} "
                f"({source[:7]}), {decision} by {who}\n\n{item.reason}\n"
-               f"{('Note: ' + item.note) if item.note else ''}\n\n{TRAILER}: {item.id}\n")
+               f"{('Note: ' + item.decision.note) if item.decision.note else ''}\n\n{TRAILER}: {item.id}\n")
     git_args = (["cherry-pick", "--no-commit", source] if action == "restore"
                 else ["revert", "--no-commit", source])
     try:
@@ -108,7 +108,7 @@ def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure
     if rec["commit"] and rec["action"] in ("restore", "revert"):
         gitops.add_note(repo, rec["commit"], json.dumps(
             {"queue_item": item.id, "action": action, "source": source, "decided_by": who,
-             "note": item.note, "trusted_bpb": rec["trusted_bpb"], "result": rec["result"]}))
+             "note": item.decision.note, "trusted_bpb": rec["trusted_bpb"], "result": rec["result"]}))
     return _finish(rec, new, best)
 
 

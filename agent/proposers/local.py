@@ -121,7 +121,7 @@ def _moves(history: list[ExperimentRecord], pending: list = (), on=None) -> list
         moved = {k: (parent.get(k), v) for k, v in mine.items() if parent.get(k) != v}
         ev = None if r is on else r.evidence_view()
         out.append({"n": r.n, "parent": r.parent, "commit": r.commit, "status": status,
-                    "moved": moved, "p": ev.p_better if ev else None})
+                    "moved": moved, "p": ev.comparison.p_better if ev else None})
     return out
 
 

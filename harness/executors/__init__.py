@@ -3,13 +3,13 @@
     from harness.executors import LocalExecutor, TrainJob, sources_at, wait
     ex = LocalExecutor(slots=2, gpus=["0", "1"])
     jid = ex.submit(TrainJob(n=3, files=sources_at(repo, sha), budget=300, run_dir=str(run_dir)))
-    res = wait(ex, [jid])[jid]          # JobResult: summary, crash_class, log_text, verify, ...
+    res = wait(ex, [jid])[jid]          # JobResult: summary, crash_class, log.text, verify, ...
     ex.close()
 
 RayExecutor lives in harness.executors.ray_exec (imported on demand: Ray takes a second to import).
 """
-from harness.executors.base import (CANCELLED, NODE_ERROR, RUN_SOURCES, EvalSpec, Executor, JobResult,
-                                    TrainJob, eval_spec, seal_fields, sources_at, wait)
+from harness.executors.base import (CANCELLED, NODE_ERROR, RUN_SOURCES, EvalSpec, Executor, JobResult, JobSeal,
+                                    TrainJob, eval_spec, job_seal, sources_at, wait)
 from harness.executors.local import LocalExecutor
 
 
@@ -25,5 +25,5 @@ def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_a
     raise ValueError(f"executor must be local or ray, got {kind!r}")
 
 
-__all__ = ["CANCELLED", "NODE_ERROR", "RUN_SOURCES", "EvalSpec", "Executor", "JobResult", "TrainJob",
-           "LocalExecutor", "eval_spec", "make_executor", "seal_fields", "sources_at", "wait"]
+__all__ = ["CANCELLED", "NODE_ERROR", "RUN_SOURCES", "EvalSpec", "Executor", "JobResult", "JobSeal", "TrainJob",
+           "LocalExecutor", "eval_spec", "job_seal", "make_executor", "sources_at", "wait"]

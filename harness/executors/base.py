@@ -53,9 +53,22 @@ class EvalSpec:
 
 
 @dataclass
+class JobSeal:
+    """How the run is sealed (harness.runner.run_train's arguments of the same names): whether the
+    harness clock times it against the tag's baseline, the sandbox it runs in and the data that
+    sandbox shows. job_seal() below fills it from the loop's harness.pinned.Seal."""
+    sealed: bool = False
+    sandbox: str = "none"                # "bwrap" | "none"
+    data: dict | None = None             # harness.sandbox.DataView fields (str paths), for the sandbox
+    data_mode: str = "train"             # "train" | "open" (harness.sandbox.data_view)
+    stand_ins: dict | None = None        # training shard -> file shown in its place (screening)
+    clock_reference: dict | None = None  # harness.clock.ClockReference fields: the tag's baseline
+
+
+@dataclass
 class TrainJob:
     """One training run. Mirrors harness.runner.run_train's arguments plus what a remote node
-    needs, the files themselves; seal_fields() and eval_spec() below fill the seal and the
+    needs, the files themselves; job_seal() and eval_spec() below fill the seal and the
     trusted evaluation from the loop's harness.pinned.Seal."""
     n: int
     files: dict                          # name -> str | bytes, written into the run's folder
@@ -65,12 +78,7 @@ class TrainJob:
     commit: str | None = None
     timeout: float | None = None         # default harness.runner.timeout_for(budget)
     env: dict = field(default_factory=dict)   # e.g. {"AUTORESEARCH_SEED": "1000"}; placeholders above
-    sealed: bool = False
-    sandbox: str = "none"                # "bwrap" | "none"
-    data: dict | None = None             # harness.sandbox.DataView fields (str paths), for the sandbox
-    data_mode: str = "train"
-    clock_reference: dict | None = None  # harness.clock.ClockReference fields: the tag's baseline
-    stand_ins: dict | None = None        # training shard -> file shown in its place (screening)
+    seal: JobSeal = field(default_factory=JobSeal)
     evaluation: EvalSpec | None = None
     fetch: tuple = ("model.pt",)         # output files a remote node sends back into run_dir/artifacts
     meta: dict = field(default_factory=dict)   # the caller's own tags; returned untouched
@@ -81,6 +89,23 @@ class TrainJob:
 
 
 @dataclass
+class JobLog:
+    """A job's log: its whole text (a remote node's travels back in it), its last lines, and where
+    it is on this machine (written back there for a remote job)."""
+    text: str = ""
+    tail: str = ""
+    path: str | None = None
+
+
+@dataclass
+class JobTimes:
+    """When a job's run started and ended (epoch seconds) and its wall seconds."""
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    wall_seconds: float = 0.0
+
+
+@dataclass
 class JobResult:
     """What happened to a job: harness.runner.RunResult's fields the loop uses, plus the log text,
     the trusted evaluation (harness.verify.VerifyResult.as_dict()) and where things are locally."""
@@ -88,15 +113,11 @@ class JobResult:
     returncode: int | None
     summary: dict | None
     crash_class: str | None
-    wall_seconds: float
     timed_out: bool = False
-    log_text: str = ""
-    log_tail: str = ""
-    log_path: str | None = None          # the log on this machine (written back for remote jobs)
+    log: JobLog = field(default_factory=JobLog)
+    times: JobTimes = field(default_factory=JobTimes)
     artifact: str | None = None          # the model on this machine, when it is here
     outputs: dict = field(default_factory=dict)   # fetched output name -> local path
-    started_at: float = 0.0
-    ended_at: float = 0.0
     extra: dict = field(default_factory=dict)     # clock, sealed, sandbox, steps_mode, node, slot, gpu
     verify: dict | None = None           # VerifyResult.as_dict(), when the job had an EvalSpec
     meta: dict = field(default_factory=dict)
@@ -119,11 +140,12 @@ class JobResult:
     def run_result(self):
         """A harness.runner.RunResult for code that takes one (judges, records)."""
         from harness.runner import RunResult
+        log, t = self.log, self.times
         return RunResult(returncode=self.returncode, summary=self.summary, crash_class=self.crash_class,
-                         log_path=Path(self.log_path) if self.log_path else Path(self.extra.get("node_log", "")),
-                         wall_seconds=self.wall_seconds, timed_out=self.timed_out,
-                         artifact=Path(self.artifact) if self.artifact else None, log_tail=self.log_tail,
-                         started_at=self.started_at, ended_at=self.ended_at, extra=dict(self.extra))
+                         log_path=Path(log.path) if log.path else Path(self.extra.get("node_log", "")),
+                         wall_seconds=t.wall_seconds, timed_out=self.timed_out,
+                         artifact=Path(self.artifact) if self.artifact else None, log_tail=log.tail,
+                         started_at=t.started_at, ended_at=t.ended_at, extra=dict(self.extra))
 
 
 @runtime_checkable
@@ -178,12 +200,14 @@ def sources_at(repo: Path, commit: str, names=RUN_SOURCES) -> dict[str, str]:
     return out
 
 
-def seal_fields(seal) -> dict:
-    """TrainJob keywords from a harness.pinned.Seal (the loop's sandbox and data view):
-    TrainJob(..., **seal_fields(loop.seal))."""
+def job_seal(seal, *, sealed: bool = False, data_mode: str = "train", clock_reference: dict | None = None,
+             stand_ins: dict | None = None) -> JobSeal:
+    """A job's JobSeal from a harness.pinned.Seal (the loop's sandbox and data view; None: no
+    sandbox, no data view): TrainJob(..., seal=job_seal(loop.seal, sealed=True, ...))."""
     if seal is None:
-        return {"sandbox": "none", "data": None}
-    return {"sandbox": seal.sandbox.kind, "data": seal.data.as_dict() if seal.data else None}
+        return JobSeal(sealed=sealed, data_mode=data_mode, clock_reference=clock_reference, stand_ins=stand_ins)
+    return JobSeal(sealed=sealed, sandbox=seal.sandbox.kind, data=seal.data.as_dict() if seal.data else None,
+                   data_mode=data_mode, stand_ins=stand_ins, clock_reference=clock_reference)
 
 
 def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,

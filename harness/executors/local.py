@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.executors.base import CANCELLED, NODE_ERROR, JobResult, TrainJob
+from harness.executors.base import CANCELLED, NODE_ERROR, JobLog, JobResult, JobTimes, TrainJob
 from harness.executors.node import VERIFY_DIR, run_job, tail
 from harness.procs import kill_group
 
@@ -195,6 +195,6 @@ def _cancelled(job: TrainJob, why: str, log_path: Path | None = None) -> JobResu
     if log_path is not None and log_path.is_file():
         text = log_path.read_text(errors="replace")
     text += f"\n[executor] {why}\n"
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=CANCELLED, wall_seconds=0.0,
-                     log_text=text, log_tail=tail(text), log_path=str(log_path) if log_path else None,
-                     ended_at=time.time(), extra={"reason": why}, meta=dict(job.meta))
+    return JobResult(n=job.n, returncode=None, summary=None, crash_class=CANCELLED,
+                     log=JobLog(text=text, tail=tail(text), path=str(log_path) if log_path else None),
+                     times=JobTimes(ended_at=time.time()), extra={"reason": why}, meta=dict(job.meta))

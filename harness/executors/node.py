@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from harness import pinned
-from harness.executors.base import NODE_ERROR, JobResult, TrainJob
+from harness.executors.base import NODE_ERROR, JobLog, JobResult, JobTimes, TrainJob
 from harness.runner import TAIL_LINES, run_train
 from harness.clock import ClockReference
 from harness.sandbox import DataView, detect
@@ -101,22 +101,24 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     staging.parent.mkdir(parents=True, exist_ok=True)
     env = expand_env(job.env, folder, staging)
     env.update(extra_env or {})
+    seal = job.seal
     try:
-        box = detect("bwrap") if job.sandbox == "bwrap" else detect("none")
+        box = detect("bwrap") if seal.sandbox == "bwrap" else detect("none")
     except RuntimeError as exc:
-        return _node_error(job, f"sandbox {job.sandbox}: {exc}", started)
-    data = DataView.from_dict(job.data)
+        return _node_error(job, f"sandbox {seal.sandbox}: {exc}", started)
+    data = DataView.from_dict(seal.data)
     rows = job.evaluation.batch_size if job.evaluation is not None else None
     run = run_train(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, log_name=job.log_name,
-                    on_tick=on_tick, sandbox=box, data=data, sealed=job.sealed, data_mode=job.data_mode,
-                    clock_reference=ClockReference(**(job.clock_reference or {})), stand_ins=job.stand_ins,
+                    on_tick=on_tick, sandbox=box, data=data, sealed=seal.sealed, data_mode=seal.data_mode,
+                    clock_reference=ClockReference(**(seal.clock_reference or {})), stand_ins=seal.stand_ins,
                     eval_rows=rows, pid_name=f"child-{slot}.pid", out_dir=staging)
     run = swap_in(run, staging, out_dir)
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
-                       wall_seconds=run.wall_seconds, timed_out=run.timed_out,
-                       log_text=run.log_path.read_text(errors="replace"), log_tail=run.log_tail,
-                       log_path=str(run.log_path), artifact=str(run.artifact) if run.artifact else None,
-                       started_at=run.started_at, ended_at=run.ended_at,
+                       timed_out=run.timed_out,
+                       log=JobLog(text=run.log_path.read_text(errors="replace"), tail=run.log_tail,
+                                  path=str(run.log_path)),
+                       times=JobTimes(started_at=run.started_at, ended_at=run.ended_at, wall_seconds=run.wall_seconds),
+                       artifact=str(run.artifact) if run.artifact else None,
                        extra=dict(run.extra, node=socket.gethostname(), slot=slot,
                                   gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))),
                        meta=dict(job.meta))
@@ -125,7 +127,7 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     if job.evaluation is not None and run.crash_class is None and not (should_stop and should_stop()):
         v = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
         result.verify = v.as_dict()
-    result.ended_at = time.time()
+    result.times.ended_at = time.time()
     return result
 
 
@@ -133,8 +135,8 @@ def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, 
              slot: str) -> VerifyResult:
     """The trusted evaluation, exactly as agent/judges/hierarchy.py's _verify calls it."""
     spec = job.evaluation
-    printed = None if job.sealed else (summary or {}).get("val_bpb")
-    cache, problem = _eval_cache(spec, job.data)
+    printed = None if job.seal.sealed else (summary or {}).get("val_bpb")
+    cache, problem = _eval_cache(spec, job.seal.data)
     if problem is not None:
         problem.printed_bpb = printed
         return problem
@@ -143,7 +145,7 @@ def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, 
         kw["eval_tokens"] = spec.eval_tokens
     train_source = spec.train_source if spec.train_source is not None else job.files.get("train.py", "")
     return verify(artifact, train_source=train_source, prepare_source=spec.prepare_source,
-                  printed_bpb=printed, sealed=job.sealed, rows=spec.batch_size,
+                  printed_bpb=printed, sealed=job.seal.sealed, rows=spec.batch_size,
                   env=dict(os.environ, **env), sandbox=box, eval_cache=cache,
                   work_root=run_dir / VERIFY_DIR, pid_name=f"verify-{slot}.pid", **kw)
 
@@ -200,9 +202,9 @@ def _node_pin(spec, data: dict | None) -> tuple[Path | None, VerifyResult | None
 
 
 def _node_error(job: TrainJob, why: str, started: float) -> JobResult:
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=NODE_ERROR, wall_seconds=0.0,
-                     log_text=f"[executor] {why}\n", log_tail=f"[executor] {why}", started_at=started,
-                     ended_at=time.time(), extra={"node": socket.gethostname(), "error": why},
+    return JobResult(n=job.n, returncode=None, summary=None, crash_class=NODE_ERROR,
+                     log=JobLog(text=f"[executor] {why}\n", tail=f"[executor] {why}"),
+                     times=JobTimes(started_at=started, ended_at=time.time()), extra={"node": socket.gethostname(), "error": why},
                      meta=dict(job.meta))
 
 

@@ -33,7 +33,7 @@ import traceback
 from collections import deque
 from pathlib import Path
 
-from harness.executors.base import CANCELLED, NODE_ERROR, JobResult, TrainJob
+from harness.executors.base import CANCELLED, NODE_ERROR, JobLog, JobResult, JobTimes, TrainJob
 from harness.executors.node import run_job, tail
 
 # How long cancel() waits for Ray to report a force-cancelled task as ended.
@@ -103,7 +103,7 @@ def _node_task(job: TrainJob):
     try:
         res = run_job(job, root / "src", run_dir, slot="0")
         files = {name: Path(path).read_bytes() for name, path in res.outputs.items()}
-        res.extra.update(node_ip=ray.util.get_node_ip_address(), node_log=res.log_path,
+        res.extra.update(node_ip=ray.util.get_node_ip_address(), node_log=res.log.path,
                          node_artifact=res.artifact, python=sys.executable)
         return res, files
     finally:
@@ -222,8 +222,8 @@ class RayExecutor:
         run_dir = Path(job.run_dir)
         log = run_dir / "logs" / job.log_file
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(res.log_text)
-        res.log_path = str(log)
+        log.write_text(res.log.text)
+        res.log.path = str(log)
         out_dir = run_dir / "artifacts" / f"exp-{job.n:04d}"
         res.outputs, res.artifact = {}, None
         if files:
@@ -239,6 +239,6 @@ class RayExecutor:
 
 def _failed(job: TrainJob, crash: str, why: str) -> JobResult:
     text = f"[executor] {why}\n"
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=crash, wall_seconds=0.0,
-                     log_text=text, log_tail=tail(text), ended_at=time.time(), extra={"reason": why},
+    return JobResult(n=job.n, returncode=None, summary=None, crash_class=crash,
+                     log=JobLog(text=text, tail=tail(text)), times=JobTimes(ended_at=time.time()), extra={"reason": why},
                      meta=dict(job.meta))

@@ -5,7 +5,7 @@
 can run its tasks on the loop's executors, a Ray cluster included, instead of the local process
 pool. Each task becomes a TrainJob whose files are the candidate's train.py and prepare.py, so a
 node needs no shared file system: a state to resume from travels with the job, and the state a
-task saves is fetched back and written where the schedule expects it (task.save).
+task saves is fetched back and written where the schedule expects it (task.state.save).
 
 Against harness/search/pool.Pool: every task is a fresh `python train.py` (the pool's
 "subprocess" mode; no long-lived in-process workers), with a fixed thread count per task.
@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.executors.base import FIXED_SOURCES, TrainJob
+from harness.executors.base import FIXED_SOURCES, JobSeal, TrainJob
 from harness.search.hyperband import Task, TaskResult
 from harness.search.pool import TASK_TIMEOUT, task_env
 
@@ -51,7 +51,7 @@ class ExecutorPool:
         self.threads = threads or max(1, cores // self.n)
         self.env = {k: str(v) for k, v in (env or {}).items() if v is not None}
         self.timeout = task_timeout
-        self.sandbox, self.data, self.data_mode = sandbox, data, data_mode
+        self.seal = JobSeal(sandbox=sandbox, data=data, data_mode=data_mode)   # every task's
         self._running: dict[str, tuple[Task, float]] = {}
         self._count = 0
 
@@ -72,15 +72,15 @@ class ExecutorPool:
         env.update(task_env(task))
         env["AUTORESEARCH_ARTIFACT"] = ""           # no model to save: the task prints its val_bpb
         fetch = ()
-        if task.resume is not None:
-            files[RESUME_NAME] = Path(task.resume).read_bytes()
+        if task.state.resume is not None:
+            files[RESUME_NAME] = Path(task.state.resume).read_bytes()
             env["AUTORESEARCH_RESUME_STATE"] = "{src}/" + RESUME_NAME
-        if task.save is not None:
+        if task.state.save is not None:
             env["AUTORESEARCH_SAVE_STATE"] = "{out}/" + SAVE_NAME
             fetch = (SAVE_NAME,)
         return TrainJob(n=n, files=files, budget=NOMINAL_BUDGET, run_dir=str(self.run_dir),
-                        log_name=f"{task.id}.log", timeout=self.timeout, env=env, sandbox=self.sandbox,
-                        data=self.data, data_mode=self.data_mode, fetch=fetch, meta={"task": task.id})
+                        log_name=f"{task.id}.log", timeout=self.timeout, env=env, seal=self.seal,
+                        fetch=fetch, meta={"task": task.id})
 
     def next_result(self) -> TaskResult:
         if not self._running:
@@ -96,16 +96,16 @@ class ExecutorPool:
     def _result(self, task: Task, res, wall: float) -> TaskResult:
         out_dir = self.run_dir / "artifacts" / f"exp-{res.n:04d}"
         state = res.outputs.get(SAVE_NAME)
-        if task.save is not None and state and Path(state).is_file():
-            Path(task.save).parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(state, task.save)
+        if task.state.save is not None and state and Path(state).is_file():
+            Path(task.state.save).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(state, task.state.save)
         shutil.rmtree(out_dir, ignore_errors=True)
-        log = Path(res.log_path) if res.log_path else None
+        log = Path(res.log.path) if res.log.path else None
         val = (res.summary or {}).get("val_bpb")
         slot = res.extra.get("slot")
         worker = int(slot) if isinstance(slot, str) and slot.isdigit() else -1
         if res.crash_class is not None or not isinstance(val, (int, float)):
-            fail = next((ln for ln in res.log_text.splitlines() if ln.startswith("FAIL:")), None)
+            fail = next((ln for ln in res.log.text.splitlines() if ln.startswith("FAIL:")), None)
             error = fail or f"{res.crash_class or 'no val_bpb'} (exit {res.returncode})"
             return TaskResult(task, None, res.summary, wall, error=error, log=log, worker=worker)
         return TaskResult(task, float(val), res.summary, wall, log=log, worker=worker)

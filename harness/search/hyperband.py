@@ -83,6 +83,16 @@ def path_cost(rung_steps: list[int], decay_steps: int = 0, promotion: bool = Tru
 
 
 @dataclass
+class TaskState:
+    """The training state a task starts from and leaves for the next rung (promotion): the stable
+    steps already in the state it resumes (0 = from scratch), the file it resumes from and the file
+    it saves its pre-decay state to (None: none)."""
+    start_steps: int = 0
+    resume: Path | None = None
+    save: Path | None = None
+
+
+@dataclass
 class Task:
     """One training run: bring candidate `cand` to `steps` stable steps, decay, evaluate."""
     id: str
@@ -90,9 +100,7 @@ class Task:
     source: Path                # the candidate's train.py
     steps: int                  # total stable steps after this task
     decay_steps: int
-    start_steps: int = 0        # stable steps already in the resumed state (0 = from scratch)
-    resume: Path | None = None
-    save: Path | None = None
+    state: TaskState = field(default_factory=TaskState)
     seed: int = 0
     threads: int = 1            # set by the executor at dispatch
     bracket: int = -1
@@ -101,7 +109,7 @@ class Task:
 
     @property
     def cost(self) -> int:
-        return self.steps - self.start_steps + self.decay_steps
+        return self.steps - self.state.start_steps + self.decay_steps
 
 
 @dataclass
@@ -154,8 +162,9 @@ class SuccessiveHalving:
             resume = self._ckpt(cid, prev) if (self.promotion and prev) else None
             tasks.append(Task(
                 id=f"b{self.index}-r{self.rung}-{cid}", cand=cid, source=self.cands[cid].source,
-                steps=rung.steps, decay_steps=self.decay, start_steps=prev if resume else 0,
-                resume=resume, save=None if (last or not self.promotion) else self._ckpt(cid, rung.steps),
+                steps=rung.steps, decay_steps=self.decay,
+                state=TaskState(start_steps=prev if resume else 0, resume=resume,
+                                save=None if (last or not self.promotion) else self._ckpt(cid, rung.steps)),
                 seed=self.seed, bracket=self.index, rung=self.rung,
                 meta={"config": self.cands[cid].config}))
         return tasks
@@ -166,8 +175,8 @@ class SuccessiveHalving:
     def record(self, res: TaskResult) -> None:
         t = res.task
         self.results.setdefault(t.rung, {})[t.cand] = res.val_bpb
-        if t.resume is not None:                      # the lower rung's state is spent
-            t.resume.unlink(missing_ok=True)
+        if t.state.resume is not None:                # the lower rung's state is spent
+            t.state.resume.unlink(missing_ok=True)
         if len(self.results[self.rung]) < len(self.alive):
             return                                    # rung barrier not reached yet
         if self.rung == len(self.bracket.rungs) - 1:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -44,10 +44,10 @@ def task_env(task: Task) -> dict[str, str]:
            "AUTORESEARCH_SEED": str(task.seed), "AUTORESEARCH_THREADS": str(task.threads),
            # a candidate's source carries its profile's knob values already (harness/knobs.for_profile)
            "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"}
-    if task.save is not None:
-        env["AUTORESEARCH_SAVE_STATE"] = str(task.save)
-    if task.resume is not None:
-        env["AUTORESEARCH_RESUME_STATE"] = str(task.resume)
+    if task.state.save is not None:
+        env["AUTORESEARCH_SAVE_STATE"] = str(task.state.save)
+    if task.state.resume is not None:
+        env["AUTORESEARCH_RESUME_STATE"] = str(task.state.resume)
     return env
 
 
@@ -128,8 +128,8 @@ def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
         run = run_train(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sandbox=box, data=data,
                         sealed=True, data_mode="train", stand_ins=proxy.stand_ins if proxy else None,
                         eval_rows=seal["rows"], log_path=log, out_dir=out, pid_name=f".{task.id}.pid",
-                        extra_readonly=[task.resume] if task.resume is not None else [],
-                        extra_writable=[Path(task.save).parent] if task.save is not None else [])
+                        extra_readonly=[task.state.resume] if task.state.resume is not None else [],
+                        extra_writable=[Path(task.state.save).parent] if task.state.save is not None else [])
         if run.crash_class is not None:
             return 1, f"crashed: {run.crash_class}", None
         cache = proxy.cache if proxy else Path(seal["eval_cache"]) if seal.get("eval_cache") else None
@@ -190,6 +190,30 @@ def _worker(inbox: Connection, outbox: Connection, mode: str, prepare_dir: str) 
         outbox.send((task.id, code, error, time.time() - t0, trusted))
 
 
+@dataclass
+class WorkerLaunch:
+    """How a worker process starts: its mode ("inprocess" | "subprocess"), the folder it imports
+    prepare.py from, the folder of its logs, the environment added to its own, and, for harness-made
+    variants, the sandbox every worker runs in (`box`, None: none) with the data it shows and the
+    folder it may write (`root`, default the log folder)."""
+    mode: str
+    prepare_dir: str
+    log_dir: Path
+    env: dict
+    box: object = None
+    data: object = None
+    root: Path | None = None
+
+
+@dataclass
+class ThreadShare:
+    """How many threads a task gets: `fixed` for every task when set; else, `adaptive`, the
+    pending tasks split the cores the busy ones leave free; else an even share of `cores`."""
+    cores: int
+    fixed: int | None = None
+    adaptive: bool = True
+
+
 class Pool:
     """submit() tasks, next_result() gets them back as they finish (any order)."""
 
@@ -211,20 +235,20 @@ class Pool:
         # the validation data (nor the proxy split it is ranked on) nor touch another candidate's
         # worker or checkpoints; its score is the trusted evaluation's, never its own.
         self.seal = None
-        self.box = sandbox if sandbox is not None and sandbox.sealed and not sealed_tasks else None
-        self.data, self.root = data, Path(root).resolve() if root is not None else None
         if sandbox is not None and sandbox.sealed and sealed_tasks:
             mode = "subprocess"
             self.seal = {"data": data.as_dict() if data else None, "proxy": proxy.as_dict() if proxy else None,
                          "eval_cache": str(eval_cache) if eval_cache else None,
                          "rows": rows, "eval_tokens": eval_tokens, "timeout": task_timeout}
-        self.n, self.mode = workers, mode
-        self.cores = cores or os.cpu_count() or 1
-        self.fixed_threads = threads                 # if set, every task gets exactly this
-        self.adaptive = adaptive_threads and threads is None
-        self.prepare_dir, self.log_dir = str(Path(prepare_dir).resolve()), Path(log_dir).resolve()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {k: v for k, v in (env or {}).items() if v is not None}
+        self.launch = WorkerLaunch(
+            mode=mode, prepare_dir=str(Path(prepare_dir).resolve()), log_dir=Path(log_dir).resolve(),
+            env={k: v for k, v in (env or {}).items() if v is not None},
+            box=sandbox if sandbox is not None and sandbox.sealed and not sealed_tasks else None,
+            data=data, root=Path(root).resolve() if root is not None else None)
+        self.launch.log_dir.mkdir(parents=True, exist_ok=True)
+        self.n = workers
+        self.threads = ThreadShare(cores=cores or os.cpu_count() or 1, fixed=threads,
+                                   adaptive=adaptive_threads and threads is None)
         self.timeout = task_timeout
         self.procs: list = [None] * workers
         self.conns: list = [None] * workers
@@ -235,19 +259,20 @@ class Pool:
 
     def _start(self, i: int) -> None:
         """A worker is `python -m harness.search.pool` talking over two pipes (no re-import of __main__)."""
+        w = self.launch
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ, **self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.prepare_dir, env.get("PYTHONPATH")) if p)
-        err = open(self.log_dir / f"worker{i}.stderr", "ab")
-        argv = [sys.executable, "-m", "harness.search.pool", self.mode, self.prepare_dir,
+        env = dict(os.environ, **w.env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (w.prepare_dir, env.get("PYTHONPATH")) if p)
+        err = open(w.log_dir / f"worker{i}.stderr", "ab")
+        argv = [sys.executable, "-m", "harness.search.pool", w.mode, w.prepare_dir,
                 str(to_child_r), str(from_child_w)]
-        if self.box is not None:
+        if w.box is not None:
             from harness.sandbox import View, data_view
-            readonly, binds, hide = data_view(self.data, "open")
-            view = View(cwd=self.log_dir, writable=[self.root or self.log_dir], binds=binds, hide=hide,
-                        readonly=readonly + [Path(self.prepare_dir), Path(__file__).resolve().parents[1]])
-            p = self.box.popen(argv, view, env, pass_fds=(to_child_r, from_child_w),
+            readonly, binds, hide = data_view(w.data, "open")
+            view = View(cwd=w.log_dir, writable=[w.root or w.log_dir], binds=binds, hide=hide,
+                        readonly=readonly + [Path(w.prepare_dir), Path(__file__).resolve().parents[1]])
+            p = w.box.popen(argv, view, env, pass_fds=(to_child_r, from_child_w),
                                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         else:
             from harness.sandbox import child_env
@@ -267,9 +292,10 @@ class Pool:
             raise RuntimeError("no free worker: call next_result() first")
         # Workers run each task from its log folder: relative paths (an `--out out/sweep`) would
         # point somewhere else there, so every path is made absolute here.
+        st = task.state
         task = replace(task, source=Path(task.source).resolve(),
-                       resume=Path(task.resume).resolve() if task.resume is not None else None,
-                       save=Path(task.save).resolve() if task.save is not None else None)
+                       state=replace(st, resume=Path(st.resume).resolve() if st.resume is not None else None,
+                                     save=Path(st.save).resolve() if st.save is not None else None))
         self.pending.append(task)
 
     def _dispatch(self) -> None:
@@ -277,20 +303,21 @@ class Pool:
         if not self.pending:
             return
         used = sum(t.threads for t, _, _ in self.busy.values())
-        free_cores = max(len(self.pending), self.cores - used)
-        base_share = max(1, self.cores // self.n)
+        share_of = self.threads
+        free_cores = max(len(self.pending), share_of.cores - used)
+        base_share = max(1, share_of.cores // self.n)
         for k, task in enumerate(self.pending):
             if task.meta.get("pin_threads"):         # a task that must not depend on the split
                 task.threads = int(task.meta["pin_threads"])
-            elif self.fixed_threads:
-                task.threads = self.fixed_threads
-            elif self.adaptive:
+            elif share_of.fixed:
+                task.threads = share_of.fixed
+            elif share_of.adaptive:
                 share, extra = divmod(free_cores, len(self.pending))
                 task.threads = max(1, share + (1 if k < extra else 0))
             else:
                 task.threads = base_share
             i = next(j for j in range(self.n) if j not in self.busy)
-            log = self.log_dir / f"{task.id}.log"
+            log = self.launch.log_dir / f"{task.id}.log"
             self.busy[i] = (task, log, time.time())
             try:
                 self.conns[i][0].send((task, log, self.seal))
@@ -321,7 +348,7 @@ class Pool:
     def _stderr_tail(self, i: int) -> str:
         """The worker's last words (e.g. prepare's 'run uv run prepare.py first')."""
         try:
-            lines = (self.log_dir / f"worker{i}.stderr").read_text(errors="replace").splitlines()
+            lines = (self.launch.log_dir / f"worker{i}.stderr").read_text(errors="replace").splitlines()
         except OSError:
             return "no stderr"
         lines = [ln for ln in lines if ln.strip() and "leaked" not in ln and "nanobind" not in ln

@@ -133,7 +133,7 @@ def run_sweep(base_source: str, space: Space, pool, out: Path, settings: SweepSe
         rec = {"kind": "sweep_task", "task": t.id, "cand": t.cand, "bracket": t.bracket, "rung": t.rung,
                "steps": t.steps, "cost": t.cost, "cum_steps": cum_steps, "val_bpb": res.val_bpb,
                "config": cfg, "threads": t.threads, "wall": round(res.wall, 3), "error": res.error,
-               "resumed": t.resume is not None, "at": time.time()}
+               "resumed": t.state.resume is not None, "at": time.time()}
         history.append(rec)
         journal.write(json.dumps(rec) + "\n")
         journal.flush()
