@@ -27,7 +27,8 @@ from harness.executors.base import Executor
 from harness.pinned import Seal
 from harness.records import Basis, ExperimentRecord, RunInfo
 from harness.results import append_journal, append_record
-from harness.executors import CANCELLED, TrainJob, eval_spec, seal_fields, sources_at
+from harness.executors import CANCELLED, TrainJob, eval_spec, sources_at
+from harness.executors.base import job_seal
 from harness.executors.local import LocalExecutor
 from harness.executors.shared import SharedExecutor
 from harness.runner import RunResult
@@ -289,10 +290,10 @@ def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None 
         base = slot.run_info.base_commit or parent or commit
         evaluation = eval_spec(slot.seal, prepare_source=gitops.show_file(slot.files.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile, eval_tokens=slot.run_info.eval_tokens)
+    seal = job_seal(slot.seal, sealed=slot.sealed, data_mode="train" if slot.sealed else "open",
+                    clock_reference=vars(slot.clock_reference()))
     job = TrainJob(n=n, files=files, budget=slot.budget, run_dir=str(slot.files.run_dir), log_name=log_name,
-                   commit=commit, timeout=slot.timeout, env=dict(env or {}), sealed=slot.sealed,
-                   data_mode="train" if slot.sealed else "open", clock_reference=vars(slot.clock_reference()),
-                   evaluation=evaluation, **seal_fields(slot.seal))
+                   commit=commit, timeout=slot.timeout, env=dict(env or {}), seal=seal, evaluation=evaluation)
     jid = slot.executor.submit(job, on_tick=status.on_log if status is not None else None)
     try:
         while (res := slot.executor.poll(jid)) is None:

@@ -360,8 +360,8 @@ class Loop:
             from agent import screening   # only with --screen K
             got = screening.pick(screening.Screen(
                 k=int(self.config.ideas.screen), seed=self.config.ideas.seed, files=self.files, seal=self.slot.seal,
-                profile=self.run_info.profile, parent=parent, history=list(self.history),
-                best=self.best, proposers=self.ideas.proposers, request=self.ideas.request,
+                profile=self.run_info.profile,
+                standing=screening.Standing(parent=parent, history=list(self.history), best=self.best), proposers=self.ideas.proposers, request=self.ideas.request,
                 guard=self.reviewer.guard, say=self.panel.event, set_phase=self.panel.phase,
                 tracer=self.panel.tracer), n, gitops.show_file(self.repo, parent, "train.py"), got)
         proposal, info = got

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from agent.console import read_tail, run_progress
 from agent.judges import stats
-from harness.records import ExperimentRecord, RunState, WorkerState
+from harness.records import ExperimentRecord, RunningExperiment, RunState, SessionTally, WorkerState
 from harness.results import write_state
 
 # The training progress line of train.py: "... | trained 12.3s" (shows the evaluating phase).
@@ -150,14 +150,16 @@ class Panel:
         keeps = sum(1 for r in history if r.status == "keep")
         log, progress = run_progress(self.files.run_dir, now.name, now.run_started_at, now.experiment)
         shown = self.shown
-        state = RunState(tag=self.files.tag, phase=now.name, experiment=now.experiment, started_at=self.started_at,
-                         run_started_at=now.run_started_at, budget=self.budget, best=self.coord.best,
-                         last_decision=shown.last_decision, keep_rate=keeps / len(history) if history else None,
-                         tokens=self.spend.tokens, cost_usd=self.spend.cost_usd, pid=os.getpid(),
-                         phase_started_at=now.started_at, log=log, progress=progress,
-                         workers=[w.state() for w in self.workers],
-                         idea=shown.idea if now.name not in ("idle", "stopped", "setup") else None,
-                         run=shown.run_of if now.name in ("training", "evaluating", "judging") else None).to_dict()
+        running = RunningExperiment(
+            experiment=now.experiment, run_started_at=now.run_started_at, log=log, progress=progress,
+            idea=shown.idea if now.name not in ("idle", "stopped", "setup") else None,
+            run=shown.run_of if now.name in ("training", "evaluating", "judging") else None)
+        tally = SessionTally(best=self.coord.best, last_decision=shown.last_decision,
+                             keep_rate=keeps / len(history) if history else None,
+                             tokens=self.spend.tokens, cost_usd=self.spend.cost_usd)
+        state = RunState(tag=self.files.tag, phase=now.name, phase_started_at=now.started_at,
+                         started_at=self.started_at, budget=self.budget, pid=os.getpid(), running=running,
+                         tally=tally, workers=[w.state() for w in self.workers]).to_dict()
         with self.coord.lock, contextlib.suppress(OSError):
             write_state(self.files.state_path, **state)
         self.console.update(state)
