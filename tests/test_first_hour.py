@@ -42,8 +42,8 @@ def test_the_smoke_preset_fills_what_was_not_given(monkeypatch):
     assert c.smoke and c.budget == SMOKE_DEFAULTS["budget"] and c.stops.max_experiments == 3
     assert c.baseline_repeats == 2 and c.ideas.proposer == "offline" and c.reviewer == "hierarchy"
     given = cli.parse_args(["--tag", "s", "--smoke", "--max-experiments", "5", "--baseline-repeats", "3"])
-    assert given.max_experiments == 5 and given.baseline_repeats == 3   # an option given wins
-    assert not cli.parse_args(["--tag", "s"]).smoke and cli.parse_args(["--tag", "s"]).max_experiments is None
+    assert given.stops.max_experiments == 5 and given.baseline_repeats == 3   # an option given wins
+    assert not cli.parse_args(["--tag", "s"]).smoke and cli.parse_args(["--tag", "s"]).stops.max_experiments is None
     assert cli.given_options(["--tag", "s", "--smoke", "--budget", "5"]) == {"tag", "smoke", "budget"}
 
 
