@@ -20,6 +20,14 @@ class EvidenceRun:
     log: str | None
     pace_s: float | None = None           # seconds per step by the harness clock
     n: int | None = None                  # the experiment it was run for (an incumbent's: a later one's)
+    # What the judge's screen reads of a run besides its pace (agent/judges/evidence.py Sample), so a
+    # judge that reads its runs back from the journal decides as the one that saw them (None: an
+    # older record, or not measured).
+    load: float | None = None             # the machine's load factor while it trained
+    flops_rate: float | None = None       # FLOPs per second
+    within: str | None = None             # its own pace says it was slowed mid-run
+    over: str | None = None               # over its clock limit, short of a cheat
+    at: float | None = None               # when it was judged
 
 
 @dataclass
@@ -66,7 +74,8 @@ class EvidenceFigures:
                 if isinstance(r, dict):
                     out.append(EvidenceRun(fnum(r.get("bpb")), _int(r.get("seed")), r.get("used") is not False,
                                            _str(r.get("why")), _str(r.get("log")), fnum(r.get("pace_s")),
-                                           _int(r.get("n"))))
+                                           _int(r.get("n")), fnum(r.get("load")), fnum(r.get("flops_rate")),
+                                           _str(r.get("within")), _str(r.get("over")), fnum(r.get("at"))))
             return out
         cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}
         inc = ev.get("incumbent") if isinstance(ev.get("incumbent"), dict) else {}

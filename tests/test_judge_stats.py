@@ -117,7 +117,7 @@ def test_identical_runs_are_one_draw(tmp_path):
 def _margin_for_two(h, best, tmp_path, runs):
     """The margin of a candidate with these two runs (sigma pools them): a probe on a fresh copy."""
     probe = JudgeHierarchy(baseline_repeats=5)
-    probe._samples = {k: list(v) for k, v in h._samples.items()}
+    probe._memo.runs = {k: list(v) for k, v in h._memo.runs.items()}
     decide(probe, ctx(tmp_path, 9, "e" * 40, best), runs[0])
     d = decide(probe, ctx(tmp_path, 9, "e" * 40, best), runs[1])
     return d.verdicts["evidence"]["comparison"]["margin"]
@@ -411,3 +411,38 @@ def test_a_commit_the_pool_leaves_out_is_judged_on_its_own_spread():
     assert not stats.erratic(wide, noise.sigma) and stats.erratic(wide, noise.sigma, noise.df)
     c = stats.compare(groups["0" * 40], wide, noise)
     assert c.erratic == ("candidate",) and c.se > 2 * noise.sigma * math.sqrt(1 / 5 + 1 / 5)
+
+
+def test_the_runs_read_back_from_the_journal_count_as_the_decision_counted_them(tmp_path):
+    """The store is the journal: a decision recorded as agent/experiment.py record() writes it
+    (the evidence out of the verdicts), later decisions read its runs back from the record. A
+    baseline run slowed mid-run (its own steps say so; its pace per step matches the others) stays
+    no evidence when read back, also when the incumbent's runs are screened again for a run of it
+    made later (before, a judge rebuilt after a resume counted it in the bar). A fresh judge (a
+    resumed loop) makes the same calls as the one that saw the runs."""
+    from tests.test_judge_incumbent import incumbent_run
+    fast, slowed = [0.3] * 24, [0.3] * 12 + [1.2] * 12
+    live = JudgeHierarchy(baseline_repeats=2)
+    d = None
+    for i, (v, dts) in enumerate([(1.400, fast), (1.408, slowed), (1.404, fast)]):
+        d = decide(live, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"b{i}.log", dts), 0.3))
+    assert not d.is_again and d.verdicts["judge"]["baseline_values"] == [1.400, 1.404]
+    verdicts = dict(d.verdicts)
+    ev = verdicts.pop("evidence")
+    history = [ExperimentRecord(n=1, commit=BASE, status=d.status, trusted_bpb=d.trusted_bpb, verdicts=verdicts,
+                                evidence=ev)]
+    runs = history[0].evidence_view().runs
+    assert [r.used for r in runs] == [True, False, True] and "slowed down mid-run" in runs[1].within
+    calls = []
+    for judge in (live, JudgeHierarchy(baseline_repeats=2)):   # the one that saw the runs; a resumed one
+        asked = None
+        for k, v in enumerate((1.399, 1.398, 1.400)):
+            asked = decide(judge, ctx(tmp_path, 2, CAND, best_of(d), history), v,
+                           run(_log(tmp_path, f"c{k}.log", fast), 0.3))
+            if asked.run_next:
+                break
+        assert asked.run_next == BASE, asked.reason
+        again = judge.judge_incumbent(ctx(tmp_path, 2, CAND, best_of(d), history), incumbent_run(1.402))
+        calls.append((asked.reason, again.status, again.leaning, again.verdicts["evidence"]["comparison"]))
+    assert calls[0] == calls[1]
+    assert calls[0][3]["incumbent_runs"] == [1.400, 1.404, 1.402], "the slowed run stays out of the bar"

@@ -75,7 +75,7 @@ def test_llm_veto_turns_a_rule_keep_into_an_escalated_contested_discard(fake_ant
         "concerns": ["check the evaluation"]}))
     h = JudgeHierarchy(llm_judge=judge(fake_anthropic))
     from agent.judges.evidence import Sample
-    h._samples["b" * 40] = [Sample("b" * 40, v) for v in (0.999, 1.001, 1.0, 1.002, 0.998)]   # the bar, the noise
+    h._memo.runs["b" * 40] = [Sample("b" * 40, v) for v in (0.999, 1.001, 1.0, 1.002, 0.998)]   # the bar, the noise
     ctx = SimpleNamespace(n=2, tag="t", worktree=tmp_path, run_dir=tmp_path, commit=commit, parent=commit,
                           diff=DIFF, history=[], best={"commit": "b" * 40, "val_bpb": 1.0},
                           proposal=SimpleNamespace(description="LR 0.03", hypothesis=f"faster {planted}"))

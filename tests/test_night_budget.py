@@ -106,7 +106,7 @@ def test_past_the_cap_the_judge_does_not_call_the_llm(fake_anthropic, tmp_path):
     from tests.test_llm_judge import judge
     h = JudgeHierarchy(llm_judge=judge(fake_anthropic))
     assert isinstance(h.llm, LLMJudge)
-    h._samples["b" * 40] = [Sample("b" * 40, v) for v in (0.999, 1.001, 1.0, 1.002, 0.998)]
+    h._memo.runs["b" * 40] = [Sample("b" * 40, v) for v in (0.999, 1.001, 1.0, 1.002, 0.998)]
     h.stop_llm("cost cap: $1.0000 of --max-cost $1.0000 spent on the LLM")
     ctx = SimpleNamespace(n=2, tag="t", worktree=tmp_path, run_dir=tmp_path, commit="c" * 40, parent="b" * 40,
                           diff="-LR = 1\n+LR = 2\n", history=[], best={"commit": "b" * 40, "val_bpb": 1.0},

@@ -58,8 +58,19 @@ class Sample:
         return self.disturbed is None
 
     def as_dict(self) -> dict:
+        """The run as the record's evidence keeps it: everything the screen and the pairing read,
+        so `restore` gives back the Sample the decision was made on."""
         return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.speed.pace_s,
-                "load": self.speed.load, "used": self.used, "why": self.disturbed}
+                "load": self.speed.load, "flops_rate": self.speed.flops_rate, "within": self.within,
+                "over": self.over, "at": self.at, "used": self.used, "why": self.disturbed}
+
+    @classmethod
+    def of_record(cls, commit: str, r) -> "Sample":
+        """A run read back from a record's evidence (harness/evidence_figures.py EvidenceRun)."""
+        s = cls(commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s, flops_rate=r.flops_rate, load=r.load),
+                within=r.within, over=r.over, at=r.at)
+        s.disturbed = r.why
+        return s
 
 
 def sample_of(ctx, run, bpb: float) -> Sample:
@@ -174,16 +185,14 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
         if ev is not None and ev.has_runs:
             for r in ev.runs:
                 if r.bpb is not None:
-                    s = Sample(rec.commit, r.bpb, r.seed, rec.number, r.log, RunSpeed(pace_s=r.pace_s))
-                    s.disturbed = r.why
+                    s = Sample.of_record(rec.commit, r)
+                    s.n = rec.number
                     out.setdefault(rec.commit, []).append(s)
             inc = ev.incumbent
             if inc.commit and inc.commit != rec.commit:
                 for r in inc.runs:
                     if r.bpb is not None and r.n is not None and r.n == rec.number:
-                        s = Sample(inc.commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s))
-                        s.disturbed = r.why
-                        out.setdefault(inc.commit, []).append(s)
+                        out.setdefault(inc.commit, []).append(Sample.of_record(inc.commit, r))
             continue
         legacy = rec.judge_values("baseline_values" if rec.is_baseline else "runs")
         if legacy is not None and rec.status in ("keep", "discard"):
@@ -261,3 +270,34 @@ def with_call(rule: Opinion, said: str, why: str, n: int) -> Opinion | None:
     if rule.status in ("discard", "crash"):
         return Opinion("rule", "discard", f"{rule.reason} ({why})", rule.confidence, rule.details, rule.basis)
     return Opinion("rule", "discard", f"not kept: {why} ({rule.reason})", rule.confidence, rule.details, Basis.METRIC)
+
+
+class Unrecorded:
+    """What a judge holds that the journal does not yet: the runs of decisions in flight (by
+    commit; dropped once their experiment is recorded), the last verification of each commit being
+    decided, the incumbent runs each decision asked for, and the audits for the next boundary."""
+
+    def __init__(self):
+        self.runs: dict[str, list[Sample]] = {}
+        self.last_verify: dict = {}
+        self.incumbent_tries: dict[int, int] = {}
+        self.audits: list[dict] = []
+
+
+def store_of(history: list[ExperimentRecord], memo: Unrecorded, commit: str | None = None,
+             samples: list[Sample] | None = None) -> dict[str, list[Sample]]:
+    """Every trusted run of the tag by commit: the recorded ones read back from the history's
+    evidence (restore), then the runs of decisions not recorded yet (with --workers, the others in
+    flight too). `samples`: `commit`'s runs as the decision holds them."""
+    recorded = {r.number for r in history   # the records restore() reads runs from
+                if r.is_experiment and r.number is not None and isinstance(r.commit, str)}
+    store = restore(history)
+    for c, runs in list(memo.runs.items()):
+        runs[:] = [x for x in runs if x.n is None or x.n not in recorded]   # in the journal now
+        if runs:
+            store[c] = store.get(c, []) + runs
+        else:
+            del memo.runs[c]
+    if samples is not None:
+        store[commit] = samples
+    return store

@@ -8,8 +8,10 @@
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
 Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
-(Decision.again asks the loop for each repeat); every trusted run of the tag goes into one store
-(agent/judges/evidence.py) from which sigma is pooled. A candidate is judged by a sequential
+(Decision.again asks the loop for each repeat); every trusted run of the tag is in the store
+(agent/judges/evidence.py) from which sigma is pooled. The store is the journal: the runs of every
+recorded decision are read back from the records' evidence (the same after --resume as before
+it), and the judge itself holds only the runs of decisions not yet recorded. A candidate is judged by a sequential
 one-sided t-test against the mean of the incumbent's own runs: discarded after one run when it is
 not below that mean, otherwise run again (each run with a seed of its own) until it is kept
 (P(better) >= P_KEEP, never on fewer than 2 runs), its gain fades, or MAX_RUNS runs leave it
@@ -60,12 +62,8 @@ class JudgeHierarchy:
         self.llm, self.tracer, self.budget = llm_judge, tracer, budget
         self.verify_timeout = verify_timeout
         self.band: Band | None = None
-        self._samples: dict[str, list[evidence.Sample]] = {}   # commit -> its trusted runs (the store)
-        self._restored = False
         self.llm_stopped: str | None = None   # why the LLM judge is no longer called (the cost cap)
-        self._last_verify: dict[str, VerifyResult] = {}   # the last successful verification per commit
-        self._audits: list[dict] = []
-        self._incumbent_tries: dict[int, int] = {}   # experiment -> incumbent runs it asked for
+        self._memo = evidence.Unrecorded()   # what the journal does not hold yet
         self._prepare: str | None = None
         self.seal: Seal | None = None     # the loop's sandbox and pinned inputs (harness/pinned.py)
         # With --workers N, judgements come from N threads: the trusted evaluations run side by
@@ -88,7 +86,7 @@ class JudgeHierarchy:
 
     # ---- judge -------------------------------------------------------------------------------
     def judge(self, ctx, run) -> Decision:
-        if run.crash_class is not None and self._samples.get(ctx.commit) and ctx.commit in self._last_verify:
+        if run.crash_class is not None and self._store_of(ctx).get(ctx.commit) and ctx.commit in self._memo.last_verify:
             with self._decide:
                 return self._crashed_repeat(ctx, run)
         if run.crash_class is not None:
@@ -104,7 +102,7 @@ class JudgeHierarchy:
         asked for it (Decision.run_next): verified as any run, added to the incumbent's runs
         (a crashed or failed one is not), and the candidate decided again on the new bar."""
         inc = ctx.best["commit"] if ctx.best else None
-        if inc is None or ctx.commit not in self._last_verify:
+        if inc is None or ctx.commit not in self._memo.last_verify:
             raise RuntimeError(f"exp {ctx.n}: a run of the incumbent that no decision asked for")
         # its train.py is read only where the evaluation is made here (the loop's executor made it)
         made_here = run.crash_class is None and run.verified is None
@@ -120,9 +118,9 @@ class JudgeHierarchy:
                 note = f"the incumbent's run is no evidence ({over if kind else v.reason}); not counted"
             else:
                 with self._decide:
-                    self._samples.setdefault(inc, []).append(evidence.sample_of(ictx, run, v.trusted_bpb))
+                    self._memo.runs.setdefault(inc, []).append(evidence.sample_of(ictx, run, v.trusted_bpb))
         with self._decide:
-            d = self._experiment(ctx, self._last_verify[ctx.commit], self._samples[ctx.commit])
+            d = self._experiment(ctx, self._memo.last_verify[ctx.commit], self._store_of(ctx)[ctx.commit])
         if note:
             d.reason += f" ({note})"
         return d
@@ -130,9 +128,9 @@ class JudgeHierarchy:
     def _crashed_repeat(self, ctx, run) -> Decision:
         """A later run of a commit crashed (say a timeout on a loaded machine). The baseline is
         made from the runs that finished; a candidate that crashes on a confirming run is not kept."""
-        samples = self._samples[ctx.commit]
+        samples = self._store_of(ctx)[ctx.commit]
         if ctx.best is None:
-            d = self._baseline(ctx, self._last_verify[ctx.commit], samples, final=True)
+            d = self._baseline(ctx, self._memo.last_verify[ctx.commit], samples, final=True)
             d.reason += f" (a repeat run crashed: {run.crash_class}; not counted)"
             return d
         mean = statistics.fmean(evidence.values(samples) or [s.bpb for s in samples])
@@ -141,7 +139,7 @@ class JudgeHierarchy:
         jd = {"status": "discard", "basis": Basis.CRASH.value, "reason": reason,
               "runs": evidence.values(samples), "best_before": _best_bpb(ctx)}
         escalation.note(ctx, "discard", reason, {"judge": jd})
-        return Decision("discard", reason, mean, {"verify": self._last_verify[ctx.commit].as_dict(), "judge": jd},
+        return Decision("discard", reason, mean, {"verify": self._memo.last_verify[ctx.commit].as_dict(), "judge": jd},
                         basis=Basis.CRASH)
 
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
@@ -152,28 +150,28 @@ class JudgeHierarchy:
             v.ok, v.reason = False, over
         if not v.ok:
             return self._integrity(ctx, v)
-        samples = self._samples.setdefault(ctx.commit, [])
-        samples.append(evidence.sample_of(ctx, run, v.trusted_bpb))
-        samples[-1].over = over or None   # over the limit by what the load explains: no evidence, rerun
-        self._last_verify[ctx.commit] = v
+        sample = evidence.sample_of(ctx, run, v.trusted_bpb)
+        sample.over = over or None   # over the limit by what the load explains: no evidence, rerun
+        samples = self._store_of(ctx).get(ctx.commit, []) + [sample]
+        self._memo.runs.setdefault(ctx.commit, []).append(sample)
+        self._memo.last_verify[ctx.commit] = v
         if ctx.best is None:
             return self._baseline(ctx, v, samples)
         return self._experiment(ctx, v, samples)
 
-    def _restore(self, ctx) -> None:
-        """After --resume (a judge that has seen no run yet): the store rebuilt from the journal."""
-        if not self._restored:
-            self._restored = True
-            for commit, old in evidence.restore(ctx.history).items():
-                if commit != ctx.commit:
-                    self._samples.setdefault(commit, old)
+    def _store_of(self, ctx, samples: list | None = None) -> dict[str, list]:
+        """Every trusted run of the tag by commit (evidence.store_of): the journal's, then this
+        judge's unrecorded ones; `samples`: this commit's runs as the decision holds them."""
+        return evidence.store_of(ctx.history, self._memo, ctx.commit, samples)
 
     def _store(self, ctx, samples) -> list:
-        """This commit's samples in the store (tests hand in plain values)."""
-        self._restore(ctx)
-        samples = [s if isinstance(s, evidence.Sample) else evidence.Sample(ctx.commit, float(s), n=ctx.n)
-                   for s in samples]
-        self._samples[ctx.commit] = samples
+        """This commit's samples as the decision holds them (tests hand in plain values: this
+        experiment's runs, which then stand for the commit's unrecorded ones)."""
+        if all(isinstance(x, evidence.Sample) for x in samples):
+            return list(samples)
+        samples = [x if isinstance(x, evidence.Sample) else evidence.Sample(ctx.commit, float(x), n=ctx.n)
+                   for x in samples]
+        self._memo.runs[ctx.commit] = list(samples)
         return samples
 
     def _baseline(self, ctx, v: VerifyResult, runs: list, final: bool = False) -> Decision:
@@ -181,7 +179,7 @@ class JudgeHierarchy:
         evidence.screen(samples)
         used = evidence.values(samples) or [s.bpb for s in samples]   # never none: the tag needs a baseline
         mean = statistics.fmean(stats.distinct(used))
-        noise = evidence.noise_of(self._samples)
+        noise = evidence.noise_of(self._store_of(ctx, samples))
         self.band = Band.of(used, noise)
         ev = {"call": "baseline", "p_keep": stats.P_KEEP, "noise": noise.as_dict(),
               "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]}}
@@ -207,8 +205,9 @@ class JudgeHierarchy:
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
         samples = self._store(ctx, runs)
+        store = self._store_of(ctx, samples)
         inc_commit, inc_bpb = ctx.best["commit"], ctx.best["val_bpb"]
-        inc = self._samples.get(inc_commit) or []
+        inc = store.get(inc_commit) or []
         remembered = not evidence.values(inc)
         if remembered:   # no run of the incumbent is known (an old journal): its recorded figure, once
             inc = [evidence.Sample(inc_commit or "?", float(inc_bpb), n=None)] \
@@ -217,7 +216,7 @@ class JudgeHierarchy:
             evidence.screen(inc)
         evidence.screen(samples, inc)
         latest = samples[-1]
-        noise = evidence.noise_of(self._samples)
+        noise = evidence.noise_of(store)
         cand = evidence.bar_values(ctx.commit, samples, noise, "candidate")
         bar = evidence.bar_values(inc_commit, inc, noise, "incumbent")
         lines = diff_lines(ctx.diff)
@@ -232,13 +231,13 @@ class JudgeHierarchy:
         # runs the harness did not measure carry no load: the unpaired rule, as ever)
         paired = None if remembered else \
             pairing.plan(samples, inc, ctx.n, noise,   # the incumbent's runs asked for and not counted
-                         max(0, self._incumbent_tries.get(ctx.n, 0) - sum(s.n == ctx.n for s in inc)))
+                         max(0, self._memo.incumbent_tries.get(ctx.n, 0) - sum(s.n == ctx.n for s in inc)))
         if paired is not None:
             ev["paired"] = paired.as_dict()
             if paired.said == "more":
                 ask = inc_commit if paired.next_side == "incumbent" else None
                 if ask:
-                    self._incumbent_tries[ctx.n] = self._incumbent_tries.get(ctx.n, 0) + 1
+                    self._memo.incumbent_tries[ctx.n] = self._memo.incumbent_tries.get(ctx.n, 0) + 1
                 ev.update(call="more", measure_incumbent=ask)
                 jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 mean = statistics.fmean([s.bpb for s in samples])
@@ -279,10 +278,10 @@ class JudgeHierarchy:
             said, why = "more", f"run {len(samples)} is no evidence ({latest.disturbed}); running it again"
         elif said == "more" and len(samples) >= stats.MAX_RUNS + evidence.DISTURBED_RERUNS:
             said, why = "undecided", f"out of reruns after {len(samples)} runs: {why}"
-        tries = self._incumbent_tries.get(ctx.n, 0)
+        tries = self._memo.incumbent_tries.get(ctx.n, 0)
         if said == "more" and paired is None and not latest.disturbed and not remembered and inc_commit and tries < INCUMBENT_TRIES \
                 and stats.rerun_incumbent(len(evidence.values(inc)), len(evidence.values(samples))):
-            self._incumbent_tries[ctx.n] = tries + 1
+            self._memo.incumbent_tries[ctx.n] = tries + 1
             ev.update(call="more", measure_incumbent=inc_commit)
             jd.update(status="discard", basis=Basis.METRIC.value)
             return Decision.again("discard", f"{why}; first the incumbent {inc_commit[:7]} is run again (it has "
@@ -312,7 +311,7 @@ class JudgeHierarchy:
                 items.append(("bias", f"{flag['kind']}: {flag['reason']}"))
                 meta["escalated"].append(flag)
         jd["escalations"] = [escalation.escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
-        self._audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
+        self._memo.audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
         escalation.note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
 
@@ -352,11 +351,11 @@ class JudgeHierarchy:
         return v.serving, best_rec.serving()
 
     def _band(self, ctx) -> Band:
-        if self.band is None:
-            self._restore(ctx)   # after --resume: the baseline record's runs
+        if self.band is None:   # after --resume: the baseline record's runs
+            store = self._store_of(ctx)
             base = next((r for r in ctx.history if r.is_experiment and r.noise_band() and r.noise_band().values), None)
-            vals = (evidence.values(self._samples.get(base.commit, [])) or base.noise_band().values) if base else []
-            noise = evidence.noise_of(self._samples) if self._samples else stats.pooled_noise({"baseline": vals})
+            vals = (evidence.values(store.get(base.commit, [])) or base.noise_band().values) if base else []
+            noise = evidence.noise_of(store) if store else stats.pooled_noise({"baseline": vals})
             self.band = Band.of(vals, noise)
         return self.band
 
@@ -447,7 +446,7 @@ class JudgeHierarchy:
         """The audit records of the decisions since the last boundary, then the human queue's
         decisions applied to the branch (agent/judges/queue_apply.py), each re-measurement a run of
         ctx.train verified here; ctx.on_moved moves the tag's state after each."""
-        records, self._audits = self._audits, []
+        records, self._memo.audits = self._memo.audits, []
         files = ctx.files
         queue_path = Path(files.run_dir) / "queue.sqlite"
         if not queue_path.exists():
@@ -497,3 +496,4 @@ def _run_info(ctx) -> RunInfo:
 
 def _best_bpb(ctx) -> float | None:
     return ctx.best["val_bpb"] if ctx.best else None
+
