@@ -206,6 +206,18 @@ class WorkerLaunch:
 
 
 @dataclass
+def cpu_budget() -> int:
+    """The cores the pool's tasks may share: AUTORESEARCH_THREADS where it is set (the threads the
+    user gives the harness's runs: a ceiling, so a lone late task is not handed cores other work
+    holds; on a busy CPU a run with more threads than free cores waits on its own threads, steps
+    10-60x slower), else every core."""
+    try:
+        given = int(os.environ.get("AUTORESEARCH_THREADS") or 0)
+    except ValueError:
+        given = 0
+    return given if given > 0 else (os.cpu_count() or 1)
+
+
 class ThreadShare:
     """How many threads a task gets: `fixed` for every task when set; else, `adaptive`, the
     pending tasks split the cores the busy ones leave free; else an even share of `cores`."""
@@ -247,7 +259,7 @@ class Pool:
             data=data, root=Path(root).resolve() if root is not None else None)
         self.launch.log_dir.mkdir(parents=True, exist_ok=True)
         self.n = workers
-        self.threads = ThreadShare(cores=cores or os.cpu_count() or 1, fixed=threads,
+        self.threads = ThreadShare(cores=cores or cpu_budget(), fixed=threads,
                                    adaptive=adaptive_threads and threads is None)
         self.timeout = task_timeout
         self.procs: list = [None] * workers
