@@ -1,7 +1,7 @@
 """agent/loop.py end to end: real git, real subprocesses, the offline proposer (and a scripted one).
 
 The real prepare.py/train.py run through the loop in tests/test_first_hour.py (its --smoke run:
-tiny profile, 2 optimizer steps, checked with check_run below); these tests use the fast
+tiny profile, 3 optimizer steps, checked with check_run below); these tests use the fast
 stand-ins of tests/loop_fixtures.py to exercise the loop's mechanics: keep/discard bookkeeping,
 refusals, kill -9 and Ctrl-C followed by --resume, guard rejections, crash fixes and the rebase of
 a prefetched proposal.

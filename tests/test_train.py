@@ -164,6 +164,8 @@ def test_a_compile_failure_falls_back_to_eager_loudly(tiny_cache, tmp_path):
     each fall back to eager with one loud line, the summary says why, and the run trains exactly
     as the eager run does."""
     source, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
+    # a smaller model (one micro-batch a step): what fails to compile is the same code
+    source = knobs.set_knobs(source, {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256})
     (tmp_path / "train.py").write_text(knobs.set_knobs(source, {"COMPILE": True, "MUON_VARIANT": "reference"}))
     (tmp_path / "eager.py").write_text(knobs.set_knobs(source, {"MUON_VARIANT": "reference"}))
     env = dict(tiny_cache, AUTORESEARCH_KNOBS_AS_WRITTEN="1", AUTORESEARCH_STEPS="2", CXX="/bin/false",
