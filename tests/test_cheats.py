@@ -34,6 +34,12 @@ def git(cwd, *args):
 def repo(tmp_path, monkeypatch):
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
+    return make_wt(tmp_path)
+
+
+def make_wt(tmp_path):
+    """The tag's worktree: the tiny profile's train.py committed as the base, and its run.json
+    (GIT_ENV must be set). Returns (worktree, base commit)."""
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "train.py").write_text(SRC)

@@ -16,7 +16,7 @@ from harness import clock as clock_mod
 from harness import load
 from harness.clock import ClockReference, LogClock, over_budget
 from harness.sandbox import detect
-from tests.test_cheats import SRC, commit, ctx_for, repo  # noqa: F401  (fixture)
+from tests.test_cheats import GIT_ENV, SRC, commit, ctx_for, make_wt, repo  # noqa: F401  (fixture)
 from tests.test_sealed import run_sealed, sealed_setup
 
 BURN = "import time\nwhile True:\n    pass\n"
@@ -109,17 +109,34 @@ def reference_from(run) -> ClockReference:
     return ClockReference.from_figures([run.extra["clock"]])
 
 
-def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure(repo, tiny_cache):
-    """The tag's baseline timed on the machine as it is, then the same train.py at a 6 s budget
-    beside one and then four CPU-burning processes (on 2 cores, with the run's one thread: ~1.5x
-    and ~4x load on an idle box): the clock measures the load, scales the allowances, and no run
-    is a cheat (at worst no evidence)."""
+# The reference run's budget: a reference is the unmodified train.py's startup and post (each
+# divided by its load), which do not depend on the budget, so one run serves both tests below.
+REFERENCE_BUDGET = 6
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_cache, tmp_path_factory):
+    """The tag's baseline timed on the machine as it is: the unmodified train.py, sealed, once for
+    the module (a worktree of its own)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in GIT_ENV.items():
+            mp.setenv(k, v)
+        wt, _ = make_wt(tmp_path_factory.mktemp("reference"))
+        seal, _ = sealed_setup(wt)
+        ref_run = run_sealed(wt, seal, 1, REFERENCE_BUDGET)
+    assert ref_run.crash_class is None, ref_run.log_tail
+    return reference_from(ref_run)
+
+
+def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure(repo, tiny_cache, reference):
+    """The tag's baseline timed on the machine as it is (the module's reference run), then the same
+    train.py at a 6 s budget beside one and then four CPU-burning processes (on 2 cores, with the
+    run's one thread: ~1.5x and ~4x load on an idle box): the clock measures the load, scales the
+    allowances, and no run is a cheat (at worst no evidence)."""
     wt, base = repo
     seal, h = sealed_setup(wt)
     h.budget = 6
-    ref_run = run_sealed(wt, seal, 1, 6)
-    assert ref_run.crash_class is None, ref_run.log_tail
-    ref = reference_from(ref_run)
+    ref = reference
     seen = []
     for n, k in ((2, 1), (3, 4)):
         procs = burners(k)
@@ -136,16 +153,14 @@ def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure
     print("burners, verdict, load startup, load train, charged:", seen)
 
 
-def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cache):
+def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cache, reference):
     """train.py edited to train its first 7.5 s without step lines (its numbering starting after
     them) and to stop on the harness's clock alone: ~1.75x a 10 s budget. Before, it fit in a
     15 s floor of slack; now it is past the limit and never evidence."""
     wt, base = repo
     seal, h = sealed_setup(wt)
     h.budget = 10
-    ref_run = run_sealed(wt, seal, 1, 10)
-    assert ref_run.crash_class is None, ref_run.log_tail
-    ref = reference_from(ref_run)
+    ref = reference           # the unmodified train.py's startup and post (the module's reference run)
     cheat = SRC
     for old, new in (
         ("    t_train = time.time()\n", "    t_train = time.time()\n    hidden = 0\n"),

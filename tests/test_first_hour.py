@@ -2,17 +2,22 @@
 profile, sealed runs, the trusted evaluation, the judge hierarchy), then `--resume` alone; a data
 shard deleted while the loop runs; two loops started at once on one new tag; a wrong tag."""
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agent import cli
 from agent.smoke import SMOKE_DEFAULTS
+from harness import knobs
 from harness.results import read_journal, read_results
 from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
                                  run_loop)
+from tests.test_loop import check_run
 
 
 def _own_cache(tiny_cache, tmp: Path) -> dict:
@@ -47,17 +52,38 @@ def test_the_smoke_preset_fills_what_was_not_given(monkeypatch):
     assert cli.given_options(["--tag", "s", "--smoke", "--budget", "5"]) == {"tag", "smoke", "budget"}
 
 
-def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
-    """The README's first command, on the real train.py: a baseline and two judged experiments,
-    the idea and the evaluation said while they run, an estimate at startup; then `--resume`
-    with no other option continues the tag with its own settings."""
+# A smaller model than the tiny profile's, for the tests that are about the loop's stops, not its figures.
+SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
+# The smoke run's one knob edit by the user (the profile's is 3, the reference's 10): the tag's base
+# commit writes the profile's values in and must leave this one as the user set it. Not the model's
+# size: at the tiny profile's the offline proposer's changes are decided in few runs (a smaller model
+# trains so alike that its gains sit at the noise band and the judge reruns them, ~2x the runs).
+USER_KNOB = {"STARTUP_STEPS": 1}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tiny_cache, tmp_path_factory):
+    """One `--smoke` run of the real train.py (tiny profile, sealed runs, the trusted evaluation,
+    the judge hierarchy, the offline proposer), shared by the tests that read what it left:
+    (repo, the user's HEAD, the environment, its output)."""
+    tmp = tmp_path_factory.mktemp("smoke")
     files = copy_real()
-    repo = make_repo(tmp_path / "repo", files)
-    env = _own_cache(tiny_cache, tmp_path)
+    files["train.py"] = knobs.set_knobs(files["train.py"], USER_KNOB)
+    repo = make_repo(tmp / "repo", files)
+    user_head = git(repo, "rev-parse", "HEAD")
+    env = _own_cache(tiny_cache, tmp)
     env.pop("AUTORESEARCH_PROFILE", None)     # the preset sets the tiny profile itself
     env["AUTORESEARCH_STEPS"] = "3"           # a step count already set wins over the preset's (test speed)
     p = subprocess.run(_bare("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
                        text=True, timeout=900)
+    return repo, user_head, env, p
+
+
+def test_smoke_run_then_resume_alone(smoke_run):
+    """The README's first command, on the real train.py: a baseline and two judged experiments,
+    the idea and the evaluation said while they run, an estimate at startup; then `--resume`
+    with no other option continues the tag with its own settings."""
+    repo, _, env, p = smoke_run
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     wt = repo / ".autoresearch" / "smoke"
@@ -93,13 +119,55 @@ def test_smoke_run_then_resume_alone(tiny_cache, tmp_path):
     assert [r["n"] for r in _records(wt)] == [1, 2, 3]
 
 
+def test_the_smoke_run_s_records_branch_and_base_commit(smoke_run):
+    """The loop end to end on the real train.py (what tests/test_loop.py checks on the stand-in):
+    every finished run's invariants, the tag's base commit writing the tiny profile's knob values
+    in (the user's own knob values kept), each record's summary, timings and trusted evaluation,
+    run.json's figures and the traces' spans."""
+    repo, user_head, _, p = smoke_run
+    assert p.returncode == 0, p.stdout + p.stderr
+    wt = repo / ".autoresearch" / "smoke"
+    assert f"results: {wt / 'results.tsv'}" in p.stdout
+    records, rows = check_run(repo, "smoke", 3, user_head)
+    # train.py holds the reference's values: the tag's base is the commit that writes the tiny
+    # profile's values in (a knob the user moved, STARTUP_STEPS 1, keeps its value), and it is the baseline
+    run_json = json.loads((wt / "run.json").read_text())
+    base = run_json["base_commit"]
+    assert git(repo, "rev-parse", f"{base}^") == user_head and records[0]["commit"] == base
+    assert git(repo, "log", "-1", "--format=%s", base) == "baseline: the tiny profile's knob values"
+    base_knobs = knobs.values(git(repo, "show", f"{base}:train.py"))
+    assert base_knobs["STARTUP_STEPS"] == 1 and base_knobs["DEPTH"] == 4      # the user's value; the profile's
+    assert base_knobs["HEAD_DIM"] == 64 and base_knobs["COMPILE"] is False
+    diff = git(repo, "diff", user_head, base, "--", "train.py")
+    changed = [ln for ln in diff.splitlines() if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))]
+    # knob lines only, and the bare run's in-memory rewrite replaced by a note that the values are written in
+    call = [ln for ln in changed if knobs.PROFILE_CALL in ln or knobs.PROFILE_CALL_DONE in ln]
+    assert [ln[0] for ln in call] == ["-", "+"]
+    assert changed and all(re.match(r"^[+-][A-Z_]+ = ", ln) for ln in changed if ln not in call)
+    assert records[0]["proposer"] == "baseline"
+    for rec in records:
+        if rec["status"] != "crash":
+            assert rec["summary"], (rec["status"], rec["decision_reason"], rec.get("description"))
+            assert rec["summary"]["profile"] == "tiny" and rec["summary"]["num_steps"] == 3
+            assert rec["timings"]["run"] > 0 and "overhead" in rec["timings"]
+            # the judge hierarchy decided on the trusted re-evaluation of the saved model
+            assert rec["verdicts"]["verify"]["ok"] and rec["trusted_bpb"] is not None and rec["verify_seconds"] > 0
+        assert (wt / rec["log"]).exists()
+    assert all(r["proposer"] == "offline" for r in records[1:])
+    assert run_json["budget"] == 10 and run_json["profile"] == "tiny"
+    assert len(run_json["fingerprint"]) == 12
+    spans = [json.loads(line)["name"] for line in (wt / "traces.jsonl").read_text().splitlines()]
+    assert {"propose", "run", "judge"} <= set(spans)
+
+
 def test_a_shard_deleted_mid_run_stops_the_loop_and_resume_loses_nothing(tiny_cache, tmp_path):
     """The training shard goes while experiment 2 starts (its train.py waits for the test at a
     gate, then finds no data): no crash is recorded, the loop stops with one line saying what to
-    run and a distinct status; with the shard back, --resume runs experiment 2 again."""
+    run and a distinct status; with the shard back, --resume runs experiment 2 again (the last:
+    a small model, two experiments)."""
     files = copy_real()
     gate = tmp_path / "gate"
-    files["train.py"] = files["train.py"].replace(
+    files["train.py"] = knobs.set_knobs(files["train.py"], SMALL).replace(
         "    loader = prepare.make_dataloader(",
         "    while 'exp-0002' in os.environ.get('AUTORESEARCH_ARTIFACT', '') and not os.path.exists("
         f"{str(gate)!r}):\n        time.sleep(0.1)\n    loader = prepare.make_dataloader(", 1)
@@ -107,7 +175,7 @@ def test_a_shard_deleted_mid_run_stops_the_loop_and_resume_loses_nothing(tiny_ca
     repo = make_repo(tmp_path / "repo", files)
     env = _own_cache(tiny_cache, tmp_path)
     env["AUTORESEARCH_STEPS"] = "2"
-    args = ("--tag", "d", "--budget", "2", "--max-experiments", "3", "--reviewer", "simple",
+    args = ("--tag", "d", "--budget", "2", "--max-experiments", "2", "--reviewer", "simple",
             "--sandbox", "none", "--fix-tries", "0")
     proc = subprocess.Popen(loop_cmd(*args), cwd=repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -141,9 +209,9 @@ def test_a_shard_deleted_mid_run_stops_the_loop_and_resume_loses_nothing(tiny_ca
     done = run_loop(repo, env, "--tag", "d", "--resume", timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     records = _records(wt)
-    assert [r["n"] for r in records] == [1, 2, 3] and all(r["status"] != "crash" for r in records)
+    assert [r["n"] for r in records] == [1, 2] and all(r["status"] != "crash" for r in records)
     rows = read_results(wt / "results.tsv").rows
-    assert len(rows) == 3
+    assert len(rows) == 2
 
 
 def test_two_loops_started_at_once_on_a_new_tag(tmp_path):

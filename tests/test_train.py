@@ -126,9 +126,16 @@ def test_resume_from_pre_decay_state_matches_an_uninterrupted_run(tiny_cache, tm
     """Hyperband promotion: a 6-step run saves at its pre-decay point (step 4); resuming that state
     with an 8-step budget must reproduce an uninterrupted 8-step run step for step."""
     state = tmp_path / "state.pt"
-    straight = run_train(tiny_cache, AUTORESEARCH_STEPS=8, AUTORESEARCH_DECAY_STEPS=2)
-    short = run_train(tiny_cache, AUTORESEARCH_STEPS=6, AUTORESEARCH_DECAY_STEPS=2, AUTORESEARCH_SAVE_STATE=state)
-    resumed = run_train(tiny_cache, AUTORESEARCH_STEPS=8, AUTORESEARCH_DECAY_STEPS=2, AUTORESEARCH_RESUME_STATE=state)
+    # the tiny profile's train.py at a smaller model (one micro-batch a step): the same resume path
+    source, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
+    script = tmp_path / "train.py"
+    script.write_text(knobs.set_knobs(source, {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256}))
+    env = dict(tiny_cache, AUTORESEARCH_KNOBS_AS_WRITTEN="1")
+    straight = run_train(env, cwd=tmp_path, script=script, AUTORESEARCH_STEPS=8, AUTORESEARCH_DECAY_STEPS=2)
+    short = run_train(env, cwd=tmp_path, script=script, AUTORESEARCH_STEPS=6, AUTORESEARCH_DECAY_STEPS=2,
+                      AUTORESEARCH_SAVE_STATE=state)
+    resumed = run_train(env, cwd=tmp_path, script=script, AUTORESEARCH_STEPS=8, AUTORESEARCH_DECAY_STEPS=2,
+                        AUTORESEARCH_RESUME_STATE=state)
     for p in (straight, short, resumed):
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     a, b, c = losses(straight.stdout), losses(short.stdout), losses(resumed.stdout)
@@ -164,6 +171,8 @@ def test_a_compile_failure_falls_back_to_eager_loudly(tiny_cache, tmp_path):
     each fall back to eager with one loud line, the summary says why, and the run trains exactly
     as the eager run does."""
     source, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
+    # a smaller model (one micro-batch a step): what fails to compile is the same code
+    source = knobs.set_knobs(source, {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256})
     (tmp_path / "train.py").write_text(knobs.set_knobs(source, {"COMPILE": True, "MUON_VARIANT": "reference"}))
     (tmp_path / "eager.py").write_text(knobs.set_knobs(source, {"MUON_VARIANT": "reference"}))
     env = dict(tiny_cache, AUTORESEARCH_KNOBS_AS_WRITTEN="1", AUTORESEARCH_STEPS="2", CXX="/bin/false",
