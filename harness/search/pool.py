@@ -205,7 +205,6 @@ class WorkerLaunch:
     root: Path | None = None
 
 
-@dataclass
 def cpu_budget() -> int:
     """The cores the pool's tasks may share: AUTORESEARCH_THREADS where it is set (the threads the
     user gives the harness's runs: a ceiling, so a lone late task is not handed cores other work
@@ -218,6 +217,7 @@ def cpu_budget() -> int:
     return given if given > 0 else (os.cpu_count() or 1)
 
 
+@dataclass
 class ThreadShare:
     """How many threads a task gets: `fixed` for every task when set; else, `adaptive`, the
     pending tasks split the cores the busy ones leave free; else an even share of `cores`."""
