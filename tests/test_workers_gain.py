@@ -12,10 +12,9 @@ tests/fake_anthropic.py) proposes putting them back: an honest gain of about 1 b
 what a second run beside it costs. Experiment 3 (the offline proposer, the fake API being
 overloaded) runs beside it, so the gain is measured under load.
 
-Contested (out of reruns, to the human queue) is accepted, a plain discard is not: on a shared box
-whose load falls after the baseline, honest runs can read "over" the clock's limit again and again
-(the reference startup is the baseline's divided by a load factor that assumes the run wants
-every core, which overstates a one-thread run's slowdown), and the decision runs out of reruns.
+Contested (out of reruns, to the human queue) is accepted, a plain discard is not: on a shared CI
+box a load that comes and goes can leave every confirming run no evidence until the reruns run
+out. How often it is kept is measured, not asserted here (docs/judge.md).
 """
 from __future__ import annotations
 
