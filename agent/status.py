@@ -26,6 +26,7 @@ from pathlib import Path
 
 from agent.console import read_tail, run_progress
 from agent.judges import stats
+from agent.tracing import span_of
 from harness.records import ExperimentRecord, RunningExperiment, RunState, SessionTally, WorkerState
 from harness.results import write_state
 
@@ -86,7 +87,7 @@ class Panel:
 
     def span(self, name: str, input: dict):
         """A traced span (traces.jsonl) of a step: the guard, a run, a judge call."""
-        return self.tracer.span(name, input=input) if self.tracer is not None else _Untraced()
+        return span_of(self.tracer, name, input)
 
     # ---- the status sink -----------------------------------------------------------------------
     def phase(self, name: str, n: int | None = None, run_started_at: float | None = None) -> None:
@@ -245,16 +246,3 @@ def trained_all(log_path, budget: float) -> bool:
 def _evaluating(run_dir: Path) -> bool:
     """A trusted evaluation is running: its process group is recorded (harness/verify.py)."""
     return any((Path(run_dir) / ".verify").glob("verify*.pid"))
-
-
-class _Untraced:
-    """A span that records nothing (no tracer yet)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def log(self, **kw) -> None:
-        pass

@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,3 +233,15 @@ class Tracer:
             sp._bt.end(end_time=sp.end)
         except Exception as e:
             self._bt_failed(e)
+
+
+class NoSpan:
+    """A span that records nothing: what a step logs to when there is no tracer."""
+
+    def log(self, **kw) -> None:
+        pass
+
+
+def span_of(tracer, name: str, input: dict):
+    """`tracer.span(name, input)`, or a context giving a NoSpan where there is no tracer."""
+    return tracer.span(name, input=input) if tracer is not None else nullcontext(NoSpan())

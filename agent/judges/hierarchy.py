@@ -29,6 +29,7 @@ from pathlib import Path
 from agent.judges import evidence, metajudge, pairing, stats
 from agent.judges import escalation
 from agent.judges.evidence import Band
+from agent.tracing import span_of
 from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.queue_apply import apply_decided
@@ -433,13 +434,8 @@ class JudgeHierarchy:
         jd["llm"], jd["cost_usd"] = res.as_dict(), res.cost_usd
         return res.opinion
 
-    @contextlib.contextmanager
     def _span(self, name: str, input: dict):
-        if self.tracer is None:
-            yield _NoSpan()
-            return
-        with self.tracer.span(name, input=input) as sp:
-            yield sp
+        return span_of(self.tracer, name, input)
 
     # ---- boundary ----------------------------------------------------------------------------
     def boundary(self, ctx: BoundaryContext) -> list[dict]:
@@ -474,11 +470,6 @@ class JudgeHierarchy:
         return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
                 "verify_seconds": v.seconds, "memory_gb": (run.printed("peak_vram_mb") or 0.0) / 1024,
                 "log": log}
-
-
-class _NoSpan:
-    def log(self, *a, **k):
-        pass
 
 
 class _MeasureCtx:

@@ -17,12 +17,12 @@ Failure handling, from the outside in:
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from agent import sdk_logs
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.tools import TOOLS, ToolError, Workspace, condense_history
+from agent.tracing import span_of
 from harness import llm, pricing
 from harness.llm import retry_after as _retry_after  # noqa: F401  (tests and callers use this name)
 
@@ -58,12 +58,6 @@ How to work:
 - Then call submit with a one-line description and your hypothesis. One idea per experiment.
 
 The research program written by the humans who run this lab follows; it takes precedence."""
-
-
-class _NoSpan:
-    """Stands in for a tracing span when no tracer is given."""
-    def log(self, **kw):
-        pass
 
 
 def _block_dict(block) -> dict:
@@ -163,8 +157,7 @@ class ClaudeProposer:
                               f"{acct['retries']} retried failures")
 
     def _run_tool(self, ws: Workspace, use) -> dict:
-        span = self.tracer.span(f"tool.{use.name}", input={"input": use.input}) if self.tracer else None
-        with span or contextlib.nullcontext(_NoSpan()) as sp:
+        with span_of(self.tracer, f"tool.{use.name}", {"input": use.input}) as sp:
             try:
                 text, is_error = ws.run(use.name, use.input), False
             except ToolError as e:
@@ -187,9 +180,7 @@ class ClaudeProposer:
 
     def _create(self, system: list, messages: list, acct: dict):
         kwargs = self._request(system, messages)
-        span = (self.tracer.span("claude.messages", input={"model": self.model, "messages": len(messages)})
-                if self.tracer else None)
-        with span or contextlib.nullcontext(_NoSpan()) as sp:
+        with span_of(self.tracer, "claude.messages", {"model": self.model, "messages": len(messages)}) as sp:
             try:
                 reply = self.llm.create(**kwargs)
             except llm.LLMUnavailable as e:
