@@ -9,8 +9,11 @@ The real train.py (tiny profile, a small model) on a 5 s training budget, the ju
 sandbox, two local workers. The tag starts from a train.py with learning rates a hundredth of the
 profile's (an under-trained baseline); the Claude proposer (the real anthropic client against
 tests/fake_anthropic.py) proposes putting them back: an honest gain of about 1 bpb, far beyond
-what a second run beside it costs. Experiment 3 (the offline proposer, the fake API being
-overloaded) runs beside it, so the gain is measured under load.
+what a second run beside it costs. Experiment 3, a scripted edit of another line (the warm-down),
+runs beside it, so the gain is measured under load. (Not the offline proposer: its first step from
+this baseline moves a learning rate out of range to the range's edge, the very line of the gain's
+edit, and when that experiment is kept first the gain's edit conflicts with the tip and is
+discarded as it should be: a race, not the judge, would decide the test.)
 
 Contested (out of reruns, to the human queue) is accepted, a plain discard is not: on a shared CI
 box a load that comes and goes can leave every confirming run no evidence until the reruns run
@@ -37,10 +40,21 @@ def test_an_honest_gain_beside_another_worker_is_kept(tiny_cache, tmp_path):
     repo = make_repo(tmp_path / "repo", files)
     edits = [F.tool_use("str_replace", {"path": "train.py", "old_str": f"{k} = {SLOW[k]}  #",
                                         "new_str": f"{k} = {GOOD[k]}  #"}) for k in SLOW]
+    script = [*edits, F.tool_use("submit", {"description": DESCRIPTION,
+                                            "hypothesis": "the baseline's learning rates are far too small"}),
+              F.tool_use("str_replace", {"path": "train.py", "old_str": "WARMDOWN_RATIO = 0.5  #",
+                                         "new_str": "WARMDOWN_RATIO = 0.45  #"}),
+              F.tool_use("submit", {"description": "a slightly shorter warm-down",
+                                    "hypothesis": "the schedule's tail matters little here"})]
+
+    def answer(req):
+        """The proposer's calls (its tools end in submit) get the script in order; the LLM judge's and a
+        fourth proposal's get 529 (the rule judge decides alone; the offline proposer answers)."""
+        tools = {t.get("name") for t in req.body.get("tools", [])} if isinstance(req.body, dict) else set()
+        return script.pop(0) if script and "submit" in tools else F.error(529, "overloaded")
+
     with F() as fake:
-        fake.push(*edits, F.tool_use("submit", {"description": DESCRIPTION,
-                                                "hypothesis": "the baseline's learning rates are far too small"}))
-        fake.default = F.error(529, "overloaded")   # every later call: the offline proposer answers
+        fake.default = answer
         env = dict(tiny_cache, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000", ANTHROPIC_BASE_URL=fake.base_url)
         env.pop("AUTORESEARCH_STEPS", None)          # a wall-clock budget: the load moves the figures
         p = run_loop(repo, env, "--tag", "wg", "--budget", "5", "--max-experiments", "3", "--workers", "2",
