@@ -19,6 +19,12 @@ far) and for variants of this rule (a first run that must be further below the b
 confirmed, fewer baseline runs, no incumbent reruns, a lower P_KEEP), each with its bench's null
 and gain keep rates: what scripts/bench_research.py measures through the real loop, on a
 synthetic landscape.
+
+`--bound --night-runs 30`: what no rule that confirms its keeps can beat. Oracles that know every
+proposal's true effect (no noise, no baseline repeats) against the reference protocol on the same
+mix: one that keeps every gain above a floor on one run, and one that spends a second, confirming
+run on each keep (as every rule that refuses one-run keeps must: a recipe that makes training
+erratic lands low on one run by luck).
 """
 from __future__ import annotations
 
@@ -148,6 +154,30 @@ def night_rule(rng, budget: int, baseline_runs: int):
     return inc_mu, false, true, i
 
 
+def night_oracle(rng, budget: int, confirm: bool, floor: float):
+    """A rule that knows each proposal's true effect: it keeps exactly the gains above `floor`
+    sigma, on one run, or with one confirming run more (`confirm`); the night's final true gain."""
+    best_mu, runs = 0.0, 1
+    while runs < budget:
+        mu = best_mu + effect(rng)
+        runs += 1
+        if mu - best_mu > floor:
+            runs += 1 if confirm else 0
+            best_mu = mu
+    return best_mu
+
+
+def bound(budget: int, nights: int, seed: int) -> None:
+    rng = random.Random(seed)
+    ref = statistics.fmean(night_simple(rng, budget)[0] for _ in range(nights))
+    print(f"{'reference (one run, keep if lower)':44s} {budget} runs: final true gain {ref:5.2f} sigma")
+    for confirm in (False, True):
+        for floor in (0.0, 1.0, 2.0):
+            gain = statistics.fmean(night_oracle(rng, budget, confirm, floor) for _ in range(nights))
+            label = f"oracle, gains > {floor:g} sigma, {'confirmed' if confirm else 'one run'}"
+            print(f"{label:44s} {budget} runs: final true gain {gain:5.2f} sigma ({gain / ref:.0%} of the reference)")
+
+
 # (label, FIRST_RUN_MIN_T, baseline runs, incumbent reruns, P_KEEP, MAX_RUNS) of --variants.
 VARIANTS = [("the rule (default)", 0.0, 5, True, 0.99, 5), ("first run t >= 0.5", 0.5, 5, True, 0.99, 5),
             ("first run t >= 1", 1.0, 5, True, 0.99, 5), ("3 baseline runs", 0.0, 3, True, 0.99, 5),
@@ -195,8 +225,13 @@ def main(argv=None) -> int:
     p.add_argument("--variants", action="store_true",
                    help="nights of --night-runs runs: the reference protocol and variants of this rule")
     p.add_argument("--night-runs", type=int, default=100)
+    p.add_argument("--bound", action="store_true",
+                   help="nights of --night-runs runs: oracles that know the true effects, against the reference protocol")
     p.add_argument("--only", help="with --variants: only the variants whose label contains this")
     args = p.parse_args(argv)
+    if args.bound:
+        bound(args.night_runs, args.nights, args.seed)
+        return 0
     if args.variants:
         variants(args.night_runs, args.nights, args.benches, args.seed, args.only)
         return 0

@@ -170,3 +170,23 @@ def test_judge_sim_variants_print_the_reference_and_leave_the_rule_as_it_was(cap
     assert out[0].startswith("reference (one run, keep if lower)") and "12 runs" in out[0]
     assert [x.split()[0:2] for x in out[1:]] == [["P_KEEP", "0.95"], ["P_KEEP", "0.9"]]
     assert (stats.P_KEEP, stats.MAX_RUNS, stats.FIRST_RUN_MIN_T) == before
+
+
+def test_the_oracle_keeps_exactly_the_gains_over_its_floor_and_pays_its_confirming_runs(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("judge_sim", REPO / "scripts" / "judge_sim.py")
+    judge_sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(judge_sim)
+    effects = iter([3.0, -1.0, 0.5, 2.0, 4.0, 9.0])
+    monkeypatch.setattr(judge_sim, "effect", lambda rng: next(effects))
+    # base 1 run; +3 kept (2 runs), -1 (1), +0.5 under the floor (1), +2 kept (2): 7 runs, 5 sigma
+    assert judge_sim.night_oracle(None, 7, confirm=True, floor=1.0) == 5.0
+    effects = iter([3.0, -1.0, 0.5, 2.0, 4.0, 9.0])
+    # one run each: the same 7 runs reach two more proposals (+4 and +9, both kept)
+    assert judge_sim.night_oracle(None, 7, confirm=False, floor=1.0) == 18.0
+    effects = iter([3.0, -1.0, 0.5, 2.0])
+    assert judge_sim.night_oracle(None, 5, confirm=False, floor=0.0) == 5.5, "every gain over 0 kept"
+    monkeypatch.undo()
+    assert judge_sim.main(["--bound", "--night-runs", "10", "--nights", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("reference (one run, keep if lower)") and len(out) == 7
+    assert sum("confirmed" in x for x in out) == 3 and all("of the reference" in x for x in out[1:])

@@ -1,8 +1,8 @@
 """The reviewer: what the loop asks before a run (guard), after it (judge) and between runs.
 
-The loop only knows this protocol. SimpleReviewer is the default (keep iff val_bpb beats the
-best so far, the rule of the seed's program.md); the judge hierarchy is another implementation
-plugged in through the same three methods. Each gets a context, never the loop: an
+The loop only knows this protocol. The judge hierarchy (agent/judges/hierarchy.py) is the
+default; SimpleReviewer (`--reviewer simple`) is the reference protocol of the seed's program.md,
+keep iff the printed val_bpb beats the best so far, plugged in through the same three methods. Each gets a context, never the loop: an
 ExperimentContext before and after a run, a BoundaryContext between experiments.
 """
 from __future__ import annotations
