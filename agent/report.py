@@ -93,7 +93,7 @@ def kept_changes(data: dict) -> list[ExperimentRecord]:
 
 def _parent_config(rec: ExperimentRecord, by_commit: dict) -> dict | None:
     parent = by_commit.get(rec.parent) if isinstance(rec.parent, str) else None
-    return parent.config if parent else None
+    return parent.run.config if parent else None
 
 
 def idea_of(rec: ExperimentRecord, by_commit: dict) -> str:

@@ -178,7 +178,8 @@ DETAIL_KEYS = ("n", "status", "description", "hypothesis", "decision_reason", "c
 def experiment_detail(history: list[ExperimentRecord], n: int, pending: list = ()) -> str:
     for r in [*(r for r in history if r.is_experiment), *pending]:
         if r.n == n:
-            shown = {k: getattr(r, k, None) for k in DETAIL_KEYS if getattr(r, k, None) is not None}
+            got = r.value if isinstance(r, ExperimentRecord) else (lambda k: getattr(r, k, None))
+            shown = {k: got(k) for k in DETAIL_KEYS if got(k) is not None}
             diff = r.text("diff") if isinstance(r, ExperimentRecord) else ""
             if len(diff) > DIFF_CHAR_LIMIT:
                 diff = diff[:DIFF_CHAR_LIMIT] + f"\n...[{len(diff) - DIFF_CHAR_LIMIT} chars cut]"
@@ -197,8 +198,8 @@ def search_archive(history: list[ExperimentRecord], query: str, limit: int = ARC
         if r.status not in ("discard", "crash"):
             continue
         changed = [l for l in r.text("diff").splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
-        text = " ".join([str(getattr(r, k) or "") for k in ("description", "hypothesis", "decision_reason",
-                                                            "crash_class")] + changed).lower()
+        text = " ".join([str(r.value(k) or "") for k in ("description", "hypothesis", "decision_reason",
+                                                          "crash_class")] + changed).lower()
         if all(w in text for w in words):
             scored.append((sum(text.count(w) for w in words), r.number or 0, r, changed))
     if not scored:
