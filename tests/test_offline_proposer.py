@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import replace
 
 import optuna
 import pytest
@@ -269,8 +268,10 @@ def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
                     f.write(b"0" * 4096)
             except OSError:
                 pass
-        history = [replace(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5, "LR": 0.01 + n / 10000}),
-                                  "discard", 1 + n / 1000), description="x" * 2000) for n in range(3, 300)]
+        history = [ExperimentRecord.from_dict(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5,
+                                                                                     "LR": 0.01 + n / 10000}),
+                                                     "discard", 1 + n / 1000).to_dict() | {"description": "x" * 2000})
+                   for n in range(3, 300)]
         with pytest.raises(OSError) as got:
             p.propose(request(fs, FAKE_TRAIN, history, n=300))
         assert is_out_of_space(got.value) and STUDY_FILE in str(got.value)
