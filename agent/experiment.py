@@ -394,7 +394,7 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
     p = a.proposal
     rec = ExperimentRecord(
         ident=RecordIdentity(n=a.n, tag=files.tag, parent=a.parent, commit=commit, short=commit[:7],
-                             discarded_ref=discarded, worker=slot.wid),   # worker: --workers N's which
+                             discarded_ref=discarded, worker=slot.wid),   # --workers N: which carried it
         proposal=RecordProposal(description=p.description, hypothesis=p.hypothesis, proposer=p.proposer,
                                 model=p.model, notes=p.notes, info=a.info.for_record(),
                                 diff=gitops.diff(files.repo, a.parent, a.commit) if a.parent and a.commit else ""),
