@@ -118,10 +118,10 @@ def clock(seconds: float | None) -> str:
 def decision_line(rec: ExperimentRecord) -> str:
     bpb = rec.decision_bpb
     bpb_text = f"{bpb:.6f}" if bpb is not None else "-"
-    extra = f" [{rec.crash_class}]" if rec.crash_class else ""
+    extra = f" [{rec.run.crash_class}]" if rec.run.crash_class else ""
     extra += " (escalated to the human queue)" if rec.escalated else ""
-    return (f"exp {rec.n} {rec.short} {rec.status}{extra} val_bpb {bpb_text}: "
-            f"{rec.description} -- {rec.decision_reason}")
+    return (f"exp {rec.n} {rec.ident.short} {rec.status}{extra} val_bpb {bpb_text}: "
+            f"{rec.description} -- {rec.decision.decision_reason}")
 
 
 def progress_text(progress: dict | None, budget: float) -> str:

@@ -161,7 +161,7 @@ def records_of(p: Plan) -> list[ExperimentRecord]:
         if r.found and r.commit and parent:
             diff = gitops.diff(p.repo, parent, r.commit)
         crash = r.status == "crash"
-        out.append(ExperimentRecord(
+        out.append(ExperimentRecord.of(
             n=n, tag=p.tag, parent=parent, commit=r.commit, short=r.commit[:7], status=r.status,
             description=r.description, proposer=PROPOSER, diff=diff,
             summary=None if crash else {"val_bpb": r.bpb, "peak_vram_mb": (r.memory_gb or 0.0) * 1024},
@@ -186,8 +186,8 @@ def write(p: Plan) -> Path:
     records = records_of(p)
     for rec in records:
         append_journal(p.worktree / "journal.jsonl", rec.to_dict())
-        if rec.discarded_ref:
-            gitops.update_ref(p.repo, rec.discarded_ref, rec.commit)
+        if rec.ident.discarded_ref:
+            gitops.update_ref(p.repo, rec.ident.discarded_ref, rec.commit)
     rewrite_results(p.worktree / "results.tsv",
                     [ResultRow(r.commit, r.bpb, r.memory_gb, r.status, r.description).format() for r in p.rows])
     write_json_atomic(p.worktree / IMPORTED_JSON, {

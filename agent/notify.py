@@ -155,7 +155,7 @@ class Watch:
                 prev = self._best if self._best is not None else _best_before(history[:-1])
                 if rec.is_baseline:
                     self.post("baseline", f"autoresearch {self.tag}: baseline {bpb:.6f} measured "
-                              f"({rec.decision_reason[:200]})")
+                              f"({rec.decision.decision_reason[:200]})")
                 elif prev is None or bpb < prev:
                     gain = f", {prev - bpb:+.6f} over {prev:.6f}" if prev is not None else ""
                     self.post("new_best", f"autoresearch {self.tag}: new best {bpb:.6f}{gain} by exp {rec.n} "
@@ -164,11 +164,11 @@ class Watch:
             crashes = _trailing_crashes(history)
             if crashes == self.streak:
                 self.post("crash_streak", f"autoresearch {self.tag}: {crashes} crashes in a row, the last "
-                          f"exp {rec.n} ({rec.crash_class}): {rec.description[:200]}")
+                          f"exp {rec.n} ({rec.run.crash_class}): {rec.description[:200]}")
             for kind, item in _escalations(rec):
                 show = f"show {item}" if item is not None else "list"
                 self.post("queue", f"autoresearch {self.tag}: exp {rec.n} went to the human queue ({kind}): "
-                          f"{rec.decision_reason[:300]}. Review: uv run agent/review_queue.py {show}")
+                          f"{rec.decision.decision_reason[:300]}. Review: uv run agent/review_queue.py {show}")
 
     def tick(self, running: str = "") -> None:
         """At most once per digest_every_s: what was decided since the last digest."""
@@ -204,7 +204,7 @@ def _trailing_crashes(history: list[ExperimentRecord]) -> int:
 
 def _evidence(rec: ExperimentRecord) -> str:
     ev = rec.evidence_view()
-    return ev.summary() if ev is not None else (rec.decision_reason[:300] or "-")
+    return ev.summary() if ev is not None else (rec.decision.decision_reason[:300] or "-")
 
 
 def _escalations(rec: ExperimentRecord) -> list[tuple[str, int | None]]:

@@ -64,7 +64,7 @@ class InFlight:
 
     def as_crash(self) -> ExperimentRecord:
         """The record it would leave if it crashed (agent/budget.py: would that start a crash streak?)."""
-        return ExperimentRecord(n=self.n, parent=self.parent, commit=self.commit, status="crash",
+        return ExperimentRecord.of(n=self.n, parent=self.parent, commit=self.commit, status="crash",
                                 description=self.description, proposer=self.proposer, handover=self.handover,
                                 config=self.config or {}, code=self.code)
 

@@ -17,63 +17,13 @@ import difflib
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from agent import budget
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from harness import gitops
-from harness.records import OPTIONAL_KEYS, fnum
-
-
-@dataclass
-class ProposalInfo:
-    """How experiment n's proposal came to be, and what happened to it before its record: the
-    timings, and the record's optional keys (ExperimentRecord) that the journal carries when set.
-    pending.json holds it as to_dict(); from_dict reads that back (unknown keys kept in `extra`)."""
-    seconds: float | None = None          # proposing it (a screen: every candidate's, and the screen's)
-    waited: float | None = None           # prefetched: how long the loop waited for it
-    handover: str | None = None           # why the offline proposer had this turn (agent/budget.py)
-    fallback: str | None = None           # "offline": the proposer failed or was unavailable
-    proposal_error: str | None = None
-    prefetched: bool | None = None
-    stale_parent: str | None = None       # prefetched on a parent that was not kept
-    rebased_from: str | None = None       # ...so its edit was merged onto the last kept commit
-    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged here)
-    screen: dict | None = None            # --screen K: the screen that picked it
-    screen_error: str | None = None
-    fixes: list | None = None             # the fix proposals of its crashed tries (their ProposalInfo dicts)
-    fix_error: str | None = None
-    rebases: list | None = None           # --workers: the runs on parents the branch moved past
-    resumed: bool | None = None           # re-run after a stop (agent/recovery.py)
-    extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in INFO_KEYS if getattr(self, k) is not None} | self.extra
-
-    @classmethod
-    def from_dict(cls, d) -> "ProposalInfo":
-        d = d if isinstance(d, dict) else {}
-        return cls(**{k: d[k] for k in INFO_KEYS if k in d}, extra={k: v for k, v in d.items() if k not in INFO_KEYS})
-
-    def record_fields(self) -> dict:
-        """The keys the experiment record carries (ExperimentRecord's optional keys), as set."""
-        return {k: v for k, v in self.to_dict().items() if k in OPTIONAL_KEYS}
-
-    @property
-    def proposal_seconds(self) -> float:
-        return fnum(self.seconds) or 0.0    # pending.json is data: a bad value reads as 0
-
-    @property
-    def proposal_wait(self) -> float:
-        """What the loop waited for the proposal: a prefetched one's wait, else all of its time."""
-        waited = fnum(self.waited)
-        return waited if waited is not None else self.proposal_seconds
-
-
-INFO_KEYS = tuple(f.name for f in fields(ProposalInfo) if f.name != "extra")
-# The timings go to the record's `timings`; every other key is one of the record's optional keys.
-TIMING_KEYS = ("seconds", "waited")
+from harness.record_parts import INFO_KEYS, TIMING_KEYS, ProposalInfo  # noqa: F401  (the loop's name for it)
 
 
 @dataclass(frozen=True)
@@ -150,7 +100,8 @@ def with_dropped(proposal: Proposal, info: ProposalInfo, dropped: list) -> tuple
         return proposal, info
     cost = sum(p.cost_usd for p in dropped)
     tokens = {k: proposal.tokens.get(k, 0) + sum(p.tokens.get(k, 0) for p in dropped) for k in proposal.tokens}
-    info = replace(info, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped])
+    info = replace(info, prefetch=replace(
+        info.prefetch, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped]))
     dropped.clear()
     return replace(proposal, cost_usd=proposal.cost_usd + cost, tokens=tokens), info
 
@@ -218,17 +169,17 @@ class Prefetch:
         if isinstance(result, BaseException) or result is None:
             return None
         proposal, info = result
-        info = replace(info, waited=time.monotonic() - t0, prefetched=True)
+        info = replace(info, prefetch=replace(info.prefetch, waited=time.monotonic() - t0, prefetched=True))
         if self.parent == parent:
             return proposal, info
-        info.stale_parent = self.parent
+        info.prefetch.stale_parent = self.parent
         if getattr(self.proposers.proposer, "cheap_redo", False) or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or not same_edit(self.parent_source, proposal.source, parent_source, merged):
             self.dropped.append(proposal)   # a conflict, or only part of the edit applies: ask again
             return None
-        info.rebased_from = self.parent
+        info.prefetch.rebased_from = self.parent
         proposal = replace(proposal, source=merged,
                            notes=(proposal.notes + f" [rebased from {self.parent[:7]} onto {parent[:7]}]").strip())
         return proposal, info

@@ -21,7 +21,7 @@ PNG = "progress.png"
 def own_records(records: list[ExperimentRecord]) -> list[ExperimentRecord]:
     """The tag's own experiments when it has any, else every record (an imported tag not resumed
     yet): the report's figures never mix another machine's with this tag's."""
-    own = [r for r in records if not r.imported]
+    own = [r for r in records if not r.ident.imported]
     return own or records
 
 

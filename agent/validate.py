@@ -52,7 +52,7 @@ def terms(run_dir: Path) -> dict:
     info = RunInfo.read(run_dir / "run.json")
     if info is None or info.budget is None or not info.base_commit:
         raise ValidateError(f"{run_dir}: no run.json with a budget and a base commit (has the loop run here?)")
-    own = [r for r in records if not r.imported]
+    own = [r for r in records if not r.ident.imported]
     keeps = [r for r in own if r.status == "keep" and r.commit]
     base_rec = next((r for r in keeps if r.commit == info.base_commit), None)
     final_rec = keeps[-1] if keeps else None
@@ -62,7 +62,7 @@ def terms(run_dir: Path) -> dict:
         if base_rec.decision_bpb is not None and final_rec.decision_bpb is not None else None
     steps = base_rec.summary_figure("num_steps") if info.smoke else None
     return {"run": run_dir, "info": info, "records": records, "base": info.base_commit, "final": final_rec.commit,
-            "gain_short": gain, "sealed": any(r.trusted_bpb is not None for r in own),
+            "gain_short": gain, "sealed": any(r.decision.trusted_bpb is not None for r in own),
             "steps": int(steps) if steps else None}
 
 

@@ -128,7 +128,7 @@ def reference_of(history: list) -> ClockReference:
     the baseline's runs (its own clock figures and those of its repeats)."""
     for rec in history:
         rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
-        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.clock, dict):
+        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.run.clock, dict):
             return ClockReference.from_figures(rec.clock_runs())
     return ClockReference()
 

@@ -128,7 +128,7 @@ class CostPerGain:
 
     @classmethod
     def of(cls, records: list[ExperimentRecord]) -> "CostPerGain":
-        own = [r for r in records if not r.imported]
+        own = [r for r in records if not r.ident.imported]
         base = next((r.decision_bpb for r in own if r.is_baseline and r.status == "keep"), None)
         if base is None:
             base = next((r.decision_bpb for r in own if r.status == "keep"), None)

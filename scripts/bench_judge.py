@@ -149,7 +149,7 @@ def preflight(edits: dict[int, Edit], base_source: str) -> None:
         verdict = repeat_of(ctx) or verdict if verdict.ok else verdict
         if not verdict.ok:
             raise SystemExit(f"bench edit {n} ({e.label}) would be refused: {verdict.reason}")
-        history.append(ExperimentRecord(n=n, parent=parent, status="discard", diff=diff,
+        history.append(ExperimentRecord.of(n=n, parent=parent, status="discard", diff=diff,
                                         code=knobs.code_fingerprint(new), config=knobs.values(new)))
 
 

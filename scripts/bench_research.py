@@ -126,8 +126,8 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
         "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
         "stop_reason": loop.stop_reason,
         "decisions": [{"n": r.n, "description": r.description, "status": r.status, "runs": r.training_runs,
-                       "val_bpb": r.trusted_bpb if r.trusted_bpb is not None else r.printed_bpb,
-                       "reason": r.decision_reason} for r in recs],
+                       "val_bpb": r.decision.trusted_bpb if r.decision.trusted_bpb is not None else r.printed_bpb,
+                       "reason": r.decision.decision_reason} for r in recs],
     }
 
 

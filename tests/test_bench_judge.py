@@ -44,7 +44,7 @@ def test_the_loop_runs_the_scripted_edits_and_nothing_else(tmp_path, monkeypatch
 def _record(n, proposer, sigma=None, df=None):
     from harness.experiment_record import ExperimentRecord
     ev = {"call": "discard", "comparison": {"sigma": sigma, "df": df, "gain": 0.0}} if sigma is not None else None
-    return ExperimentRecord(n=n, proposer=proposer, status="discard", evidence=ev)
+    return ExperimentRecord.of(n=n, proposer=proposer, status="discard", evidence=ev)
 
 
 def test_the_gains_unit_is_the_judges_latest_sigma():

@@ -68,11 +68,11 @@ def test_import_then_show_then_resume(tmp_path):
     run = repo / ".autoresearch" / "imp"
     recs = experiment_records(read_journal(run / "journal.jsonl")[0])
     assert [r.status for r in recs] == [r[3] for r in rows]
-    assert all(r.imported and r.proposer == "imported" and not r.sealed and r.trusted_bpb is None for r in recs)
-    assert recs[1].description == DESC_TAB and "DEPTH = 5" in recs[1].diff
+    assert all(r.ident.imported and r.proposer == "imported" and not r.run.sealed and r.decision.trusted_bpb is None for r in recs)
+    assert recs[1].description == DESC_TAB and "DEPTH = 5" in recs[1].proposal.diff
     assert recs[0].commit == git(repo, "rev-parse", "master"), "the word 'baseline' is the first change's parent"
     assert recs[4].commit == tip and recs[4].parent == recs[1].commit
-    assert recs[3].crash_class and recs[3].summary is None
+    assert recs[3].run.crash_class and recs[3].run.summary is None
     table = read_results(run / "results.tsv")
     assert not table.problems and [ln.commit for ln in table.rows] == [r.commit[:7] for r in recs]
     assert table.rows[1].description == DESC_TAB.replace("\t", " ")
@@ -94,11 +94,11 @@ def test_import_then_show_then_resume(tmp_path):
     recs = experiment_records(read_journal(run / "journal.jsonl")[0])
     assert [r.n for r in recs] == [1, 2, 3, 4, 5, 6, 7]
     own = recs[5:]
-    assert own[0].is_baseline and not own[0].imported, "the resumed loop measures its own baseline first"
+    assert own[0].is_baseline and not own[0].ident.imported, "the resumed loop measures its own baseline first"
     assert own[0].commit != tip and git(repo, "merge-base", tip, own[0].commit) == tip, \
         "measured on the tag's base: the imported best's train.py, committed on top of the imported tip"
     assert gitops.show_file(repo, own[0].commit, "train.py") == gitops.show_file(repo, tip, "train.py")
-    assert own[1].parent == own[0].commit and not own[1].imported
+    assert own[1].parent == own[0].commit and not own[1].ident.imported
     assert len(read_results(run / "results.tsv").rows) == 7
     assert git(repo, "rev-parse", "autoresearch/mar5") == tip
 
@@ -142,7 +142,7 @@ def test_discards_whose_commits_are_gone_need_allow_missing(tmp_path):
                 "--allow-missing")
     assert p.returncode == 0, p.stderr
     recs = experiment_records(read_journal(repo / ".autoresearch" / "m" / "journal.jsonl")[0])
-    assert recs[2].commit == "abcdef1" and recs[2].discarded_ref is None and recs[2].diff == ""
+    assert recs[2].commit == "abcdef1" and recs[2].ident.discarded_ref is None and recs[2].proposal.diff == ""
 
 
 def test_an_existing_tag_is_refused(tmp_path):
@@ -183,9 +183,9 @@ def test_a_real_tiny_train_py_imported_and_resumed_under_the_judge(tiny_cache, t
     assert p.returncode == 0, p.stdout + p.stderr
     run = repo / ".autoresearch" / "real"
     recs = experiment_records(read_journal(run / "journal.jsonl")[0])
-    assert [r.n for r in recs] == [1, 2, 3, 4] and all(r.imported for r in recs[:3])
+    assert [r.n for r in recs] == [1, 2, 3, 4] and all(r.ident.imported for r in recs[:3])
     own = recs[3]
-    assert own.is_baseline and own.sealed and own.trusted_bpb is not None and not own.imported
+    assert own.is_baseline and own.run.sealed and own.decision.trusted_bpb is not None and not own.ident.imported
     assert len(own.noise_band().values) == 2, "the judge measured its noise on this machine"
     tip = git(repo, "rev-parse", "autoresearch/mar5")
     assert git(repo, "merge-base", tip, own.commit) == tip and own.commit != tip

@@ -45,7 +45,7 @@ def test_a_contested_candidate_waits_for_the_incumbent_to_be_run_again(tmp_path)
     assert "incumbent's run crashed (timeout); not counted" in crashed.reason
     assert crashed.verdicts["evidence"]["comparison"]["incumbent_runs"] == [1.382, 1.378, 1.384]
     # the record of experiment 3 carries that run; a judge rebuilt from the journal has it again
-    recs = [ExperimentRecord(n=n, commit=c, status="keep", trusted_bpb=d.trusted_bpb, evidence=d.verdicts["evidence"])
+    recs = [ExperimentRecord.of(n=n, commit=c, status="keep", trusted_bpb=d.trusted_bpb, evidence=d.verdicts["evidence"])
             for n, c, d in ((2, CAND, kept), (3, OTHER, again))]
     rebuilt = evidence.restore([ExperimentRecord.from_dict(json.loads(json.dumps(r.to_dict()))) for r in recs])
     assert [(s.bpb, s.n) for s in rebuilt[CAND]] == [(1.382, 2), (1.378, 2), (1.384, 3)]
@@ -127,6 +127,6 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
     assert len({seed for _, _, seed in ran}) == 4                    # a seed of its own each
     assert Reviewer.said == [("judge", "exp-0004.log"), ("judge", "exp-0004.rerun1.log"),
                              ("incumbent", "exp-0004.rerun2.incumbent.log"), ("judge", "exp-0004.rerun3.log")]
-    assert rec.status == "keep" and rec.log == str(tmp_path / "exp-0004.rerun3.log")
+    assert rec.status == "keep" and rec.run.log == str(tmp_path / "exp-0004.rerun3.log")
     assert [r.get("commit") for r in rec.verdicts["reruns"]] == [None, None, base]
     assert coord.last_kept == cand and gitops.head(repo) == cand     # kept: the branch moved

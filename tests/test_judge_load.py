@@ -121,7 +121,7 @@ def test_a_decision_out_of_reruns_is_contested_and_escalated(tmp_path):
     assert d.reason.startswith("contested: out of reruns"), d.reason
     esc = d.verdicts["judge"]["escalations"]
     assert esc and esc[0]["kind"] == "contested" and esc[0].get("id") is not None, esc
-    assert d.escalated and "escalated to the human queue" in decision_line(ExperimentRecord(
+    assert d.escalated and "escalated to the human queue" in decision_line(ExperimentRecord.of(
         n=2, status=d.status, verdicts=d.verdicts, decision_reason=d.reason))   # and the console says so
     assert any(i.kind == "contested" and i.experiment == 2 for i in queued(tmp_path))
 

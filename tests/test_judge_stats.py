@@ -377,7 +377,7 @@ def test_every_run_has_a_seed_of_its_own():
 def test_the_record_carries_the_evidence_and_a_resumed_judge_rebuilds_its_runs(tmp_path):
     h = JudgeHierarchy(baseline_repeats=5)
     base = baseline(h, tmp_path)
-    rec1 = ExperimentRecord(n=1, commit=BASE, status="keep", proposer="baseline", trusted_bpb=base.trusted_bpb,
+    rec1 = ExperimentRecord.of(n=1, commit=BASE, status="keep", proposer="baseline", trusted_bpb=base.trusted_bpb,
                             verdicts={k: v for k, v in base.verdicts.items() if k != "evidence"},
                             evidence=base.verdicts["evidence"]).to_dict()
     back = ExperimentRecord.from_dict(json.loads(json.dumps(rec1)))
@@ -429,7 +429,7 @@ def test_the_runs_read_back_from_the_journal_count_as_the_decision_counted_them(
     assert not d.is_again and d.verdicts["judge"]["baseline_values"] == [1.400, 1.404]
     verdicts = dict(d.verdicts)
     ev = verdicts.pop("evidence")
-    history = [ExperimentRecord(n=1, commit=BASE, status=d.status, trusted_bpb=d.trusted_bpb, verdicts=verdicts,
+    history = [ExperimentRecord.of(n=1, commit=BASE, status=d.status, trusted_bpb=d.trusted_bpb, verdicts=verdicts,
                                 evidence=ev)]
     runs = history[0].evidence_view().runs
     assert [r.used for r in runs] == [True, False, True] and "slowed down mid-run" in runs[1].within

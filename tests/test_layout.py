@@ -95,7 +95,7 @@ def test_records_are_read_through_their_types():
     """No `.get("...")` reads a record in agent/ or dashboard/: run.json, the incumbent,
     a run's summary and clock, the verdicts, the journal's other kinds, the traces, a proposal's
     info and a re-measurement each have a type (harness/records.py, harness/journal_records.py,
-    agent/proposing.py ProposalInfo) and are read through it."""
+    harness/record_parts.py ProposalInfo) and are read through it."""
     found = []
     for folder in ("agent", "dashboard"):
         for path in sorted((REPO / folder).rglob("*.py")):

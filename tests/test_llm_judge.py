@@ -21,7 +21,7 @@ def judge(fake, **kw):
 def review(j):
     rule = rule_opinion(trusted_bpb=0.99, best_bpb=1.0, band=margin([1.0, 1.002]), lines={"net": 0})
     return j.review(diff=DIFF, hypothesis="higher LR trains faster", description="MATRIX_LR 0.03",
-                    figures=FIGS, rule=rule, history=[ExperimentRecord(n=1, status="keep", trusted_bpb=1.0,
+                    figures=FIGS, rule=rule, history=[ExperimentRecord.of(n=1, status="keep", trusted_bpb=1.0,
                                                                        description="baseline")])
 
 

@@ -16,7 +16,7 @@ def write(tmp_path, skip_row=(), skip_record=()):
     init_results(res)
     for n, commit, status, bpb in RUNS:
         if n not in skip_record:
-            append_journal(jr, ExperimentRecord(n=n, tag="t", commit=commit, short=commit[:7], status=status,
+            append_journal(jr, ExperimentRecord.of(n=n, tag="t", commit=commit, short=commit[:7], status=status,
                                                 description=f"exp {n}", trusted_bpb=bpb).to_dict())
         if n not in skip_row:
             append_result(res, commit, bpb, 1.0, status, f"exp {n}")

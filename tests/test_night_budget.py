@@ -78,7 +78,7 @@ def test_a_crash_streak_hands_two_experiments_to_the_offline_proposer(tmp_path):
 
 def test_streak_and_cap_rules_on_their_own():
     def rec(n, proposer, status, handover=None):
-        return ExperimentRecord(n=n, proposer=proposer, status=status, handover=handover, cost_usd=0.01)
+        return ExperimentRecord.of(n=n, proposer=proposer, status=status, handover=handover, cost_usd=0.01)
     hist = [rec(1, "baseline", "keep"), rec(2, "claude", "crash"), rec(3, "claude", "crash")]
     assert budget.streak_reason(hist, 3) is None
     hist.append(rec(4, "claude", "crash"))

@@ -253,7 +253,7 @@ def test_prune_keeps_kept_and_recent_artifacts(tmp_path):
     for n in range(1, 8):   # each run's output folder (harness/runner.py): artifacts/exp-NNNN/model.pt
         (art / f"exp-{n:04d}").mkdir()
         (art / f"exp-{n:04d}" / "model.pt").write_bytes(b"x" * 1000 * n)
-    history = [ExperimentRecord(n=n, status="keep" if n in (1, 3) else "discard") for n in range(1, 8)]
+    history = [ExperimentRecord.of(n=n, status="keep" if n in (1, 3) else "discard") for n in range(1, 8)]
     removed = diskspace.prune_artifacts(tmp_path, history, keep_last=2)
     assert sorted(removed) == ["exp-0002", "exp-0004", "exp-0005"]
     assert sorted(p.name for p in art.iterdir()) == ["exp-0001", "exp-0003", "exp-0006", "exp-0007"]

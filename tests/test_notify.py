@@ -135,7 +135,7 @@ def test_urls_are_checked():
 
 def _rec(n, status, bpb=None, **kw):
     verdicts = kw.pop("verdicts", {})
-    return ExperimentRecord(n=n, status=status, commit=f"{n:07d}abc", trusted_bpb=bpb, description=f"exp {n}",
+    return ExperimentRecord.of(n=n, status=status, commit=f"{n:07d}abc", trusted_bpb=bpb, description=f"exp {n}",
                             proposer=kw.pop("proposer", "offline"), verdicts=verdicts, **kw)
 
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import replace
 
 import optuna
 import pytest
@@ -85,8 +84,8 @@ def test_seeded_from_the_whole_history(tmp_path):
     biased = knobs.set_knobs(FAKE_TRAIN, {"USE_BIAS": True})
     history = [record(1, FAKE_TRAIN, "keep", 1.02), record(2, deeper, "keep", 1.01),
                record(3, wide, "crash", None), record(4, biased, "discard", None)]   # 4: refused, never ran
-    history[1].trusted_bpb = 1.005                                                    # the trusted figure wins
-    history[1].summary["val_bpb"] = "sealed"
+    history[1].decision.trusted_bpb = 1.005                                                    # the trusted figure wins
+    history[1].run.summary["val_bpb"] = "sealed"
     p = OfflineProposer()
     p.propose(request(tmp_path, deeper, history, n=5))
     got = {t.user_attrs.get("n"): t for t in trials(tmp_path)}
@@ -117,12 +116,12 @@ from harness.records import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN
 folder = Path(sys.argv[1])
 p = OfflineProposer()
-history = [ExperimentRecord(n=1, status="keep", summary={"val_bpb": 1.0}, config=knobs.values(FAKE_TRAIN),
+history = [ExperimentRecord.of(n=1, status="keep", summary={"val_bpb": 1.0}, config=knobs.values(FAKE_TRAIN),
                             code=knobs.code_fingerprint(FAKE_TRAIN))]
 for n in range(2, 5):
     prop = p.propose(ProposalRequest(n=n, worktree=folder, train_source=FAKE_TRAIN, program="",
                                      history=history, best=None))
-    history.append(ExperimentRecord(n=n, status="discard", summary={"val_bpb": 1.0 + n / 100},
+    history.append(ExperimentRecord.of(n=n, status="discard", summary={"val_bpb": 1.0 + n / 100},
                                     config=knobs.values(prop.source), code=knobs.code_fingerprint(prop.source)))
     print(repr(history[-1].to_dict()), flush=True)
 print("READY", flush=True)
@@ -150,7 +149,7 @@ def test_resumes_its_study_after_kill_9(tmp_path):
     assert len(after) == len(before) + 1, "one new draw: the study continued where the killed process left it"
     done = {t.user_attrs.get("asked_for"): t.value for t in after if t.state == TrialState.COMPLETE}
     assert done == {None: 1.0, 2: 1.02, 3: 1.03, 4: 1.04}
-    assert knobs.values(prop.source) not in [h.config for h in history]
+    assert knobs.values(prop.source) not in [h.run.config for h in history]
 
 
 def test_refuses_a_duplicate_and_names_it(tmp_path):
@@ -199,7 +198,7 @@ def search(folder, sampler, seed, trials_n):
     for n in range(2, trials_n + 2):
         prop = p.propose(request(folder, SYNTHETIC, history, n=n, seed=seed))
         history.append(record(n, prop.source, "discard", synthetic(knobs.values(prop.source))))
-    return min(h.summary["val_bpb"] for h in history)
+    return min(h.run.summary["val_bpb"] for h in history)
 
 
 def test_tpe_beats_random_search_at_equal_trials(tmp_path):
@@ -269,8 +268,10 @@ def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
                     f.write(b"0" * 4096)
             except OSError:
                 pass
-        history = [replace(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5, "LR": 0.01 + n / 10000}),
-                                  "discard", 1 + n / 1000), description="x" * 2000) for n in range(3, 300)]
+        history = [ExperimentRecord.from_dict(record(n, knobs.set_knobs(FAKE_TRAIN, {"DEPTH": 2 + n % 5,
+                                                                                     "LR": 0.01 + n / 10000}),
+                                                     "discard", 1 + n / 1000).to_dict() | {"description": "x" * 2000})
+                   for n in range(3, 300)]
         with pytest.raises(OSError) as got:
             p.propose(request(fs, FAKE_TRAIN, history, n=300))
         assert is_out_of_space(got.value) and STUDY_FILE in str(got.value)

@@ -66,7 +66,7 @@ def test_approve_restores_and_reject_reverts_both_noted(branch):
         measured.append((commit, (b.wt / "train.py").read_text()))
         return {"ok": True, "trusted_bpb": 1.5 - 0.1 * len(measured), "memory_gb": 0.1}
 
-    history = [ExperimentRecord(n=1, status="keep", commit=b.kept, trusted_bpb=1.6)]
+    history = [ExperimentRecord.of(n=1, status="keep", commit=b.kept, trusted_bpb=1.6)]
     recs = apply_decided(b.q, repo=b.wt, worktree=b.wt, tag="t", measure=measure, history=history,
                          on_outcome=lambda o: heads.append((o.head, o.best)))
     assert [r["action"] for r in recs] == ["restore", "revert", "acknowledged"]

@@ -29,7 +29,7 @@ def test_real_journal_lines_round_trip_exactly(loop_run):
         assert rec.extra == {}, f"keys the record type does not know: {sorted(rec.extra)}"
         assert json.dumps(rec.to_dict()) == line
         # built from its fields (no memory of the line), the record has the loop's key order too
-        fresh = ExperimentRecord(**{k: v for k, v in obj.items()})
+        fresh = ExperimentRecord.of(**{k: v for k, v in obj.items()})
         assert list(fresh.to_dict()) == list(obj)
 
 
@@ -42,7 +42,7 @@ def test_real_results_rows_agree_with_the_typed_records(loop_run):
     records = experiment_records(results.read_journal(loop_run / "journal.jsonl")[0])
     assert [r.number for r in records] == [1, 2, 3, 4]
     for rec, ln in zip(records, table.lines):
-        assert (ln.row.commit, ln.row.status) == (rec.short, rec.status)
+        assert (ln.row.commit, ln.row.status) == (rec.ident.short, rec.status)
         assert ln.row.val_bpb == pytest.approx(rec.decision_bpb, abs=1e-6)
     assert records[0].is_baseline and records[0].proposer == "baseline"
     assert not any(r.is_baseline for r in records[1:])
@@ -119,7 +119,7 @@ def test_unknown_keys_are_kept_in_place_and_hostile_values_never_raise():
     assert json.dumps(rec.to_dict()) == json.dumps(json.loads(line))
     assert rec.decision_bpb is None and rec.trusted() == (None, None) and rec.judge == {} and rec.basis is None
     assert rec.token_counts() == {"input": 0, "output": 0} and rec.noise_band() is None
-    rec.description = "changed after reading"     # a field set later is written too
+    rec.proposal.description = "changed after reading"     # a field set later is written too
     assert rec.to_dict()["description"] == "changed after reading"
     for hostile in ({}, {"n": True, "summary": [1]}, {"verdicts": {"judge": {"baseline_values": "x"}}}):
         r = ExperimentRecord.from_dict(hostile)
@@ -130,12 +130,12 @@ def test_noise_band_comes_from_the_record_that_carries_the_baseline(tmp_path):
     h = JudgeHierarchy(baseline_repeats=2)
     _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.000)
     d = _judge(h, _ctx(tmp_path, 1, "b" * 40, None), 1.004)
-    rec = ExperimentRecord(n=1, status="keep", trusted_bpb=d.trusted_bpb, verdicts=d.verdicts)
+    rec = ExperimentRecord.of(n=1, status="keep", trusted_bpb=d.trusted_bpb, verdicts=d.verdicts)
     band = rec.noise_band()
     # k is not a fixed 2 but the t-test's margin over sigma (here 1 df: t_0.99 = 31.8)
     assert band.values == [1.000, 1.004] and band.k == pytest.approx(h.band.k) and band.k > 2
     assert band.spread == pytest.approx(h.band.spread) and band.threshold == pytest.approx(h.band.threshold)
-    later = ExperimentRecord(n=2, verdicts={"judge": {"spread": 0.1, "threshold": 0.2}})
+    later = ExperimentRecord.of(n=2, verdicts={"judge": {"spread": 0.1, "threshold": 0.2}})
     assert later.noise_band() is None
 
 
@@ -250,7 +250,7 @@ def test_accessors_read_the_nested_parts_of_a_record():
     assert rec.knob_values == {"DEPTH": 4} and rec.code_id == "abc"
     assert rec.text("diff") == "-A\n+B" and rec.text("hypothesis") == ""
     assert not ExperimentRecord.from_dict({"kind": "audit"}).is_experiment
-    assert ExperimentRecord(n=1).knob_values == {}, "a new record's knobs: record() always writes them"
+    assert ExperimentRecord.of(n=1).knob_values == {}, "a new record's knobs: record() always writes them"
 
 
 def test_accessors_read_a_hostile_record_as_missing_never_raise():
@@ -294,6 +294,6 @@ def test_the_coordinator_and_the_budget_read_a_hostile_history_safely():
     from agent.coordinator import Coordinator
     c = Coordinator()
     c.history = [ExperimentRecord.from_dict({"n": [1], "cost_usd": "a lot", "status": ["crash"]}),
-                 ExperimentRecord(n=1, cost_usd=0.5), ExperimentRecord.from_dict({"n": "2", "handover": None})]
+                 ExperimentRecord.of(n=1, cost_usd=0.5), ExperimentRecord.from_dict({"n": "2", "handover": None})]
     assert c.next_n() == 2 and budget.spent(c.history) == 0.5
     assert budget.streak_reason(c.history, 1) is None and budget.night_lines(c.history) == []

@@ -54,8 +54,8 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     kept = gitops.commit_file(repo, "train.py", "exp 2: LR 2")
     files = RunFiles(repo, "t", repo, repo)
     init_results(files.results_path)
-    for rec in (ExperimentRecord(n=1, tag="t", commit=base, status="keep", trusted_bpb=2.0, proposer="baseline"),
-                ExperimentRecord(n=2, tag="t", commit=kept, status="keep", trusted_bpb=1.9, description="LR 2")):
+    for rec in (ExperimentRecord.of(n=1, tag="t", commit=base, status="keep", trusted_bpb=2.0, proposer="baseline"),
+                ExperimentRecord.of(n=2, tag="t", commit=kept, status="keep", trusted_bpb=1.9, description="LR 2")):
         append_journal(files.journal_path, rec.to_dict())
     append_result(files.results_path, base, 2.0, 0.0, "keep", "baseline")   # exp 2's row was lost
     (repo / "train.py").write_text("LR = 3\n")

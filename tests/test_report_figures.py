@@ -42,22 +42,22 @@ def test_an_integrity_discarded_baseline_try_is_never_the_baseline(tmp_path):
 def test_wall_time_is_the_union_of_the_experiments_intervals(loop_run):
     recs = records_of(loop_run)
     # the loop runs one experiment at a time: the union is the sum of each one's own span
-    spans = [r.ended_at - r.started_at for r in recs]
+    spans = [r.costs.ended_at - r.costs.started_at for r in recs]
     assert wall_seconds(recs) == pytest.approx(sum(spans))
-    summed = sum(sum(v for v in r.timings.values() if isinstance(v, (int, float))) for r in recs)
+    summed = sum(sum(v for v in r.costs.timings.values() if isinstance(v, (int, float))) for r in recs)
     assert wall_seconds(recs) < summed, "never total + overhead + the parts added up"
     s = report_mod.summarize(report_mod.load(loop_run))
     assert s["wall_seconds"] == pytest.approx(sum(spans))
     # overlapping experiments (--workers) count once; one without times adds its own total
-    t = [ExperimentRecord(n=1, started_at=100.0, ended_at=110.0, timings={"total": 10.0, "overhead": 9.0}),
-         ExperimentRecord(n=2, started_at=105.0, ended_at=115.0, timings={"total": 10.0}),
-         ExperimentRecord(n=3, started_at=120.0, timings={"total": 5.0}),
-         ExperimentRecord(n=4, timings={"total": 7.0})]
+    t = [ExperimentRecord.of(n=1, started_at=100.0, ended_at=110.0, timings={"total": 10.0, "overhead": 9.0}),
+         ExperimentRecord.of(n=2, started_at=105.0, ended_at=115.0, timings={"total": 10.0}),
+         ExperimentRecord.of(n=3, started_at=120.0, timings={"total": 5.0}),
+         ExperimentRecord.of(n=4, timings={"total": 7.0})]
     assert wall_seconds(t) == pytest.approx(15.0 + 5.0 + 7.0)
 
 
 def test_device_seconds_count_the_trusted_evaluation_and_every_run():
-    rec = ExperimentRecord(n=1, status="keep", verify_seconds=4.0, timings={"run": 10.0, "eval": 2.0},
+    rec = ExperimentRecord.of(n=1, status="keep", verify_seconds=4.0, timings={"run": 10.0, "eval": 2.0},
                            verdicts={"reruns": [{"summary": {"total_seconds": 9.0}}, {"summary": None}]})
     # the run (train.py's own eval inside it), its evaluation, the repeat run and its evaluation
     assert device_seconds(rec) == pytest.approx(10.0 + 4.0 + 9.0 + 4.0)

@@ -20,7 +20,7 @@ spec.loader.exec_module(bench_research)
 
 
 def _rec(log, reruns=(), attempts=(), proposer="offline"):
-    return ExperimentRecord(n=2, proposer=proposer, status="discard", log=log,
+    return ExperimentRecord.of(n=2, proposer=proposer, status="discard", log=log,
                             verdicts={"reruns": [dict(r) for r in reruns]}, attempts=[dict(a) for a in attempts])
 
 

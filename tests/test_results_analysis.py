@@ -151,7 +151,7 @@ def _rec(n, commit, status, **kw) -> ExperimentRecord:
     kw.setdefault("memory_gb", 1.0)
     if kw.get("proposer") != "baseline":
         kw.setdefault("parent", "a" * 40)   # every experiment here builds on the kept baseline
-    return ExperimentRecord(n=n, tag="v", commit=commit * 40, short=commit * 7, status=status,
+    return ExperimentRecord.of(n=n, tag="v", commit=commit * 40, short=commit * 7, status=status,
                             description=kw.pop("description", f"experiment {n}"), **kw)
 
 

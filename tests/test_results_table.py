@@ -20,7 +20,7 @@ def write(tmp_path, runs=RUNS):
     res, jr = tmp_path / "results.tsv", tmp_path / "journal.jsonl"
     results.init_results(res)
     for n, commit, bpb, mem, status, desc in runs:
-        results.append_journal(jr, ExperimentRecord(n=n, tag="t", commit=commit, short=commit[:7], status=status,
+        results.append_journal(jr, ExperimentRecord.of(n=n, tag="t", commit=commit, short=commit[:7], status=status,
                                                     description=desc, trusted_bpb=bpb).to_dict())
         results.append_result(res, commit, bpb, mem, status, desc)
     return res, jr

@@ -99,8 +99,8 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     lp.stop()
     run = repo / ".autoresearch" / "v"
     recs = experiment_records(read_journal(run / "journal.jsonl")[0])
-    assert [r.status for r in recs] == ["keep", "keep"], [r.decision_reason for r in recs]
-    assert all(r.trusted_bpb is not None for r in recs)
+    assert [r.status for r in recs] == ["keep", "keep"], [r.decision.decision_reason for r in recs]
+    assert all(r.decision.trusted_bpb is not None for r in recs)
     monkeypatch.delenv("AUTORESEARCH_STEPS")
     out = validate.validate(run, 2, seeds=2)
     assert out["sealed"] is True and out["budget"] == 2

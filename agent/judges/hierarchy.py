@@ -295,7 +295,7 @@ class JudgeHierarchy:
             return Decision.again("discard", why, mean, verdicts, basis=Basis.METRIC)
         status, basis, reason, escalate = self._combine(op, self._llm(ctx, op, jd))
         jd.update(status=status, basis=basis.value, reason=reason)
-        current = ExperimentRecord(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
+        current = ExperimentRecord.of(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
         with self._span("metajudge", {"n": ctx.n}) as sp:
             audit = metajudge.audit(ctx.history, current)
             sp.log(output=audit.as_dict())

@@ -128,14 +128,14 @@ def _status_line(r: ExperimentRecord) -> str:
     parts = [f"#{'?' if r.n is None else r.n} {'?' if r.status is None else r.status}",
              f"val_bpb={bpb:.6f}" if bpb is not None else "val_bpb=-",
              f"mem={mem / 1024:.1f}GB" if mem is not None else None,
-             f"commit={r.short or str(r.commit or '')[:7]}" if r.commit else None,
+             f"commit={r.ident.short or str(r.commit or '')[:7]}" if r.commit else None,
              f"| {r.description}"]
-    if r.hypothesis:
-        parts.append(f"| hypothesis: {r.hypothesis}")
-    if r.crash_class:
-        parts.append(f"| crash: {r.crash_class}")
-    if r.decision_reason:
-        parts.append(f"| why: {r.decision_reason}")
+    if r.proposal.hypothesis:
+        parts.append(f"| hypothesis: {r.proposal.hypothesis}")
+    if r.run.crash_class:
+        parts.append(f"| crash: {r.run.crash_class}")
+    if r.decision.decision_reason:
+        parts.append(f"| why: {r.decision.decision_reason}")
     return " ".join(p for p in parts if p).replace("\n", " ")
 
 
@@ -178,7 +178,8 @@ DETAIL_KEYS = ("n", "status", "description", "hypothesis", "decision_reason", "c
 def experiment_detail(history: list[ExperimentRecord], n: int, pending: list = ()) -> str:
     for r in [*(r for r in history if r.is_experiment), *pending]:
         if r.n == n:
-            shown = {k: getattr(r, k, None) for k in DETAIL_KEYS if getattr(r, k, None) is not None}
+            got = r.value if isinstance(r, ExperimentRecord) else (lambda k: getattr(r, k, None))
+            shown = {k: got(k) for k in DETAIL_KEYS if got(k) is not None}
             diff = r.text("diff") if isinstance(r, ExperimentRecord) else ""
             if len(diff) > DIFF_CHAR_LIMIT:
                 diff = diff[:DIFF_CHAR_LIMIT] + f"\n...[{len(diff) - DIFF_CHAR_LIMIT} chars cut]"
@@ -197,8 +198,8 @@ def search_archive(history: list[ExperimentRecord], query: str, limit: int = ARC
         if r.status not in ("discard", "crash"):
             continue
         changed = [l for l in r.text("diff").splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
-        text = " ".join([str(getattr(r, k) or "") for k in ("description", "hypothesis", "decision_reason",
-                                                            "crash_class")] + changed).lower()
+        text = " ".join([str(r.value(k) or "") for k in ("description", "hypothesis", "decision_reason",
+                                                          "crash_class")] + changed).lower()
         if all(w in text for w in words):
             scored.append((sum(text.count(w) for w in words), r.number or 0, r, changed))
     if not scored:
