@@ -14,6 +14,7 @@ may stop using any part of it (write its own attention, say), except save_model 
     model graph     save_model(): the trained model as data for the trusted evaluator, i.e. the
                     aten operators of one forward pass, recorded, plus the weights. The evaluator
                     (harness/eval_worker.py) replays that graph without running any of train.py.
+                    It lives in graph_export.py, a fixed file beside this one.
     harness clock   budget_spent(): whether the harness's own clock of this run (docs/contracts.md)
                     has charged the budget, so an honest train.py with a slow start stops in time.
 
@@ -23,7 +24,6 @@ import contextlib
 import functools
 import glob
 import json
-import math
 import os
 import re
 import resource
@@ -32,10 +32,9 @@ import sys
 import time
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 import attention as attn  # the fixed attention plumbing beside this file
+import graph_export as gx  # the fixed model-graph plumbing beside this file
 
 # ---------------------------------------------------------------------------------------------
 # Profile knobs. train.py's CAPS constants are the values that run on a GPU (the reference
@@ -145,9 +144,9 @@ def defer_dynamo_import():
         step.deferred_dynamo = True
         return step
 
-    here = sys.modules.get(__name__)   # save_model's _Recorder: TorchDispatchMode marks its __torch_dispatch__
+    # graph_export's _Recorder (save_model's): TorchDispatchMode marks its __torch_dispatch__
     for name, module in list(sys.modules.items()):
-        if module is None or not (name.startswith("torch.optim") or module is here):
+        if module is None or not (name.startswith("torch.optim") or module is gx):
             continue
         for obj in list(vars(module).values()):
             for attr, f in (list(vars(obj).items()) if isinstance(obj, type) else [(None, obj)]):
@@ -361,139 +360,22 @@ def load_state(path, model, optimizer, device, config=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# The model as data for the trusted evaluator. The graph format ("autoresearch-graph/1",
-# docs/contracts.md): JSON with the input's shape, one node per operator call in execution order
-# {"op": "aten.<name>.<overload>", "args", "kwargs"}, and the output. An argument is a literal
-# (number, bool, string, null, list), a reference {"ref": name[, "index": i]} to the input
-# ("input"), a weight ("w:<state_dict key>"), a constant ("c:<name>") or an earlier node ("n<k>"),
-# or a typed literal {"dtype" | "device" | "layout" | "memory_format" | "float": ...}.
+# Model graph: graph_export.py, a fixed file beside this one (the format, the recorder, save_model).
 # ---------------------------------------------------------------------------------------------
-GRAPH_FORMAT = "autoresearch-graph/1"
-# Rows of the evaluation batch the graph is recorded for (the harness sets it; the evaluator
-# checks it): the trusted evaluation reads the same tokens whatever train.py's batch is.
-EVAL_BATCH_ENV = "AUTORESEARCH_EVAL_BATCH"
-DEFAULT_EVAL_BATCH = 8
+GRAPH_FORMAT = gx.GRAPH_FORMAT
+EVAL_BATCH_ENV = gx.EVAL_BATCH_ENV
+ExportError = gx.ExportError
+eval_batch = gx.eval_batch
+record_graph = gx.record_graph
+save_model = gx.save_model         # what train.py calls, through this module as before
+
+
+# ---------------------------------------------------------------------------------------------
+# Harness clock.
+# ---------------------------------------------------------------------------------------------
 # The harness's clock of this run (set by harness/runner.py): its start (unix time), as JSON
 # {"started_at"}; never an allowance.
 CLOCK_ENV = "AUTORESEARCH_CLOCK"
-
-
-class ExportError(RuntimeError):
-    """The model could not be recorded as a graph of aten operators (the message says why)."""
-
-
-def eval_batch():
-    return int(os.environ.get(EVAL_BATCH_ENV) or DEFAULT_EVAL_BATCH)
-
-
-def _enum(value):
-    return str(value).split(".")[-1]
-
-
-class _Recorder(TorchDispatchMode):
-    """Records every aten call of one forward pass; tensors are named by identity."""
-
-    def __init__(self, names):
-        super().__init__()
-        self.names = WeakIdKeyDictionary()
-        for t, ref in names:
-            self.names[t] = ref
-        self.nodes, self.constants = [], {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        enc_args = [self._encode(a) for a in args]
-        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
-        out = func(*args, **kwargs)
-        schema = getattr(func, "_schema", None)
-        if schema is None:
-            raise ExportError(f"{func} is not an operator the evaluator can replay")
-        name = f"n{len(self.nodes)}"
-        ns, op = schema.name.split("::", 1)
-        self.nodes.append({"name": name, "op": f"{ns}.{op}.{func._overloadname}",
-                           "args": enc_args, "kwargs": enc_kwargs})
-        self._bind(out, name)
-        return out
-
-    def _bind(self, out, name):
-        if isinstance(out, torch.Tensor):
-            self.names[out] = {"ref": name}
-        elif isinstance(out, (tuple, list)):
-            for i, o in enumerate(out):
-                if isinstance(o, torch.Tensor):
-                    self.names[o] = {"ref": name, "index": i}
-
-    def _encode(self, v):
-        if isinstance(v, torch.Tensor):
-            ref = self.names.get(v)
-            if ref is None:                   # a tensor made outside the recorded ops: data
-                key = f"c:{len(self.constants)}"
-                self.constants[key] = v.detach().clone().cpu()
-                ref = self.names[v] = {"ref": key}
-            return dict(ref)
-        if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
-            return v
-        if isinstance(v, float):
-            return v if math.isfinite(v) else {"float": repr(v)}
-        if isinstance(v, (list, tuple, torch.Size)):
-            return [self._encode(x) for x in v]
-        if isinstance(v, torch.dtype):
-            return {"dtype": _enum(v)}
-        if isinstance(v, torch.device):
-            return {"device": v.type}
-        if isinstance(v, torch.layout):
-            return {"layout": _enum(v)}
-        if isinstance(v, torch.memory_format):
-            return {"memory_format": _enum(v)}
-        raise ExportError(f"cannot record an argument of type {type(v).__name__}")
-
-
-@torch.no_grad()
-def record_graph(model, tokens, autocast=None):
-    """(graph dict, constants) of model(tokens): every aten call of the forward pass, in order.
-    Run the eager model (a torch.compile'd forward is not made of aten calls the recorder sees)."""
-    names = [(tokens, {"ref": "input"})]
-    names += [(t, {"ref": f"w:{k}"}) for k, t in model.state_dict(keep_vars=True).items()]
-    buffers = {k: b for k, b in model.named_buffers() if k not in model.state_dict()}
-    names += [(t, {"ref": f"c:buffer:{k}"}) for k, t in buffers.items()]
-    rec = _Recorder(names)
-    rec.constants.update({f"c:buffer:{k}": b.detach().clone().cpu() for k, b in buffers.items()})
-    with rec:
-        if autocast is not None:
-            with autocast:
-                out = model(tokens)
-        else:
-            out = model(tokens)
-    ref = rec.names.get(out) if isinstance(out, torch.Tensor) else None
-    if ref is None or not ref["ref"].startswith("n"):
-        raise ExportError("the model's output was not computed by the recorded operators "
-                          "(was the forward compiled?)")
-    graph = {"format": GRAPH_FORMAT, "device": tokens.device.type,
-             "input": {"shape": list(tokens.shape), "dtype": _enum(tokens.dtype)},
-             "nodes": rec.nodes, "output": ref}
-    return graph, rec.constants
-
-
-def save_model(model, path, config, sha, vocab_size, seq_len, autocast=None):
-    """Save {"config", "state_dict", "train_py_sha", "graph", "constants"} at `path` (atomically):
-    the weights for the inference tools and the recorded graph for the trusted evaluator. The
-    graph is recorded at the evaluation's shape [eval_batch(), seq_len] on the model's device."""
-    device = next(model.parameters()).device
-    tokens = torch.randint(0, vocab_size, (eval_batch(), seq_len), device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with attn.plain_aten():   # plain aten attention: the evaluator replays nothing else
-            graph, constants = record_graph(model, tokens, autocast)
-    finally:
-        model.train(was_training)
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    art = {"config": config, "state_dict": state, "train_py_sha": sha,
-           "graph": json.dumps(graph, separators=(",", ":")), "constants": constants}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(art, tmp)
-    os.replace(tmp, path)
 
 
 def _clock():

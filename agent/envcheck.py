@@ -16,13 +16,14 @@ import shlex
 from pathlib import Path
 
 from agent.errors import EnvironmentStop
+from harness.executors.base import FIXED_SOURCES
 from harness.records import OFFLINE_SOURCE
 from harness.sandbox import DataView
 
 # Exit status of a stop for the environment (EX_CONFIG: fix the setup, then --resume).
 EXIT_ENVIRONMENT = 78
 # The files of the tag's worktree every run and evaluation reads (train.py is the experiment's).
-FIXED_FILES = ("prepare.py", "runtime.py", "train.py")
+FIXED_FILES = (*FIXED_SOURCES, "train.py")
 # The tokenizer folder holds one of these (prepare.Tokenizer.from_directory: BPE or bytes).
 TOKENIZER_FILES = ("tokenizer.pkl", "byte.json")
 

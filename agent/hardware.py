@@ -9,17 +9,29 @@ under the hardware's name, as the reference's `exp/<GPU>/<tag>` branches do.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
+# Where a CUDA driver shows itself (NVIDIA's device nodes and its /proc folder; WSL2's dxg node;
+# ROCm's kfd node).
+# Without any of them no CUDA device can be found, so importing torch to ask (~2 s of every loop's
+# end-of-run report on a CPU machine) is skipped.
+GPU_DRIVER_PATHS = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg", "/dev/kfd")
 # Words of a marketing name that tell nothing apart ("Intel(R) Xeon(R) CPU @ 2.90GHz").
 NOISE = re.compile(r"\((?:r|tm|c)\)|\b(?:cpu|processor)\b|@.*$|\d+-core", re.IGNORECASE)
 # Longest slug: one path component of a branch name, readable in `git branch`.
 MAX_SLUG = 40
 
 
+def gpu_driver_present() -> bool:
+    return any(Path(p).exists() for p in GPU_DRIVER_PATHS)
+
+
 def gpu_name() -> str | None:
-    """The first CUDA device's name, or None (no torch, no GPU)."""
+    """The first CUDA device's name, or None (no torch, no GPU; no driver: torch is not imported)."""
+    if "torch" not in sys.modules and not gpu_driver_present():
+        return None
     try:
         import torch
         if torch.cuda.is_available():

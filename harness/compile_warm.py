@@ -18,7 +18,7 @@ from harness.runner import run_train
 
 def warm(files: dict, run_dir: Path, budget: float, *, sandbox, data, eval_rows: int | None = None,
          say=print) -> dict:
-    """Compile the base commit's `files` (train.py, prepare.py, runtime.py) once, sealed, into the
+    """Compile the base commit's `files` (train.py and the fixed files beside it) once, sealed, into the
     tag's trusted cache. Returns what happened: {"status": published|skipped|failed, ...}."""
     run_dir = Path(run_dir)
     if published(run_dir) is not None:

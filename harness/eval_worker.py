@@ -6,7 +6,7 @@ tag's base, and runs this in a sandbox that sees that folder, the pinned evaluat
 the artifact:
 
 1. the artifact is read with torch.load(weights_only=True): tensors, strings, numbers, nothing
-   that runs; its "graph" is the model as recorded operators (runtime.py), checked and replayed
+   that runs; its "graph" is the model as recorded operators (graph_export.py), checked and replayed
    by graph.py as a pure, memory-safe function (docs/contracts.md "The trust boundary");
 2. prepare.evaluate_bpb measures the graph on the pinned validation data (the fixed metric);
    every call's logits must be finite where the metric uses them (Checked._finite);

@@ -1,4 +1,4 @@
-"""The model as data: load a recorded graph (runtime.py's format) and replay it, trusting nothing in it.
+"""The model as data: load a recorded graph (graph_export.py's format) and replay it, trusting nothing in it.
 
 The trusted evaluator (harness/eval_worker.py) imports this module and torch, never the code of
 the experiment. A graph is a list of aten operator calls; `load()` checks every one before

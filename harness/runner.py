@@ -170,8 +170,8 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
               compile_cache: str = "read", cache_work: Path | None = None, own_session: bool = True) -> RunResult:
     """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
 
-    folder: the run's own files (harness/executors materialise a commit's train.py, prepare.py
-    and runtime.py there): with a sandbox it is all of the project the run sees, read-only.
+    folder: the run's own files (harness/executors materialise a commit's train.py and the fixed
+    files beside it there): with a sandbox it is all of the project the run sees, read-only.
     sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode` ("train",
     "open"; `stand_ins` replace training shards, for screening); the only writable place is the
     run's output folder artifacts/exp-NNNN/ (model.pt, any state), size-capped. Without one

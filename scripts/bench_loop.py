@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FILES = ("prepare.py", "runtime.py", "attention.py", "train.py", "program.md")
+FILES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py", "train.py", "program.md")
 # The overhead targets (a GPU, the 2-core CPU), as a fraction of the default 300 s budget.
 TARGET_FRACTION = 0.03
 TARGET_FRACTION_CPU = 0.06

@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "harness", "dashboard", "lab", "inference", "scripts")
-ROOT_MODULES = ("train", "prepare", "runtime", "attention")
+ROOT_MODULES = ("train", "prepare", "runtime", "attention", "graph_export")
 MAX_ATTRIBUTES = 12      # a class one reader can hold
 MAX_LINES = 500          # a file one reader can hold
 SINGLE_FILES = {"train.py", "prepare.py"}   # single files by contract

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from harness import knobs  # noqa: E402
 from harness.results import read_journal, read_results  # noqa: E402
 
-FILES = ("prepare.py", "runtime.py", "attention.py", "train.py", "program.md")
+FILES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py", "train.py", "program.md")
 # A smaller model than the CPU defaults, as tests/test_loop.py uses: experiments take seconds.
 SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
 # Standard-library files that make the tiny corpus (as tests/conftest.py does).

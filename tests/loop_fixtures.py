@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.executors.base import RUN_SOURCES
+
 REPO = Path(__file__).resolve().parent.parent
 GIT_ID = ["-c", "user.name=tester", "-c", "user.email=tester@example.com"]
 
@@ -117,7 +119,7 @@ def run_loop(repo: Path, env: dict, *args, timeout: float = 120) -> subprocess.C
                           timeout=timeout)
 
 
-def copy_real(repo_files=("prepare.py", "runtime.py", "attention.py", "train.py", "program.md")) -> dict[str, str]:
+def copy_real(repo_files=(*RUN_SOURCES, "program.md")) -> dict[str, str]:
     return {name: (REPO / name).read_text() for name in repo_files}
 
 

@@ -12,6 +12,7 @@ from agent import loop as loop_mod
 from agent.experiment import seed_for
 from agent.proposers.base import Proposal
 from harness import knobs
+from harness.executors.base import RUN_SOURCES
 from harness.results import read_journal
 from tests.loop_fixtures import copy_real, git, make_repo
 
@@ -61,7 +62,7 @@ def test_a_kept_commit_run_by_hand_is_the_loop_s_run(tiny_cache, tmp_path, monke
     # by hand: the commit's files in a folder, `python train.py` with the run's seed and steps
     by_hand = tmp_path / "by_hand"
     by_hand.mkdir()
-    for name in ("train.py", "prepare.py", "runtime.py", "attention.py"):
+    for name in RUN_SOURCES:
         (by_hand / name).write_text(git(repo, "show", f"{kept['commit']}:{name}"))
     env = {k: v for k, v in os.environ.items() if k != "AUTORESEARCH_KNOBS_AS_WRITTEN"}
     env.update(AUTORESEARCH_STEPS=STEPS, AUTORESEARCH_SEED=str(seed_for(kept["n"], 0)))

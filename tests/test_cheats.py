@@ -15,6 +15,7 @@ import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
 from harness import knobs
+from harness.executors.base import FIXED_SOURCES
 from harness.queue_store import QueueStore
 from harness.runner import RunResult, run_train
 from tests.test_verify import NON_CAUSAL, make_artifact
@@ -44,7 +45,7 @@ def make_wt(tmp_path):
     wt.mkdir()
     (wt / "train.py").write_text(SRC)
     (wt / "prepare.py").write_text((REPO / "prepare.py").read_text())
-    for name in ("runtime.py", "attention.py"):
+    for name in FIXED_SOURCES[1:]:
         (wt / name).write_text((REPO / name).read_text())
     (wt / ".gitignore").write_text("results.tsv\njournal.jsonl\nqueue.sqlite*\nlogs/\nartifacts/\nrun.json\n"
                                    "__pycache__/\nchild.pid\n")

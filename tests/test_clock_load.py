@@ -110,8 +110,8 @@ def reference_from(run) -> ClockReference:
 
 
 # The reference run's budget: a reference is the unmodified train.py's startup and post (each
-# divided by its load), which do not depend on the budget, so one run serves both tests below.
-REFERENCE_BUDGET = 6
+# divided by its load), which do not depend on the budget, so one short run serves both tests below.
+REFERENCE_BUDGET = 2
 
 
 @pytest.fixture(scope="module")

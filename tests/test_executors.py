@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import gitops, pinned, runner
+from harness.executors.base import FIXED_SOURCES
 from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, job_seal, wait
 from harness.sandbox import DataView, detect
 from harness.verify import eval_rows
@@ -250,7 +251,7 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/sealing.make_seal does for a tag
     seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
-    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in ("runtime.py", "attention.py")}},
+    tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in FIXED_SOURCES[1:]}},
                   budget=2, run_dir=str(run_dir),
                   env={"AUTORESEARCH_STEPS": "2"}, seal=job_seal(seal, sealed=True, data_mode="train"),
                   evaluation=eval_spec(seal, prepare_source=prep, train_source=train, profile="tiny"))

@@ -24,8 +24,9 @@ def vt():
     return prepare.VOCAB_SIZE, prepare.MAX_SEQ_LEN
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def honest_bpb(tiny_cache):
+    """The honest model's checked figure (deterministic): computed once for the module's tests."""
     V, T = vt()
     bpb, checked = run_checked(load(Causal(V, T), T))
     report = checked.report()

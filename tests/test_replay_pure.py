@@ -1,7 +1,7 @@
 """The replay is a pure, memory-safe function: no call leaves state for the next, no view reads
 outside its storage.
 
-Hand-made graphs (the format runtime.py records) try each way of keeping state that a graph has
+Hand-made graphs (the format graph_export.py records) try each way of keeping state that a graph has
 been seen to try, or could: a buffer or weight written in place (directly, through a view or a
 slice), the input written, an empty tensor's storage (data_ptr 0), sizes rewritten in place, a
 size list taken from data. Views with raw sizes and strides try to read past their storage. A

@@ -30,6 +30,34 @@ def test_hardware_names_and_slugs(tmp_path):
     assert git(tmp_path, "check-ref-format", "--branch", hardware.branch_for(hw["slug"], "may29"))
 
 
+NO_DRIVER = """
+import json, sys
+from agent import hardware
+hardware.GPU_DRIVER_PATHS = (sys.argv[1],)
+hw = hardware.detect()
+print(json.dumps({"hw": hw, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_without_a_gpu_driver_the_hardware_is_named_without_importing_torch(tmp_path):
+    """The loop's end-of-run report names the hardware: on a machine with no GPU driver that costs
+    no torch import; where a driver shows itself, torch is asked as before."""
+    import subprocess
+    import sys
+    from tests.loop_fixtures import REPO
+    absent = tmp_path / "no-driver"
+    p = subprocess.run([sys.executable, "-c", NO_DRIVER, str(absent)], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout)
+    assert got["torch"] is False and got["hw"]["kind"] in ("cpu", "unknown")
+    absent.write_text("")                          # a driver node: torch is imported to ask it
+    p = subprocess.run([sys.executable, "-c", NO_DRIVER, str(absent)], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout)["torch"] is True
+
+
 def test_the_report_writes_progress_png_and_files_the_final_best(tmp_path):
     run = loop_run_folder(tmp_path, "share", 8)
     got = report.report(run, branches=True)

@@ -9,6 +9,7 @@ import sys
 
 from agent import workspace
 from harness import knobs
+from harness.executors.base import RUN_SOURCES
 from tests.loop_fixtures import REPO, git
 
 TINY_ASPECT = 32      # runtime.PROFILE_KNOBS["ASPECT_RATIO"]: (64, 32)
@@ -17,7 +18,7 @@ TINY_ASPECT = 32      # runtime.PROFILE_KNOBS["ASPECT_RATIO"]: (64, 32)
 def made_repo(tmp):
     repo = tmp / "repo"
     repo.mkdir()
-    for f in ("train.py", "runtime.py", "prepare.py", "attention.py"):
+    for f in RUN_SOURCES:
         shutil.copy(REPO / f, repo / f)
     git(repo, "init", "-q", "-b", "master")
     git(repo, "add", "-A")

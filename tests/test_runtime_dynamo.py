@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness import knobs
+from harness.executors.base import FIXED_SOURCES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,7 +66,7 @@ def test_optimizers_run_without_dynamo_and_give_the_same_numbers():
 
 
 def test_a_tiny_training_never_imports_dynamo(tiny_cache, tmp_path):
-    for f in ("prepare.py", "runtime.py", "attention.py"):
+    for f in FIXED_SOURCES:
         (tmp_path / f).write_text((REPO / f).read_text())
     source = knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], {
         "DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})

@@ -78,16 +78,16 @@ def test_a_scaled_clock_is_caught_by_the_harness_clock(fake_anthropic, repo, tin
     new = '        if not plan["steps"] and local_steps > STARTUP_STEPS and elapsed * 0.2 >= plan["budget"]:\n'
     cheat = propose(fake_anthropic, wt, old, new, "tighter step timing")
     seal, h = sealed_setup(wt)
-    h.budget = 2
+    h.budget = 1                                          # 1 s: the cheat trains 5 s, 5x it
     assert h.guard(ctx_for(wt, base, cheat)).ok          # the static guard does not see it
     sha = commit(wt, cheat)
-    run = run_sealed(wt, seal, 2, 2, timeout=300)        # trains 5x its budget by our clock
+    run = run_sealed(wt, seal, 2, 1, timeout=300)        # trains 5x its budget by our clock
     assert run.crash_class is None, run.log_tail
     assert "sealed" in run.log_path.read_text()           # it printed no val_bpb of its own
     d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
     assert d.status == "discard" and "trained past the budget" in d.reason, d.reason
     assert d.trusted_bpb is None
-    assert run.extra["clock"]["charged_s"] > clock_mod.limit_for(2)
+    assert run.extra["clock"]["charged_s"] > clock_mod.limit_for(1)
 
 
 def feed(c, lines):

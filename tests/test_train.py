@@ -241,24 +241,46 @@ def test_train_py_is_the_reference_and_the_small_profiles_run_the_old_values(tin
     assert knobs.PROFILE_CALL not in cpu_source and knobs.PROFILE_CALL in source
 
 
+USE_PROFILE_CASES = [("cpu", False, "{'DEPTH': 4} 4 100"), ("tiny", False, "{'DEPTH': 4} 4 100"),
+                     ("gpu", False, "{} 8 100"), ("cpu", True, "{} 8 100")]
+# One fresh process (runtime imported once) runs every case in turn, each on a fresh module and its
+# own environment, and prints each case's output lines as one JSON line.
 USE_PROFILE = """
-import os, runtime, sys, types
-m = types.ModuleType("fake_train"); sys.modules["fake_train"] = m
-m.DEPTH, m.HEAD_DIM, m.SEED = 8, 100, 42
-print(runtime.use_profile_knobs("fake_train", os.environ["P"]), m.DEPTH, m.HEAD_DIM)
+import contextlib, io, json, os, runtime, sys, types
+for profile, as_written in json.loads(sys.argv[1]):
+    os.environ.pop("AUTORESEARCH_KNOBS_AS_WRITTEN", None)
+    if as_written:
+        os.environ["AUTORESEARCH_KNOBS_AS_WRITTEN"] = "1"
+    m = types.ModuleType("fake_train"); sys.modules["fake_train"] = m
+    m.DEPTH, m.HEAD_DIM, m.SEED = 8, 100, 42
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print(runtime.use_profile_knobs("fake_train", profile), m.DEPTH, m.HEAD_DIM)
+    print(json.dumps(out.getvalue().strip().splitlines()))
 """
 
 
-@pytest.mark.parametrize("profile,as_written,want", [
-    ("cpu", False, "{'DEPTH': 4} 4 100"), ("tiny", False, "{'DEPTH': 4} 4 100"),
-    ("gpu", False, "{} 8 100"), ("cpu", True, "{} 8 100")])
-def test_use_profile_knobs_by_hand_and_as_written_in_the_harness(profile, as_written, want):
+@pytest.fixture(scope="module")
+def use_profile_outputs():
+    """Each case's output lines, from one process (importing runtime is the cost, not the calls)."""
+    import json
     import os
-    env = dict(os.environ, P=profile)
+    env = dict(os.environ)
     env.pop("AUTORESEARCH_KNOBS_AS_WRITTEN", None)
-    if as_written:
-        env["AUTORESEARCH_KNOBS_AS_WRITTEN"] = "1"
-    out = run_python(USE_PROFILE, env).stdout.strip().splitlines()
+    cases = [[profile, as_written] for profile, as_written, _ in USE_PROFILE_CASES]
+    proc = subprocess.run([sys.executable, "-c", USE_PROFILE, json.dumps(cases)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == len(cases), proc.stdout
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("case", range(len(USE_PROFILE_CASES)),
+                         ids=[f"{p}-{w}-{want}" for p, w, want in USE_PROFILE_CASES])
+def test_use_profile_knobs_by_hand_and_as_written_in_the_harness(case, use_profile_outputs):
+    profile, _, want = USE_PROFILE_CASES[case]
+    out = use_profile_outputs[case]
     assert out[-1] == want
     assert (f"profile {profile}: running these knobs at the profile's values" in out[0]) == want.startswith("{'")
 

@@ -79,7 +79,7 @@ def test_verdicts():
 def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatch):
     """The real train.py: a base that cannot learn (every learning rate 0) and a kept change that
     restores them (half the reference's), judged by the hierarchy (sealed runs, trusted evaluation);
-    then --validate 2: 2 seeds a side at 2 s, sealed and trusted too."""
+    then --validate 2: 2 seeds a side at 1 s, sealed and trusted too."""
     files = copy_real()
     fast = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
     lrs = {k: knobs.values(files["train.py"])[k] for k in ("MATRIX_LR", "EMBEDDING_LR", "UNEMBEDDING_LR", "SCALAR_LR")}
@@ -91,9 +91,10 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     proposer = Scripted([("learning rates back", lambda s: knobs.set_knobs(s, {k: v / 2 for k, v in lrs.items()}))])
     monkeypatch.setattr(loop_mod, "make_proposer", lambda *a, **k: proposer)
-    # A 1 s budget (validated at 2 s): a base that cannot learn against one that trains ~80 steps
-    # leaves a gain far above half the 8-step run's, so the verdict does not need longer runs.
-    lp = loop_mod.Loop(loop_mod.parse_args(["--tag", "v", "--budget", "1", "--repo", str(repo), "--reviewer",
+    # A 0.5 s budget (validated at 1 s): a base that cannot learn against one that trains ~60 steps
+    # (~15 on a loaded box) leaves a gain far above half the 8-step run's, so the verdict does not
+    # need longer runs.
+    lp = loop_mod.Loop(loop_mod.parse_args(["--tag", "v", "--budget", "0.5", "--repo", str(repo), "--reviewer",
                                             "hierarchy", "--baseline-repeats", "1", "--max-experiments", "2"]))
     lp.run()
     lp.stop()
@@ -103,7 +104,7 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     assert all(r.decision.trusted_bpb is not None for r in recs)
     monkeypatch.delenv("AUTORESEARCH_STEPS")
     out = validate.validate(run, 2, seeds=2)
-    assert out["sealed"] is True and out["budget"] == 2
+    assert out["sealed"] is True and out["budget"] == 1
     assert len(out["final"]["runs"]) == 2 and len(out["base"]["runs"]) == 2, out
     assert out["verdict"] == "holds" and out["gain_long"] > 0, out
     logs = sorted((run / "logs").glob("validate-*.log"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Files the model may read; train.py is served from the in-memory working copy.
-READABLE = ("program.md", "README.md", "prepare.py", "runtime.py", "attention.py", "train.py")
+READABLE = ("program.md", "README.md", "prepare.py", "runtime.py", "attention.py", "graph_export.py", "train.py")
 # The one file the model may change.
 EDITABLE = "train.py"
 # Longest text a read returns (characters); keeps one tool result from flooding the context.
@@ -39,7 +39,8 @@ TOOLS: list[dict] = [
      "description": "Read one project file. Allowed: program.md, README.md, prepare.py (fixed, "
                     "read-only: data, tokenizer, evaluation), runtime.py (fixed, read-only: device "
                     "set-up, compile, how the model is saved for the trusted evaluation), attention.py "
-                    "(fixed, read-only: the attention backends and their probe) and train.py (your working copy, "
+                    "(fixed, read-only: the attention backends and their probe), graph_export.py (fixed, read-only: how "
+                    "the model is recorded as a graph of aten operators) and train.py (your working copy, "
                     "including the edits made so far).",
      "input_schema": {"type": "object", "properties": {"path": _PATH},
                       "required": ["path"], "additionalProperties": False}},

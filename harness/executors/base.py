@@ -23,8 +23,8 @@ CANCELLED = "cancelled"
 # crash_class of a job whose node could not run it as asked (e.g. no bubblewrap for a sealed run).
 NODE_ERROR = "node_error"
 # The fixed files beside train.py, which the loop never edits: it imports prepare.py and runtime.py
-# from its own folder, and runtime.py imports attention.py.
-FIXED_SOURCES = ("prepare.py", "runtime.py", "attention.py")
+# from its own folder, and runtime.py imports attention.py and graph_export.py.
+FIXED_SOURCES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py")
 # Files of a commit a run needs (and all of the project a sandboxed run sees).
 RUN_SOURCES = ("train.py", *FIXED_SOURCES)
 # How often wait() polls the executor.
@@ -188,7 +188,7 @@ def wait(executor: Executor, ids: list[str], timeout: float | None = None,
 
 def sources_at(repo: Path, commit: str, names=RUN_SOURCES) -> dict[str, str]:
     """The files of `commit` a run needs, read from git (byte-exact); a name the commit lacks
-    is left out (a stand-in project of the tests has no runtime.py or attention.py)."""
+    is left out (a stand-in project of the tests has no runtime.py, attention.py or graph_export.py)."""
     from harness import gitops
     out = {}
     for name in names:

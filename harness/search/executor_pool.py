@@ -39,7 +39,7 @@ class ExecutorPool:
         self.ex = executor
         self.n = executor.slots
         self.prepare_source = prepare_source
-        # runtime.py and attention.py, this checkout's unless given: train.py imports them
+        # runtime.py, attention.py and graph_export.py, this checkout's unless given: train.py imports them
         here = Path(__file__).resolve().parents[2]
         self.fixed = {name: (here / name).read_text() for name in FIXED_SOURCES
                       if name != "prepare.py" and (here / name).is_file()}
