@@ -78,6 +78,7 @@ from harness.sandbox import DataView
 from harness.runner import kill_leftover, timeout_for
 from harness.executors.node import clear_staging
 
+BASELINE_DESCRIPTION = "baseline (unmodified train.py)"   # the baseline's description in every record
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
 EXIT_OUT_OF_SPACE = 75
@@ -346,7 +347,7 @@ class Loop:
 
     def baseline(self) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
-        p = Proposal(description="baseline (unmodified train.py)", hypothesis="reference point for the tag",
+        p = Proposal(description=BASELINE_DESCRIPTION, hypothesis="reference point for the tag",
                      source=source, proposer="baseline")
         return Attempt(n=self.coord.next_n(), parent=None, proposal=p, commit=self.last_kept)
 

@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_judge as bj  # noqa: E402
 from agent import budget  # noqa: E402
+from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
 from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
 from harness import knobs  # noqa: E402
 
@@ -160,6 +161,36 @@ def table(nights: list[dict]) -> list[dict]:
     return rows
 
 
+def parting(nights: list[dict]) -> list[dict]:
+    """Where the two reviewers part, per night seed: the reference's night and the judge's of the same
+    base, search and seed get the same proposals for as long as their decisions agree (the search
+    sees the same history), so the shared prefix of identical decisions (description and status)
+    says whether the judge decided differently or only reached fewer experiments in its runs."""
+    by = {(n["base"], n["search"], n["seed"], n["reviewer"]): n for n in nights}
+    out = []
+    for (base, search, seed, reviewer), ref in sorted(by.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        judged = by.get((base, search, seed, "hierarchy"))
+        if reviewer != "simple" or judged is None or "decisions" not in ref or "decisions" not in judged:
+            continue
+        a = [(d["description"], d["status"]) for d in ref["decisions"] if d["description"] != BASELINE_DESCRIPTION]
+        b = [(d["description"], d["status"]) for d in judged["decisions"] if d["description"] != BASELINE_DESCRIPTION]
+        shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        out.append({"base": base, "search": search, "seed": seed, "shared": shared, "reference_experiments": len(a),
+                    "judge_experiments": len(b), "reference_gain": ref["gain_true"], "judge_gain": judged["gain_true"]})
+    return out
+
+
+def render_parting(rows: list[dict]) -> str:
+    lines = ["where the reviewers part (same base, search and seed): identical decisions, then experiments each"]
+    for r in rows:
+        ended = "the judge's night ended inside them" if r["shared"] >= r["judge_experiments"] else \
+            f"then they differ at experiment {r['shared'] + 2}"
+        lines.append(f"  {r['base']:12s}{r['search']:7s}seed {r['seed']}: {r['shared']} identical ({ended}); "
+                     f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
+                     f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
+    return "\n".join(lines)
+
+
 def _f(x, fmt="+.4f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -204,6 +235,8 @@ def main(argv=None) -> int:
         (out / "bench_research.json").write_text(json.dumps({"merged": args.table, "table": table(nights),
                                                              "nights": nights}, indent=1, default=str) + "\n")
         print(render(table(nights)))
+        if parting(nights):
+            print(render_parting(parting(nights)))
         return 0
     pick = lambda s, allowed: [x for x in s.split(",") if x in allowed]   # noqa: E731
     reviewers, searches, bases = pick(args.reviewers, REVIEWERS), pick(args.searches, SEARCHES), pick(args.bases, BASES)
@@ -238,6 +271,8 @@ def main(argv=None) -> int:
                              "date": time.strftime("%Y-%m-%d %H:%M"), "wall_seconds": time.time() - t0,
                              "table": rows, "nights": nights}, indent=1, default=str) + "\n")
         print(render(table(nights)), flush=True)
+        if parting(nights):
+            print(render_parting(parting(nights)), flush=True)
         print(f"wall time {(time.time() - t0) / 60:.1f} min; figures: {out / 'bench_research.json'}", flush=True)
         return 0
     finally:

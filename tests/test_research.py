@@ -159,6 +159,35 @@ def test_the_table_is_the_mean_over_nights_with_its_standard_error(tmp_path, cap
     assert len(merged["nights"]) == 3 and len(merged["table"]) == 2
 
 
+def _decided(*steps):
+    base = {"n": 1, "description": loop_mod.BASELINE_DESCRIPTION, "status": "keep"}
+    return [base] + [{"n": i + 2, "description": d, "status": s} for i, (d, s) in enumerate(steps)]
+
+
+def test_where_the_reviewers_part_is_the_shared_prefix_of_identical_decisions(tmp_path, capsys):
+    ref, judged = _night("simple", 0.20, 0.0, 3), _night("hierarchy", 0.15, 0.0, 3)
+    ref["decisions"] = _decided(("a", "discard"), ("b", "keep"), ("c", "keep"), ("d", "discard"))
+    judged["decisions"] = _decided(("a", "discard"), ("b", "keep"), ("c", "discard"))   # parts at its third
+    alone = _night("simple", 0.1, 0.0, 4)   # no judge's night of its seed: no line
+    alone["decisions"] = _decided(("a", "keep"))
+    other = _night("hierarchy", 0.1, 0.0, 3)
+    other["search"] = "tpe"                 # another search's night of the same seed is no partner
+    other["decisions"] = _decided(("a", "discard"))
+    rows = bench_research.parting([ref, judged, alone, other])
+    assert [(r["seed"], r["shared"], r["reference_experiments"], r["judge_experiments"]) for r in rows] == [(3, 2, 4, 3)]
+    assert "then they differ at experiment 4" in bench_research.render_parting(rows)
+    judged["decisions"] = _decided(("a", "discard"), ("b", "keep"))                      # ended inside the prefix
+    assert bench_research.parting([ref, judged])[0]["shared"] == 2
+    assert "ended inside them" in bench_research.render_parting(bench_research.parting([ref, judged]))
+    del ref["decisions"]                                                                 # an older file: no line
+    assert bench_research.parting([ref, judged]) == []
+    ref["decisions"] = _decided(("a", "discard"))
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps({"nights": [ref, judged]}))
+    assert bench_research.main(["--table", str(path), "--out", str(tmp_path / "m")]) == 0
+    assert "seed 3: 1 identical" in capsys.readouterr().out
+
+
 def test_judge_sim_variants_print_the_reference_and_leave_the_rule_as_it_was(capsys):
     from agent.judges import stats
     spec = importlib.util.spec_from_file_location("judge_sim", REPO / "scripts" / "judge_sim.py")
