@@ -24,7 +24,9 @@ recorded for its best minus the re-measured final: negative is a loop that belie
 than it is), keeps, runs per decision (the experiments' runs over their decisions, baseline
 apart), and wall time per night. Fixed steps by default (AUTORESEARCH_STEPS: what a run learns
 depends on its seed, not the machine's load); `--wall-clock S` runs the loop's own wall-clock
-budget of S seconds instead. Writes <out>/bench_research.json after every night.
+budget of S seconds instead. Under the table, for each seed both reviewers ran: how many of their
+first decisions were identical (the same proposals while they agree), then the experiments each
+reached. Writes <out>/bench_research.json after every night.
 """
 from __future__ import annotations
 
