@@ -174,19 +174,22 @@ def parting(nights: list[dict]) -> list[dict]:
         judged = by.get((base, search, seed, "hierarchy"))
         if reviewer != "simple" or judged is None or "decisions" not in ref or "decisions" not in judged:
             continue
-        a = [(d["description"], d["status"]) for d in ref["decisions"] if d["description"] != BASELINE_DESCRIPTION]
-        b = [(d["description"], d["status"]) for d in judged["decisions"] if d["description"] != BASELINE_DESCRIPTION]
-        shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        out.append({"base": base, "search": search, "seed": seed, "shared": shared, "reference_experiments": len(a),
-                    "judge_experiments": len(b), "reference_gain": ref["gain_true"], "judge_gain": judged["gain_true"]})
+        a = [d for d in ref["decisions"] if d["description"] != BASELINE_DESCRIPTION]
+        b = [d for d in judged["decisions"] if d["description"] != BASELINE_DESCRIPTION]
+        shared = next((i for i, (x, y) in enumerate(zip(a, b)) if (x["description"], x["status"]) !=
+                       (y["description"], y["status"])), min(len(a), len(b)))
+        out.append({"base": base, "search": search, "seed": seed, "shared": shared,
+                    "parted_at": a[shared].get("n") if shared < min(len(a), len(b)) else None,
+                    "reference_experiments": len(a), "judge_experiments": len(b),
+                    "reference_gain": ref["gain_true"], "judge_gain": judged["gain_true"]})
     return out
 
 
 def render_parting(rows: list[dict]) -> str:
     lines = ["where the reviewers part (same base, search and seed): identical decisions, then experiments each"]
     for r in rows:
-        ended = "the judge's night ended inside them" if r["shared"] >= r["judge_experiments"] else \
-            f"then they differ at experiment {r['shared'] + 2}"
+        ended = "the judge's night ended inside them" if r["parted_at"] is None else \
+            f"then they differ at experiment {r['parted_at']}"
         lines.append(f"  {r['base']:12s}{r['search']:7s}seed {r['seed']}: {r['shared']} identical ({ended}); "
                      f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
                      f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
@@ -237,8 +240,8 @@ def main(argv=None) -> int:
         (out / "bench_research.json").write_text(json.dumps({"merged": args.table, "table": table(nights),
                                                              "nights": nights}, indent=1, default=str) + "\n")
         print(render(table(nights)))
-        if parting(nights):
-            print(render_parting(parting(nights)))
+        if parted := parting(nights):
+            print(render_parting(parted))
         return 0
     pick = lambda s, allowed: [x for x in s.split(",") if x in allowed]   # noqa: E731
     reviewers, searches, bases = pick(args.reviewers, REVIEWERS), pick(args.searches, SEARCHES), pick(args.bases, BASES)
@@ -273,8 +276,8 @@ def main(argv=None) -> int:
                              "date": time.strftime("%Y-%m-%d %H:%M"), "wall_seconds": time.time() - t0,
                              "table": rows, "nights": nights}, indent=1, default=str) + "\n")
         print(render(table(nights)), flush=True)
-        if parting(nights):
-            print(render_parting(parting(nights)), flush=True)
+        if parted := parting(nights):
+            print(render_parting(parted), flush=True)
         print(f"wall time {(time.time() - t0) / 60:.1f} min; figures: {out / 'bench_research.json'}", flush=True)
         return 0
     finally:
