@@ -2,7 +2,7 @@
 
     uv run scripts/bench_judge.py --quick          # 20 null edits, 10 gains of 3 and 5 sigma
     uv run scripts/bench_judge.py                  # 24 null edits, 16 gains of 1, 2, 3 and 5 sigma
-        [--steps 16] [--calibrate] [--out out/bench_judge] [--keep]
+        [--steps 16] [--calibrate] [--baseline-repeats N] [--out out/bench_judge] [--keep]
     uv run scripts/bench_judge.py --load --budget 10   # under a changing load (scripts/bench_load.py)
 
 (scripts/bench_proposers.py uses the same handicapped baseline to compare the offline searches.)
@@ -282,7 +282,8 @@ def judge_sigma(history) -> tuple[float | None, int | None]:
 
 
 def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float,
-             gains: Callable[[float], dict[int, Edit]], last: int) -> tuple[list[dict], dict]:
+             gains: Callable[[float], dict[int, Edit]], last: int,
+             baseline_repeats: int | None = None) -> tuple[list[dict], dict]:
     """The baseline, the null edits, then the gains `gains(sigma)` plans in the judge's sigma of
     that moment. Returns the records and the unit ({"sigma", "df"})."""
     from agent import loop as loopmod
@@ -290,7 +291,8 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
     from harness import gitops
     args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
                                "--reviewer", "hierarchy", "--budget", f"{budget:g}",
-                               "--max-experiments", str(last)])
+                               "--max-experiments", str(last),
+                               *(["--baseline-repeats", str(baseline_repeats)] if baseline_repeats else [])])
     loop = loopmod.Loop(args)
     loop.panel.console.close()
     loop.panel.console = Console(loop.tag, loop.budget, live=False)
@@ -445,6 +447,8 @@ def main(argv=None) -> int:
     p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
+    p.add_argument("--baseline-repeats", type=int, default=None,
+                   help="the baseline's runs before the first decision (default: the loop's)")
     bench_load.add_args(p)
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
@@ -477,7 +481,7 @@ def main(argv=None) -> int:
             return planned
         with bench_load.background(args) as load:
             records, unit = run_loop(repo, nulls, base_source, args.budget if args.load else 60.0, gains,
-                                     start + sum(cfg["gains"].values()) - 1)
+                                     start + sum(cfg["gains"].values()) - 1, args.baseline_repeats)
         s = summarize(records, {**nulls, **planned}, curve, unit, time.time() - t0)
         bench_load.report(s, records, {**nulls, **planned}, load)
         s.update(command=" ".join(["uv run scripts/bench_judge.py", *(argv if argv is not None else sys.argv[1:])]),
