@@ -2,7 +2,7 @@
 
     uv run scripts/bench_research.py [--nights 3] [--max-runs 30] [--reviewers simple,hierarchy]
         [--searches local,tpe] [--bases tuned,handicapped] [--steps 16 | --wall-clock S]
-        [--remeasure-seeds 4] [--baseline-repeats N] [--out out/bench_research]
+        [--remeasure-seeds 4] [--baseline-repeats N] [--load-procs N] [--out out/bench_research]
 
 One night is the real loop (agent/loop.py's Loop, offline proposer, the sandbox) in a throwaway
 repository of its own, stopped by --max-runs: every arm spends the same training runs (the
@@ -24,7 +24,10 @@ recorded for its best minus the re-measured final: negative is a loop that belie
 than it is), keeps, runs per decision (the experiments' runs over their decisions, baseline
 apart), and wall time per night. Fixed steps by default (AUTORESEARCH_STEPS: what a run learns
 depends on its seed, not the machine's load); `--wall-clock S` runs the loop's own wall-clock
-budget of S seconds instead. Under the table, for each seed both reviewers ran: how many of their
+budget of S seconds instead, and with `--load-procs N` N CPU burners come and go while the loop
+runs (scripts/bench_load.py, spells of 20-90 s, the schedule seeded by the night's seed: the regime
+of a busy laptop, where a run's figure carries the load it met); the re-measurements then run on a
+quiet machine. Under the table, for each seed both reviewers ran: how many of their
 first decisions were identical (the same proposals while they agree), then the experiments each
 reached. Writes <out>/bench_research.json after every night.
 """
@@ -47,6 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_judge as bj  # noqa: E402
+import bench_load  # noqa: E402
 from agent import budget  # noqa: E402
 from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
 from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
@@ -79,9 +83,10 @@ def _key(source: str) -> str:
 
 def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: int, max_runs: int,
           budget_s: float, seeds: list[int], cache: dict[str, Remeasured], baseline_repeats: int | None = None,
-          say=print) -> dict:
+          say=print, load_procs: int = 0) -> dict:
     """One night of the real loop until `max_runs` training runs, then its final incumbent and its
-    base re-measured on `seeds` (`cache`: train.py hash -> Remeasured, shared across nights)."""
+    base re-measured on `seeds` (`cache`: train.py hash -> Remeasured, shared across nights).
+    `load_procs`: burners that come and go while the loop runs (not while it re-measures)."""
     from agent import loop as loopmod
     from agent.console import Console
     from harness import gitops
@@ -94,9 +99,15 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     loop.panel.console.close()
     loop.panel.console = Console(loop.tag, loop.budget, live=False)
     t0 = time.time()
-    measured = {}
+    measured, load = {}, None
     try:
-        loop.run()
+        if load_procs:
+            load = bench_load.BackgroundLoad(load_procs, seed=seed).start()
+        try:
+            loop.run()
+        finally:
+            if load is not None:
+                load.stop()
         wall = time.time() - t0
         base_commit = loop.run_info.base_commit
         for role, commit in (("base", base_commit), ("final", loop.last_kept)):
@@ -106,7 +117,10 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
             measured[role] = cache[key]
     finally:
         loop.stop()
-    return summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs)
+    out = summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs)
+    if load is not None:
+        out["load"] = {"procs": load_procs, "on_fraction": load.fraction_on(), "events": load.events}
+    return out
 
 
 def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: float, max_runs: int) -> dict:
@@ -141,18 +155,30 @@ def _mean_se(xs: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(xs), (statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else None)
 
 
+def regime(n: dict) -> str:
+    """How a night's runs were measured: fixed steps (nights written before this key: "steps"), or a
+    wall-clock budget, under a changing load or not."""
+    return n.get("regime") or "steps"
+
+
+def regime_of(args) -> str:
+    if not args.wall_clock:
+        return f"steps {args.steps}"
+    return f"wall {args.wall_clock:g}s" + (f" load {args.load_procs}" if args.load_procs else "")
+
+
 def table(nights: list[dict]) -> list[dict]:
-    """Per arm (base, reviewer, search): the nights' figures, mean and standard error over nights."""
+    """Per arm (base, reviewer, search, regime): the nights' figures, mean and standard error over nights."""
     arms: dict[tuple, list[dict]] = {}
     for n in nights:
-        arms.setdefault((n["base"], n["reviewer"], n["search"]), []).append(n)
+        arms.setdefault((n["base"], n["reviewer"], n["search"], regime(n)), []).append(n)
     rows = []
-    for (base, reviewer, search), ns in arms.items():
+    for (base, reviewer, search, how), ns in arms.items():
         gain, gain_se = _mean_se([n["gain_true"] for n in ns])
         if gain_se is None and len(ns) == 1:   # one night: the re-measurements' own error (marked)
             gain_se = ns[0]["gain_se"]
         gap, gap_se = _mean_se([n["honesty_gap"] for n in ns])
-        rows.append({"base": base, "reviewer": reviewer, "search": search, "nights": len(ns),
+        rows.append({"base": base, "reviewer": reviewer, "search": search, "regime": how, "nights": len(ns),
                      "gain": gain, "gain_se": gain_se, "gain_se_over_nights": len(ns) > 1,
                      "honesty_gap": gap, "honesty_gap_se": gap_se,
                      "keeps": statistics.fmean(n["keeps"] for n in ns),
@@ -168,17 +194,17 @@ def parting(nights: list[dict]) -> list[dict]:
     base, search and seed get the same proposals for as long as their decisions agree (the search
     sees the same history), so the shared prefix of identical decisions (description and status)
     says whether the judge decided differently or only reached fewer experiments in its runs."""
-    by = {(n["base"], n["search"], n["seed"], n["reviewer"]): n for n in nights}
+    by = {(n["base"], n["search"], regime(n), n["seed"], n["reviewer"]): n for n in nights}
     out = []
-    for (base, search, seed, reviewer), ref in sorted(by.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        judged = by.get((base, search, seed, "hierarchy"))
+    for (base, search, how, seed, reviewer), ref in sorted(by.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        judged = by.get((base, search, how, seed, "hierarchy"))
         if reviewer != "simple" or judged is None or "decisions" not in ref or "decisions" not in judged:
             continue
         a = [d for d in ref["decisions"] if d["description"] != BASELINE_DESCRIPTION]
         b = [d for d in judged["decisions"] if d["description"] != BASELINE_DESCRIPTION]
         shared = next((i for i, (x, y) in enumerate(zip(a, b)) if (x["description"], x["status"]) !=
                        (y["description"], y["status"])), min(len(a), len(b)))
-        out.append({"base": base, "search": search, "seed": seed, "shared": shared,
+        out.append({"base": base, "search": search, "regime": how, "seed": seed, "shared": shared,
                     "parted_at": a[shared].get("n") if shared < min(len(a), len(b)) else None,
                     "reference_experiments": len(a), "judge_experiments": len(b),
                     "reference_gain": ref["gain_true"], "judge_gain": judged["gain_true"]})
@@ -190,7 +216,8 @@ def render_parting(rows: list[dict]) -> str:
     for r in rows:
         ended = "the judge's night ended inside them" if r["parted_at"] is None else \
             f"then they differ at experiment {r['parted_at']}"
-        lines.append(f"  {r['base']:12s}{r['search']:7s}seed {r['seed']}: {r['shared']} identical ({ended}); "
+        how = "" if r.get("regime", "steps").startswith("steps") else f"{r['regime']}, "
+        lines.append(f"  {r['base']:12s}{r['search']:7s}{how}seed {r['seed']}: {r['shared']} identical ({ended}); "
                      f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
                      f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
     return "\n".join(lines)
@@ -202,14 +229,15 @@ def _f(x, fmt="+.4f") -> str:
 
 def render(rows: list[dict]) -> str:
     out = [f"{'base':12s}{'reviewer':11s}{'search':8s}{'nights':>7s}{'true gain':>18s}{'honesty gap':>18s}"
-           f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}"]
+           f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}"
+           + ("  regime" if any(r.get("regime", "steps") != "steps" for r in rows) else "")]
     for r in rows:
         mark = "" if r["gain_se_over_nights"] else "*"
         gain = f"{_f(r['gain'])} ± {_f(r['gain_se'], '.4f')}{mark}"
         gap = f"{_f(r['honesty_gap'])} ± {_f(r['honesty_gap_se'], '.4f')}"
         out.append(f"{r['base']:12s}{r['reviewer']:11s}{r['search']:8s}{r['nights']:7d}{gain:>18s}{gap:>18s}"
                    f"{r['keeps']:7.1f}{r['experiments']:6.1f}{r['runs']:6.1f}{_f(r['runs_per_decision'], '.2f'):>9s}"
-                   f"{r['wall_seconds'] / 60:10.1f}m")
+                   f"{r['wall_seconds'] / 60:10.1f}m" + (f"  {r['regime']}" if out[0].endswith("regime") else ""))
     if any(not r["gain_se_over_nights"] for r in rows):
         out.append("* one night: the standard error is the re-measurements' own, not the spread over nights")
     return "\n".join(out)
@@ -226,6 +254,8 @@ def main(argv=None) -> int:
     p.add_argument("--bases", default=",".join(BASES))
     p.add_argument("--steps", type=int, default=bj.STEPS, help="fixed optimizer steps per run (AUTORESEARCH_STEPS)")
     p.add_argument("--wall-clock", type=float, metavar="S", help="a wall-clock budget of S seconds instead of fixed steps")
+    p.add_argument("--load-procs", type=int, default=0, metavar="N",
+                   help="with --wall-clock: N CPU burners come and go while the loop runs (scripts/bench_load.py)")
     p.add_argument("--remeasure-seeds", type=int, default=REMEASURE_SEEDS)
     p.add_argument("--baseline-repeats", type=int, default=None, help="the judge's (default: the loop's own)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_research"))
@@ -233,6 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", nargs="+", metavar="JSON", help="no nights: the table of the nights in these "
                    "bench_research.json files (a bench split over processes), written to --out")
     args = p.parse_args(argv)
+    if args.load_procs and not args.wall_clock:
+        p.error("--load-procs needs --wall-clock S: a fixed-step run learns the same under any load")
     if args.table:
         nights = [n for path in args.table for n in json.loads(Path(path).read_text())["nights"]]
         out = Path(args.out)
@@ -263,11 +295,13 @@ def main(argv=None) -> int:
                         print(f"night {k + 1 - args.first_night}/{args.nights} (seed {k}): {base} base, {reviewer}, {search} search, "
                               f"{args.max_runs} runs", flush=True)
                         n = night(root, base, sources[base], reviewer, search, k, args.max_runs, budget_s, seeds,
-                                  caches[base], args.baseline_repeats)
+                                  caches[base], args.baseline_repeats, load_procs=args.load_procs)
+                        n["regime"] = regime_of(args)
                         nights.append(n)
                         print(f"  {n['experiments']} experiments, {n['runs']} runs, {n['keeps']} keeps; recorded "
                               f"{_f(n['recorded_best'], '.5f')}, true {_f(n['final_true'], '.5f')} vs base "
-                              f"{_f(n['base_true'], '.5f')}: gain {_f(n['gain_true'])}; {n['wall_seconds'] / 60:.1f} min",
+                              f"{_f(n['base_true'], '.5f')}: gain {_f(n['gain_true'])}; {n['wall_seconds'] / 60:.1f} min"
+                              + (f"; load on {100 * n['load']['on_fraction']:.0f}% of it" if "load" in n else ""),
                               flush=True)
                         rows = table(nights)
                         (out / "bench_research.json").write_text(json.dumps(

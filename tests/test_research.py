@@ -219,3 +219,26 @@ def test_the_oracle_keeps_exactly_the_gains_over_its_floor_and_pays_its_confirmi
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("reference (one run, keep if lower)") and len(out) == 7
     assert sum("confirmed" in x for x in out) == 3 and all("of the reference" in x for x in out[1:])
+
+
+def test_nights_of_another_regime_are_another_arm_and_no_partner(tmp_path, capsys):
+    """A wall-clock night under a load is not averaged with fixed-step nights of the same arm, nor
+    paired with a fixed-step night of the other reviewer; files written before the regime key read
+    as fixed steps."""
+    steps = [_night("simple", 0.10, 0.0, 0), _night("hierarchy", 0.08, 0.0, 0)]
+    loaded = [dict(_night("simple", 0.02, -0.03, 0), regime="wall 5s load 2"),
+              dict(_night("hierarchy", 0.06, 0.0, 0), regime="wall 5s load 2")]
+    for n in steps + loaded:
+        n["decisions"] = _decided(("a", "keep"))
+    loaded[1]["decisions"] = _decided(("b", "keep"))
+    rows = bench_research.table(steps + loaded)
+    assert sorted((r["reviewer"], r["regime"], r["nights"]) for r in rows) == [
+        ("hierarchy", "steps", 1), ("hierarchy", "wall 5s load 2", 1), ("simple", "steps", 1), ("simple", "wall 5s load 2", 1)]
+    assert {r["regime"]: r["gain"] for r in rows if r["reviewer"] == "simple"} == {"steps": 0.10, "wall 5s load 2": 0.02}
+    assert "regime" in bench_research.render(rows).splitlines()[0]
+    assert "regime" not in bench_research.render(bench_research.table(steps)).splitlines()[0]
+    parted = {r["regime"]: r["shared"] for r in bench_research.parting(steps + loaded)}
+    assert parted == {"steps": 1, "wall 5s load 2": 0}, "each night pairs with its own regime's only"
+    with pytest.raises(SystemExit):
+        bench_research.main(["--load-procs", "2", "--out", str(tmp_path / "x")])
+    assert "needs --wall-clock" in capsys.readouterr().err
