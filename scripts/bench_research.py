@@ -64,6 +64,8 @@ MAX_RUNS = 30
 REMEASURE_SEEDS = 4
 # The loop's --budget under fixed steps: it only sets the run's timeout (max(2x, budget + 300 s)).
 FIXED_STEPS_BUDGET = 60.0
+# The bench's default regime, as regime_of() names it: its table shows a regime column only beside another.
+DEFAULT_REGIME = f"steps {bj.STEPS}"
 
 
 def base_sources(steps: int | None, bases) -> tuple[dict, dict[str, str]]:
@@ -156,9 +158,9 @@ def _mean_se(xs: list[float]) -> tuple[float | None, float | None]:
 
 
 def regime(n: dict) -> str:
-    """How a night's runs were measured: fixed steps (nights written before this key: "steps"), or a
-    wall-clock budget, under a changing load or not."""
-    return n.get("regime") or "steps"
+    """How a night's runs were measured: fixed steps, or a wall-clock budget, under a changing load
+    or not (nights written before this key ran the default fixed steps)."""
+    return n.get("regime") or DEFAULT_REGIME
 
 
 def regime_of(args) -> str:
@@ -216,7 +218,7 @@ def render_parting(rows: list[dict]) -> str:
     for r in rows:
         ended = "the judge's night ended inside them" if r["parted_at"] is None else \
             f"then they differ at experiment {r['parted_at']}"
-        how = "" if r.get("regime", "steps").startswith("steps") else f"{r['regime']}, "
+        how = "" if r.get("regime", DEFAULT_REGIME) == DEFAULT_REGIME else f"{r['regime']}, "
         lines.append(f"  {r['base']:12s}{r['search']:7s}{how}seed {r['seed']}: {r['shared']} identical ({ended}); "
                      f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
                      f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
@@ -230,7 +232,7 @@ def _f(x, fmt="+.4f") -> str:
 def render(rows: list[dict]) -> str:
     out = [f"{'base':12s}{'reviewer':11s}{'search':8s}{'nights':>7s}{'true gain':>18s}{'honesty gap':>18s}"
            f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}"
-           + ("  regime" if any(r.get("regime", "steps") != "steps" for r in rows) else "")]
+           + ("  regime" if any(r.get("regime", DEFAULT_REGIME) != DEFAULT_REGIME for r in rows) else "")]
     for r in rows:
         mark = "" if r["gain_se_over_nights"] else "*"
         gain = f"{_f(r['gain'])} ± {_f(r['gain_se'], '.4f')}{mark}"

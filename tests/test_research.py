@@ -232,13 +232,16 @@ def test_nights_of_another_regime_are_another_arm_and_no_partner(tmp_path, capsy
         n["decisions"] = _decided(("a", "keep"))
     loaded[1]["decisions"] = _decided(("b", "keep"))
     rows = bench_research.table(steps + loaded)
+    fixed = bench_research.DEFAULT_REGIME
     assert sorted((r["reviewer"], r["regime"], r["nights"]) for r in rows) == [
-        ("hierarchy", "steps", 1), ("hierarchy", "wall 5s load 2", 1), ("simple", "steps", 1), ("simple", "wall 5s load 2", 1)]
-    assert {r["regime"]: r["gain"] for r in rows if r["reviewer"] == "simple"} == {"steps": 0.10, "wall 5s load 2": 0.02}
+        ("hierarchy", fixed, 1), ("hierarchy", "wall 5s load 2", 1), ("simple", fixed, 1), ("simple", "wall 5s load 2", 1)]
+    assert {r["regime"]: r["gain"] for r in rows if r["reviewer"] == "simple"} == {fixed: 0.10, "wall 5s load 2": 0.02}
+    again = dict(_night("simple", 0.20, 0.0, 1), regime=fixed)   # a new fixed-step night joins the old ones
+    assert {r["regime"]: r["nights"] for r in bench_research.table(steps + [again]) if r["reviewer"] == "simple"} == {fixed: 2}
     assert "regime" in bench_research.render(rows).splitlines()[0]
     assert "regime" not in bench_research.render(bench_research.table(steps)).splitlines()[0]
     parted = {r["regime"]: r["shared"] for r in bench_research.parting(steps + loaded)}
-    assert parted == {"steps": 1, "wall 5s load 2": 0}, "each night pairs with its own regime's only"
+    assert parted == {fixed: 1, "wall 5s load 2": 0}, "each night pairs with its own regime's only"
     with pytest.raises(SystemExit):
         bench_research.main(["--load-procs", "2", "--out", str(tmp_path / "x")])
     assert "needs --wall-clock" in capsys.readouterr().err
