@@ -282,8 +282,7 @@ def judge_sigma(history) -> tuple[float | None, int | None]:
 
 
 def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float,
-             gains: Callable[[float], dict[int, Edit]], last: int,
-             baseline_repeats: int | None = None) -> tuple[list[dict], dict]:
+             gains: Callable[[float], dict[int, Edit]], last: int, baseline_repeats: int | None = None):
     """The baseline, the null edits, then the gains `gains(sigma)` plans in the judge's sigma of
     that moment. Returns the records and the unit ({"sigma", "df"})."""
     from agent import loop as loopmod
@@ -447,8 +446,7 @@ def main(argv=None) -> int:
     p.add_argument("--gains", default=None, help="gains as SIGMA:COUNT,... (default 3:5,5:5 quick)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
-    p.add_argument("--baseline-repeats", type=int, default=None,
-                   help="the baseline's runs before the first decision (default: the loop's)")
+    p.add_argument("--baseline-repeats", type=int, help="the baseline's runs before the first decision")
     bench_load.add_args(p)
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)

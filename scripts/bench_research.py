@@ -64,7 +64,7 @@ MAX_RUNS = 30
 REMEASURE_SEEDS = 4
 # The loop's --budget under fixed steps: it only sets the run's timeout (max(2x, budget + 300 s)).
 FIXED_STEPS_BUDGET = 60.0
-# The bench's default regime, as regime_of() names it: its table shows a regime column only beside another.
+# The bench's default regime, as regime_of() names it (and the regime of nights written without one).
 DEFAULT_REGIME = f"steps {bj.STEPS}"
 
 
@@ -218,7 +218,7 @@ def render_parting(rows: list[dict]) -> str:
     for r in rows:
         ended = "the judge's night ended inside them" if r["parted_at"] is None else \
             f"then they differ at experiment {r['parted_at']}"
-        how = "" if r.get("regime", DEFAULT_REGIME) == DEFAULT_REGIME else f"{r['regime']}, "
+        how = "" if r["regime"] == DEFAULT_REGIME else f"{r['regime']}, "
         lines.append(f"  {r['base']:12s}{r['search']:7s}{how}seed {r['seed']}: {r['shared']} identical ({ended}); "
                      f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
                      f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
@@ -230,16 +230,16 @@ def _f(x, fmt="+.4f") -> str:
 
 
 def render(rows: list[dict]) -> str:
+    regimes = any(r["regime"] != DEFAULT_REGIME for r in rows)   # a column only beside another regime
     out = [f"{'base':12s}{'reviewer':11s}{'search':8s}{'nights':>7s}{'true gain':>18s}{'honesty gap':>18s}"
-           f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}"
-           + ("  regime" if any(r.get("regime", DEFAULT_REGIME) != DEFAULT_REGIME for r in rows) else "")]
+           f"{'keeps':>7s}{'exps':>6s}{'runs':>6s}{'runs/dec':>9s}{'wall/night':>11s}{'  regime' if regimes else ''}"]
     for r in rows:
         mark = "" if r["gain_se_over_nights"] else "*"
         gain = f"{_f(r['gain'])} ± {_f(r['gain_se'], '.4f')}{mark}"
         gap = f"{_f(r['honesty_gap'])} ± {_f(r['honesty_gap_se'], '.4f')}"
         out.append(f"{r['base']:12s}{r['reviewer']:11s}{r['search']:8s}{r['nights']:7d}{gain:>18s}{gap:>18s}"
                    f"{r['keeps']:7.1f}{r['experiments']:6.1f}{r['runs']:6.1f}{_f(r['runs_per_decision'], '.2f'):>9s}"
-                   f"{r['wall_seconds'] / 60:10.1f}m" + (f"  {r['regime']}" if out[0].endswith("regime") else ""))
+                   f"{r['wall_seconds'] / 60:10.1f}m" + (f"  {r['regime']}" if regimes else ""))
     if any(not r["gain_se_over_nights"] for r in rows):
         out.append("* one night: the standard error is the re-measurements' own, not the spread over nights")
     return "\n".join(out)
