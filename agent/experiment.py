@@ -28,10 +28,7 @@ from harness.pinned import Seal
 from harness.records import (Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal,
                              RecordRun, RunInfo)
 from harness.results import append_journal, append_record
-from harness.executors import CANCELLED, TrainJob, eval_spec, sources_at
-from harness.executors.base import job_seal
-from harness.executors.local import LocalExecutor
-from harness.executors.shared import SharedExecutor
+from harness.executors import CANCELLED, LocalExecutor, SharedExecutor, TrainJob, eval_spec, job_seal, sources_at
 from harness.runner import RunResult
 from harness.secrets import scrub
 

@@ -35,7 +35,7 @@ from agent.proposing import ProposalInfo
 from agent.status import WorkerStatus
 from harness import gitops
 from harness.executors import LocalExecutor
-from harness.executors.shared import SharedExecutor  # noqa: F401  (the workers' executor)
+from harness.executors import SharedExecutor  # noqa: F401  (the workers' executor)
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5

@@ -21,6 +21,23 @@ KNOB_TYPES = (bool, int, float, str)
 # Floats are written with this many significant digits so search steps don't leave 0.30000000000000004.
 FLOAT_DIGITS = 4
 
+# The curated search ranges of the knobs every search knows (the offline proposer's, and
+# harness/search/space.py's default space). kind: "log" (log-uniform float), "lin" (uniform float),
+# "int" (uniform integer), "choice".
+# Ranges bracket train.py's defaults by roughly 4x each way for learning rates: wide enough that
+# uniform random sampling often lands somewhere poor, which is what a search has to beat.
+DEFAULT_SPECS = {
+    "MATRIX_LR": ("log", 0.003, 0.12),
+    "EMBEDDING_LR": ("log", 0.03, 1.5),
+    "UNEMBEDDING_LR": ("log", 0.0005, 0.03),
+    "SCALAR_LR": ("log", 0.05, 2.0),
+    "WEIGHT_DECAY": ("lin", 0.0, 0.2),
+    "ADAM_BETA1": ("lin", 0.6, 0.95),
+    "MUON_MOMENTUM": ("lin", 0.85, 0.98),
+    "LOGIT_SOFTCAP": ("log", 5.0, 50.0),
+    "DEPTH": ("int", 2, 6),
+}
+
 
 @dataclass
 class Knob:

@@ -87,9 +87,9 @@ def test_an_honest_gain_under_a_heavier_load_is_paired_not_discarded(tmp_path):
 
 def test_pace_compared_in_either_direction():
     assert pairing.comparable(1.0, 2.0) and pairing.comparable(2.0, 1.0)
-    from agent.judges import pace
-    assert pace.against_incumbent(1e9, [2.5e9]) and pace.against_incumbent(5e9, [2e9])   # slower, faster
-    assert pace.against_incumbent(2e9, [2e9, 2.5e9]) is None
+    from agent.judges import evidence
+    assert evidence.against_incumbent(1e9, [2.5e9]) and evidence.against_incumbent(5e9, [2e9])   # slower, faster
+    assert evidence.against_incumbent(2e9, [2e9, 2.5e9]) is None
 
 
 def test_steady_load_keeps_the_unpaired_rule(tmp_path):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent.experiment import seed_for
-from agent.judges import evidence, pace, stats
+from agent.judges import evidence, stats
 from agent.judges.hierarchy import JudgeHierarchy
 from harness.records import Basis, ExperimentRecord
 from harness.verify import VerifyResult
@@ -296,8 +296,8 @@ def test_the_issue_case_a_baseline_repeat_slowed_by_a_competing_process(tmp_path
 
 def test_a_run_slowed_mid_run_is_caught_by_its_own_steps(tmp_path):
     dts = [0.3] * 12 + [1.2] * 12
-    assert "slowed down mid-run" in pace.within_run(dts)
-    assert pace.within_run([0.3] * 24) is None and pace.within_run([0.3, 0.9, 0.3] * 8) is None
+    assert "slowed down mid-run" in evidence.within_run(dts)
+    assert evidence.within_run([0.3] * 24) is None and evidence.within_run([0.3, 0.9, 0.3] * 8) is None
     h = JudgeHierarchy(baseline_repeats=5)
     best = best_of(baseline(h, tmp_path))
     d = decide(h, ctx(tmp_path, 2, CAND, best), 1.45, run(_log(tmp_path, "m.log", dts), 0.75))

@@ -8,7 +8,6 @@ from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, SIZE_KNOBS, STEP_F
 from agent.proposers.offline import OfflineProposer
 from harness import knobs
 from harness.records import ExperimentRecord
-from harness.search.space import DEFAULT_SPECS
 from tests.loop_fixtures import REPO
 
 REAL = (REPO / "train.py").read_text()
@@ -61,7 +60,7 @@ def test_the_size_knobs_go_first_for_every_seed_then_the_learning_rates(tmp_path
     nxt = ask(tmp_path / "lr", src, hist, len(hist) + 1)
     (name, (old, new)), = moved(REAL, nxt.source).items()
     assert name not in SIZE_KNOBS and "untried from this incumbent" in nxt.hypothesis, nxt.description
-    kind, lo, hi = DEFAULT_SPECS[name]
+    kind, lo, hi = knobs.DEFAULT_SPECS[name]
     if kind == "log":
         assert max(new / old, old / new) == pytest.approx(STEP_FACTOR, rel=1e-3), nxt.description
     else:
@@ -191,7 +190,7 @@ def test_a_knob_set_outside_its_range_steps_back_toward_it():
 
 
 def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_path):
-    # the curated ranges (harness/search/space.py) bracket the reference: from an incumbent with
+    # the curated ranges (harness/knobs.py) bracket the reference: from an incumbent with
     # LOGIT_SOFTCAP far below its range (the judge bench's handicap), a proposal takes it to the
     # range's edge; once kept, momentum goes two steps further, as far as the curated range goes
     src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 3.0, "MATRIX_LR": 0.5})

@@ -219,7 +219,7 @@ def test_refuses_to_fix_and_to_search_nothing(tmp_path):
 
 
 def test_knob_ranges():
-    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/search/space.py's range where it has one"
+    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/knobs.py's range where it has one"
     assert knob_spec("DEPTH", 4) == ["int", 2, 6, 1]
     # a curated knob that starts outside its range is searched over the range and its own x4 both;
     # DEPTH, a size, follows its value (8 on a GPU)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.judges import pace, stats
+from agent.judges import stats
 from agent.judges.judge import Opinion
 from harness import clock as harness_clock
 from harness.records import Basis, ExperimentRecord, finite
@@ -84,7 +85,7 @@ def sample_of(ctx, run, bpb: float) -> Sample:
         except OSError:
             text = ""
     pace_s = clock.steps.pace_s if clock is not None and finite(clock.steps.pace_s) and clock.steps.pace_s > 0 else None
-    per_step = pace.flops_per_step(text)
+    per_step = flops_per_step(text)
     steps_mode = run.steps_mode or bool(os.environ.get("AUTORESEARCH_STEPS"))
     log = None
     if log_path:
@@ -97,7 +98,7 @@ def sample_of(ctx, run, bpb: float) -> Sample:
                      load=clock.load.train if clock is not None and clock.startup_s is not None and not steps_mode
                      else None)
     return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log, speed=speed,
-                  within=None if steps_mode else pace.within_run(pace.step_times(text)), at=time.time())
+                  within=None if steps_mode else within_run(step_times(text)), at=time.time())
 
 
 def over_budget(run, budget: float | None) -> tuple[str | None, str]:
@@ -148,10 +149,10 @@ def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None
         # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
         # slowed from its first step pass when the commit's only other run wobbled.
         others = [o.speed.pace_s for o in samples if o is not s and o.speed.pace_s]
-        s.disturbed = s.over or s.within or pace.against_commit(s.speed.pace_s, others)
+        s.disturbed = s.over or s.within or against_commit(s.speed.pace_s, others)
         s.suspect = None
     if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
-        why = pace.against_incumbent(samples[0].speed.flops_rate, [o.speed.flops_rate for o in incumbent if o.used])
+        why = against_incumbent(samples[0].speed.flops_rate, [o.speed.flops_rate for o in incumbent if o.used])
         if why:
             samples[0].suspect = why
             samples[0].disturbed = f"suspect until run again: {why}"
@@ -301,3 +302,102 @@ def store_of(history: list[ExperimentRecord], memo: Unrecorded, commit: str | No
     if samples is not None:
         store[commit] = samples
     return store
+
+
+# ---- Was a run disturbed by the machine? Its pace, against itself and against its commit's other runs.
+#
+# On a wall-clock budget a run that another process slowed down trains fewer steps and comes out
+# worse: its val_bpb measures the machine, not the commit. Three checks, from what every run
+# already prints (`step N | ... | dt 412ms | ...` lines; the header's flops/token and tokens/step)
+# and the harness clock's pace (seconds per step between the first and last step line):
+#
+# - within the run: the median step time of its slowest quarter against its fastest quarter (the
+#   warm-up steps left out): a competing process that starts or stops mid-run shows here;
+# - against the same commit's other runs: slower than the fastest of them by PACE_SLOW;
+# - a commit's first run against the incumbent's runs, in FLOPs per second (so a bigger model is not
+#   "slow"): slower or faster by PACE_SLOW_OTHER makes it suspect, and the judge runs it again to
+#   tell the machine from the code (a rerun at the same pace is the code's own speed).
+#
+# Where the machine's load (measured by the harness, agent/judges/pairing.py) differs between a
+# comparison's runs in either direction, the judge pairs the runs in time instead.
+#
+# A run judged disturbed is neither a noise sample nor evidence for a decision; the judge reruns it.
+# In steps mode (AUTORESEARCH_STEPS) the pace does not change what a run learns: no check applies.
+
+# Same commit, same step cost: a run this much slower than the commit's fastest run trained
+# 1/1.3 = 77% of the steps, several sigma on a wall-clock budget; idle jitter is a few percent.
+PACE_SLOW = 1.3
+# A new commit against the incumbent, in FLOPs/s: code changes move the FLOP rate legitimately
+# (a smaller model runs at a lower rate on CPU), so only a factor a competing process gives (one
+# busy process on 2 cores: ~2.7x) makes a first run suspect.
+PACE_SLOW_OTHER = 2.0
+# Within a run: its slowest quarter's median step time against its fastest quarter's.
+WITHIN_SLOW = 1.5
+# Steps at the start left out of the within-run check (allocator and cache warm-up).
+WARMUP_STEPS = 3
+# Fewer timed steps than this: the within-run check says nothing.
+MIN_STEPS = 8
+
+DT_RE = re.compile(r"^step \d+ \|.*?\bdt ([0-9.]+)ms", re.M)
+FLOPS_RE = re.compile(r"flops/token ([0-9.]+e[+-]?\d+|[0-9.]+)")
+TOKENS_RE = re.compile(r"= ([0-9,]+) tokens/step")
+
+
+def step_times(log_text: str) -> list[float]:
+    """Seconds per step, in order, from the step lines."""
+    return [float(x) / 1000.0 for x in DT_RE.findall(log_text or "")]
+
+
+def flops_per_step(log_text: str) -> float | None:
+    f, t = FLOPS_RE.search(log_text or ""), TOKENS_RE.search(log_text or "")
+    if not f or not t:
+        return None
+    try:
+        return float(f.group(1)) * float(t.group(1).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def within_run(dts: list[float]) -> str | None:
+    """Why the run's own pace says it was disturbed, or None."""
+    timed = dts[WARMUP_STEPS:]
+    if len(timed) < MIN_STEPS:
+        return None
+    q = len(timed) // 4
+    quarters = [timed[i * q:(i + 1) * q] for i in range(4)]
+    medians = [statistics.median(x) for x in quarters if x]
+    fast, slow = min(medians), max(medians)
+    if fast > 0 and slow > WITHIN_SLOW * fast:
+        return (f"its steps slowed down mid-run: the slowest quarter's median step {slow * 1000:.0f} ms "
+                f"against {fast * 1000:.0f} ms in its fastest ({slow / fast:.1f}x > {WITHIN_SLOW:g}x)")
+    return None
+
+
+def against_commit(pace: float | None, paces: list[float]) -> str | None:
+    """A run of pace `pace` (s/step) against the same commit's runs' paces."""
+    others = [p for p in paces if p and p > 0]
+    if not pace or not others:
+        return None
+    fastest = min(others + [pace])
+    if pace > PACE_SLOW * fastest:
+        return (f"{pace * 1000:.0f} ms/step against {fastest * 1000:.0f} ms in the same commit's fastest run "
+                f"({pace / fastest:.1f}x > {PACE_SLOW:g}x)")
+    return None
+
+
+def against_incumbent(rate: float | None, incumbent_rates: list[float]) -> str | None:
+    """A new commit's FLOPs/s against the incumbent's runs, in either direction: slower than their
+    best, or faster than their slowest, by PACE_SLOW_OTHER (a first run in a quiet spell against an
+    incumbent measured under load measures the machine as much as one under load against a quiet
+    incumbent): a reason to run it again, or None."""
+    rates = [r for r in incumbent_rates if r and r > 0]
+    if not rate or not rates:
+        return None
+    best, slowest = max(rates), min(rates)
+    if rate * PACE_SLOW_OTHER < best:
+        return (f"{rate / 1e9:.3g} GFLOP/s against {best / 1e9:.3g} in the incumbent's runs "
+                f"({best / rate:.1f}x slower > {PACE_SLOW_OTHER:g}x)")
+    if rate > PACE_SLOW_OTHER * slowest:
+        return (f"{rate / 1e9:.3g} GFLOP/s against {slowest / 1e9:.3g} in the incumbent's runs "
+                f"({rate / slowest:.1f}x faster > {PACE_SLOW_OTHER:g}x)")
+    return None

@@ -15,7 +15,7 @@ it), and the judge itself holds only the runs of decisions not yet recorded. A c
 one-sided t-test against the mean of the incumbent's own runs: discarded after one run when it is
 not below that mean, otherwise run again (each run with a seed of its own) until it is kept
 (P(better) >= P_KEEP, never on fewer than 2 runs), its gain fades, or MAX_RUNS runs leave it
-undecided (a contested discard, escalated). A run the machine disturbed (agent/judges/pace.py) is
+undecided (a contested discard, escalated). A run the machine disturbed (agent/judges/evidence.py, its pace checks) is
 rerun and never counted; where the load varied, runs are paired (pairing.py). The loop never waits.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ seed of its own (agent/experiment.py seed_for), so two runs never replay each ot
   candidates' confirming runs), with df = sum(n_i - 1). It grows more precise all night. A run
   that sits more than OUTLIER_T pooled sigmas from its commit's other runs (leave-one-out) is not
   a noise sample, so one bad run cannot blow the estimate up; runs the machine disturbed never get
-  here (agent/judges/pace.py). Identical values of one commit count once: a train.py that ignores
+  here (agent/judges/evidence.py, its pace checks). Identical values of one commit count once: a train.py that ignores
   AUTORESEARCH_SEED replays one draw, which is no evidence of the noise.
 - Comparison: gain = mean(incumbent runs) - mean(candidate runs), se = sigma * sqrt(1/n + 1/m),
   t = gain / se with df degrees of freedom. The bar is the incumbent's mean over all its runs,

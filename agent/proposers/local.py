@@ -9,7 +9,7 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
 
 1. momentum: the incumbent was kept for moving knob K one way; K goes further that way, two steps
    at once (the evidence for a jump: the last step paid; one step where two leave the range);
-   then a curated knob (harness/search/space.py; offline.PRIOR_KNOBS) whose value lies outside its range
+   then a curated knob (harness/knobs.py DEFAULT_SPECS; offline.PRIOR_KNOBS) whose value lies outside its range
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent for being worse than the
    noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
@@ -19,7 +19,7 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    the runs go to confirming ~1-2 sigma steps one by one, and the pair waits behind every untried
    single step);
 5. untried single steps: the model's size and the tokens per step first (SIZE_KNOBS), then the
-   curated knobs of harness/search/space.py (learning rates, decay, betas, softcap), then the
+   curated knobs of harness/knobs.py DEFAULT_SPECS (learning rates, decay, betas, softcap), then the
    rest; knobs not yet moved from this incumbent before those that were, in a deterministic order
    for the seed;
 6. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
@@ -39,7 +39,6 @@ from agent.proposers.offline import PRIOR_KNOBS, SAMPLERS, OfflineProposer
 from harness import knobs
 from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
-from harness.search.space import DEFAULT_SPECS
 
 # A log-scale knob moves by this factor, a linear one (a fraction, a beta) by 1/LIN_STEPS of its
 # search range. Steps of x1.41 and 1/6 moved val_bpb by ~1-2 sigma at best, which leaves the judge
@@ -133,12 +132,12 @@ def _building_on(pending: list, config: dict, code: str):
 
 def _outside_curated(base: dict, space: dict) -> list[tuple[str, object]]:
     """(knob, the nearer edge) for each of PRIOR_KNOBS whose value lies outside its curated range
-    (harness/search/space.py): the prior evidence for a jump. The ranges bracket the reference's
+    (harness/knobs.py): the prior evidence for a jump. The ranges bracket the reference's
     values by ~4x each way, so a value outside them (a typo, a handicap, a proposer's overshoot) is
     more likely the thing to fix than any step inside. Farthest first."""
     out = []
     for k in PRIOR_KNOBS:
-        spec, v = DEFAULT_SPECS[k], base.get(k)
+        spec, v = knobs.DEFAULT_SPECS[k], base.get(k)
         if k not in space or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
         kind, lo, hi = spec
@@ -224,9 +223,9 @@ class LocalProposer:
         for k, v in _outside_curated(base, space):        # 1b. back into the range known to train,
             if kept_into and k in kept_into["moved"]:     # unless a keep just took it out
                 continue
-            lo, hi = DEFAULT_SPECS[k][1], DEFAULT_SPECS[k][2]
+            lo, hi = knobs.DEFAULT_SPECS[k][1], knobs.DEFAULT_SPECS[k][2]
             yield {k: v}, (f"{k} {knobs.format_literal(base[k])} is outside the range known to train "
-                           f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/search/space.py): "
+                           f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/knobs.py): "
                            f"to its nearer edge")
         for m in here:                                    # 2. the other way of a discarded step
             worse = m["p"] is None or m["p"] <= OTHER_WAY_P      # no evidence: as worse
@@ -262,11 +261,11 @@ class LocalProposer:
                 if ka != kb:
                     yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
                                              f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
-        # the size knobs, then the curated ones (harness/search/space.py: learning rates, decay,
+        # the size knobs, then the curated ones (harness/knobs.py: learning rates, decay,
         # betas, softcap), then the rest, each group in an order of the seed's; knobs moved from
         # this incumbent last, and so the knobs of the keep that made it (a step of those is a step
         # back along a measured gain)
-        names = sorted(space, key=lambda k: (k not in SIZE_KNOBS, k not in DEFAULT_SPECS,
+        names = sorted(space, key=lambda k: (k not in SIZE_KNOBS, k not in knobs.DEFAULT_SPECS,
                                              hashlib.sha256(f"{req.seed}:{k}".encode()).hexdigest()))
         touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]

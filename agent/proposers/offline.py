@@ -1,7 +1,7 @@
 """The offline proposer: an Optuna sampler (TPE) over train.py's knob block, seeded by the history.
 
 No LLM. The CAPS knobs (harness/knobs.py) form a search space, fixed when the study is created
-(harness/search/space.py's ranges where they apply, otherwise a range around the baseline value) and
+(harness/knobs.py's ranges where they apply, otherwise a range around the baseline value) and
 stored with the study in the run folder (`optuna.sqlite`), so `--resume` or a new process goes on
 with the same study. Before every proposal the study is brought up to date with the journal: every
 finished experiment's knob values become a trial (trusted val_bpb as its value, a crash as a failed
@@ -28,7 +28,6 @@ from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from harness import knobs
 from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
-from harness.search.space import DEFAULT_SPECS
 
 # Knob names we never touch: the seed (fishing in noise), what counts as training time or as a
 # divergence (moving those games the metric), and runtime plumbing (kernels, threads, compile,
@@ -46,7 +45,7 @@ SAMPLERS = ("tpe", "cmaes", "random")
 TPE_STARTUP = 8
 # Samples drawn before giving up when every one repeats an experiment already tried.
 MAX_ASKS = 30
-# Ranges derived from a baseline value (for knobs harness/search/space.py does not list): a float scale
+# Ranges derived from a baseline value (for knobs harness/knobs.py does not list): a float scale
 # is searched over [v / FLOAT_SPAN, v * FLOAT_SPAN] on a log scale; a decay rate near 1 over
 # 1 - (1 - v) x [1/3, 3]; a fraction over [v / 3, min(1, 3 v)]; a float at 0 over [0, ZERO_SPAN].
 FLOAT_SPAN = 4.0
@@ -59,7 +58,7 @@ SMALL_INT_SPAN = 2
 # runtime.PROFILE_KNOBS'): a start outside that range is searched over it and the start's own
 # neighbourhood together, and the local search takes such a knob back to the range first. DEPTH
 # is not one: it is a size, 8 on a GPU, outside the small models' 2-6, so its range follows it.
-PRIOR_KNOBS = tuple(k for k in DEFAULT_SPECS if k != "DEPTH")
+PRIOR_KNOBS = tuple(k for k in knobs.DEFAULT_SPECS if k != "DEPTH")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -110,7 +109,7 @@ def knob_spec(name: str, value, comment: str = "") -> list | None:
     if isinstance(value, str):
         others = neighbors(name, value, comment)
         return ["choice", [value, *others]] if others else None
-    known = DEFAULT_SPECS.get(name)
+    known = knobs.DEFAULT_SPECS.get(name)
     if known and (known[0] == "int") == (type(value) is int) and known[1] <= value <= known[2]:
         return [known[0], known[1], known[2]] + ([1] if known[0] == "int" else [])
     own = _around(name, value)
@@ -122,7 +121,7 @@ def knob_spec(name: str, value, comment: str = "") -> list | None:
 
 
 def _around(name: str, value) -> list | None:
-    """A range around a value that harness/search/space.py has no range for (or lies outside)."""
+    """A range around a value that harness/knobs.py has no range for (or lies outside)."""
     if isinstance(value, int):
         if value <= 0:
             return None

@@ -7,7 +7,12 @@
     ex.close()
 
 RayExecutor lives in harness.executors.ray_exec (imported on demand: Ray takes a second to import).
+SharedExecutor is the executor every run is submitted to (agent/experiment.py run_commit): the
+--workers' N threads share one over their slots (agent/workers.py), and the single loop runs on one
+over a single local slot (agent/experiment.py one_slot; the report's ablations use one too).
 """
+import threading
+
 from harness.executors.base import (CANCELLED, NODE_ERROR, RUN_SOURCES, EvalSpec, Executor, JobResult, JobSeal,
                                     TrainJob, eval_spec, job_seal, sources_at, wait)
 from harness.executors.local import LocalExecutor
@@ -25,5 +30,30 @@ def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_a
     raise ValueError(f"executor must be local or ray, got {kind!r}")
 
 
+class SharedExecutor:
+    """An executor (LocalExecutor or RayExecutor) behind a lock: the --workers' threads or the single
+    loop's one slot submit to it alike (RayExecutor keeps plain dicts). on_tick (the loop's phase
+    display) is passed to a LocalExecutor only: it runs its jobs on this machine."""
+
+    def __init__(self, inner):
+        self.inner, self.slots, self._lock = inner, inner.slots, threading.Lock()
+        self._ticks = isinstance(inner, LocalExecutor)
+
+    def submit(self, job, on_tick=None) -> str:
+        with self._lock:
+            return self.inner.submit(job, on_tick=on_tick) if self._ticks else self.inner.submit(job)
+
+    def poll(self, job_id: str):
+        with self._lock:
+            return self.inner.poll(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        with self._lock:
+            self.inner.cancel(job_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 __all__ = ["CANCELLED", "NODE_ERROR", "RUN_SOURCES", "EvalSpec", "Executor", "JobResult", "JobSeal", "TrainJob",
-           "LocalExecutor", "eval_spec", "job_seal", "make_executor", "sources_at", "wait"]
+           "LocalExecutor", "SharedExecutor", "eval_spec", "job_seal", "make_executor", "sources_at", "wait"]

@@ -20,20 +20,9 @@ import numpy as np
 
 from harness import knobs
 
-# kind: "log" (log-uniform float), "lin" (uniform float), "int" (uniform integer), "choice".
-# Ranges bracket train.py's defaults by roughly 4x each way for learning rates: wide enough that
-# uniform random sampling often lands somewhere poor, which is what a search has to beat.
-DEFAULT_SPECS = {
-    "MATRIX_LR": ("log", 0.003, 0.12),
-    "EMBEDDING_LR": ("log", 0.03, 1.5),
-    "UNEMBEDDING_LR": ("log", 0.0005, 0.03),
-    "SCALAR_LR": ("log", 0.05, 2.0),
-    "WEIGHT_DECAY": ("lin", 0.0, 0.2),
-    "ADAM_BETA1": ("lin", 0.6, 0.95),
-    "MUON_MOMENTUM": ("lin", 0.85, 0.98),
-    "LOGIT_SOFTCAP": ("log", 5.0, 50.0),
-    "DEPTH": ("int", 2, 6),
-}
+# The curated ranges (kind, low, high) live with the knobs (harness/knobs.py DEFAULT_SPECS): the
+# loop's offline proposer reads them without this package.
+DEFAULT_SPECS = knobs.DEFAULT_SPECS
 
 # A model small enough for tests, `bench` and quick arms on CPU (seconds per run, not minutes):
 # applied to train.py as the base before a candidate's knobs. ~0.2M parameters, 256 tokens/step.
