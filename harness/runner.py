@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import bytecode
-from harness.clock import CHEAT_FACTOR, KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for
-from harness.load import MAX_LOAD, LoadMeter, threads_of
+from harness.clock import (CHEAT_FACTOR, KILL_MARGIN_S, MAX_LOAD, ClockFigures, ClockReference, LoadMeter, LogClock,
+                           limit_for, threads_of)
 from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
@@ -245,7 +245,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, start_new_session=own_session)
-        clock.meter = meter = LoadMeter(proc.pid, wants=threads_of(child_env))   # the machine's load (harness/load.py)
+        clock.meter = meter = LoadMeter(proc.pid, wants=threads_of(child_env))   # the machine's load, measured by the harness
         meter.sample(t0)
         pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),

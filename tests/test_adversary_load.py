@@ -9,25 +9,25 @@ startup, post and slack allowances, by making traffic. busy_of leaves irq and so
 import socket
 import threading
 
-from harness import load
+from harness import clock as clock_mod
 
 #          user nice system idle iowait irq softirq steal guest guest_nice
 LINE = "cpu  100  20   30    900  40     7   11      5     0     0"
 
 
 def test_busy_is_user_nice_system_and_steal():
-    assert load.busy_of(LINE) == 100 + 20 + 30 + 5
+    assert clock_mod.busy_of(LINE) == 100 + 20 + 30 + 5
 
 
 def test_interrupt_time_raises_nothing():
     more_irq = LINE.replace(" 7   11 ", " 7000   11000 ")
-    assert load.busy_of(more_irq) == load.busy_of(LINE)
+    assert clock_mod.busy_of(more_irq) == clock_mod.busy_of(LINE)
 
 
 def test_malformed_lines_read_as_unknown():
-    assert load.busy_of("") is None
-    assert load.busy_of("intr 1 2 3") is None
-    assert load.busy_of("cpu  1 2 x 4") is None
+    assert clock_mod.busy_of("") is None
+    assert clock_mod.busy_of("intr 1 2 3") is None
+    assert clock_mod.busy_of("cpu  1 2 x 4") is None
 
 
 def test_the_machine_line_reads_and_a_loopback_stream_is_counted_only_as_its_own_cpu():
@@ -56,4 +56,4 @@ def test_the_machine_line_reads_and_a_loopback_stream_is_counted_only_as_its_own
     srv.close()
     line1, v1 = fields()
     d = [b - a for a, b in zip(v0, v1)]
-    assert load.busy_of(line1) - load.busy_of(line0) == d[0] + d[1] + d[2] + d[7]
+    assert clock_mod.busy_of(line1) - clock_mod.busy_of(line0) == d[0] + d[1] + d[2] + d[7]

@@ -37,7 +37,7 @@ class RunSpeed:
     compare (None: not measured, e.g. in steps mode or a record written before)."""
     pace_s: float | None = None          # the harness clock's seconds per step
     flops_rate: float | None = None      # FLOPs per second (header's flops/token x tokens/step / pace)
-    load: float | None = None            # the machine's load factor while it trained (harness/load.py)
+    load: float | None = None            # the machine's load factor while it trained (harness/clock.py LoadMeter)
 
 
 @dataclass
