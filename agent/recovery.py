@@ -25,7 +25,7 @@ from agent.proposing import ProposalInfo
 from harness import gitops
 from harness.matching import match_rows
 from harness.appendlog import is_json_object, repair_torn
-from harness.journal_records import QueueAppliedRecord
+from harness.records import QueueAppliedRecord
 from harness.records import ExperimentRecord, ResultRow, best_of
 from harness.results import append_journal, read_journal, read_results, rewrite_results
 from harness.runner import kill_leftover

@@ -28,7 +28,7 @@ from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
 from agent.validate import ValidateError
 from harness import gitops
-from harness.journal_records import Measurement
+from harness.records import Measurement
 from harness.records import ExperimentRecord, RunInfo
 from harness.results import read_journal, write_json_atomic
 

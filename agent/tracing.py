@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.appendlog import append_line, is_json_object, is_out_of_space
-from harness.journal_records import SpanRecord
+from harness.records import SpanRecord
 
 log = logging.getLogger(__name__)
 

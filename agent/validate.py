@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from harness import gitops
-from harness.journal_records import Measurement
+from harness.records import Measurement
 from harness.records import RunInfo, experiment_records
 from harness.results import read_journal, write_json_atomic
 from harness.shared_results import VALIDATION_JSON

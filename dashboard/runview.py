@@ -16,7 +16,7 @@ from dashboard import data, gitdiff
 from harness.records import (OFFLINE_SOURCE, ExperimentRecord, ResultLine, RunInfo, RunState,
                              experiment_records, finite as _finite, fnum as _fnum)
 from dashboard.runs import Run
-from harness.journal_records import AuditRecord, SpanRecord
+from harness.records import AuditRecord, SpanRecord
 
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31

@@ -9,6 +9,8 @@
 - Best: the incumbent (the commit to beat and its trusted val_bpb), in memory and in state.json.
 - RunInfo: run.json, what a tag is fixed to (agent/workspace.py writes it, agent/sealing.py adds
   the sandbox and the pinned inputs).
+- The journal's other records, typed for their readers: AuditRecord, QueueAppliedRecord,
+  Measurement (a re-measurement's outcome) and SpanRecord (a line of traces.jsonl).
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
 the accessors check types (a hostile journal gives None, never an exception).
@@ -32,6 +34,7 @@ from harness.experiment_record import (  # noqa: E402, F401  (re-exported: reade
     OPTIONAL_KEYS, RECORD_KEYS, RECORD_PATHS, Basis, Decision, EvidenceFigures, EvidenceRun, ExperimentRecord,
     NoiseBandFigures, ProposalInfo, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun,
     experiment_records)
+from harness.figures import as_dict, as_int, as_str  # noqa: E402
 
 
 # ---------------------------------------------------------------- the incumbent
@@ -66,9 +69,9 @@ class DataInfo:
     @classmethod
     def of(cls, d) -> "DataInfo":
         d = d if isinstance(d, dict) else {}
-        fp = _str(d.get("fingerprint"))
-        return cls(fingerprint=fp, profile=_str(d.get("profile")), source=_str(d.get("source")),
-                   ready=bool(fp) and d.get("ready", True) is not False, eval_tokens=_int(d.get("eval_tokens")))
+        fp = as_str(d.get("fingerprint"))
+        return cls(fingerprint=fp, profile=as_str(d.get("profile")), source=as_str(d.get("source")),
+                   ready=bool(fp) and d.get("ready", True) is not False, eval_tokens=as_int(d.get("eval_tokens")))
 
     @property
     def offline(self) -> bool:
@@ -121,14 +124,14 @@ class RunInfo:
     @classmethod
     def from_dict(cls, d) -> "RunInfo":
         d = d if isinstance(d, dict) else {}
-        return cls(tag=_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=_str(d.get("fingerprint")),
-                   profile=_str(d.get("profile")), base_commit=_str(d.get("base_commit")),
-                   created_at=fnum(d.get("created_at")), source=_str(d.get("source")),
+        return cls(tag=as_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=as_str(d.get("fingerprint")),
+                   profile=as_str(d.get("profile")), base_commit=as_str(d.get("base_commit")),
+                   created_at=fnum(d.get("created_at")), source=as_str(d.get("source")),
                    seal=RunSeal(sandbox=d.get("sandbox") if isinstance(d.get("sandbox"), dict) else None,
                                 inputs=d.get("inputs") if isinstance(d.get("inputs"), dict) else None),
                    settings=d.get("settings") if isinstance(d.get("settings"), dict) else None,
                    inventory=d.get("inventory") if isinstance(d.get("inventory"), dict) else None,
-                   eval_tokens=_int(d.get("eval_tokens")),
+                   eval_tokens=as_int(d.get("eval_tokens")),
                    extra={k: v for k, v in d.items() if k not in RUN_INFO_KEYS})
 
     @classmethod
@@ -141,7 +144,7 @@ class RunInfo:
 
     @property
     def sandbox_kind(self) -> str | None:
-        return _str((self.seal.sandbox or {}).get("kind"))
+        return as_str((self.seal.sandbox or {}).get("kind"))
 
     @property
     def unsealed(self) -> str | None:
@@ -150,7 +153,7 @@ class RunInfo:
         kind = self.sandbox_kind
         if kind in (None, SEALED_KIND):
             return None
-        return _str((self.seal.sandbox or {}).get("reason")) or kind
+        return as_str((self.seal.sandbox or {}).get("reason")) or kind
 
 
 # run.json's keys, in the order they are written; anything else read is kept in `extra`.
@@ -162,18 +165,6 @@ _RUN_INFO_WRITTEN = ("tag", "budget", "fingerprint", "profile", "base_commit", "
 
 
 # ---------------------------------------------------------------- state.json
-
-PHASES = ("setup", "proposing", "screening", "guarding", "training", "evaluating", "judging", "idle",
-          "stopped")
-
-
-def _int(v) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _str(v) -> str | None:
-    return v if isinstance(v, str) else None
-
 
 @dataclass
 class WorkerState:
@@ -194,13 +185,13 @@ class WorkerState:
 
     @classmethod
     def from_dict(cls, d) -> "WorkerState | None":
-        if not isinstance(d, dict) or _int(d.get("worker")) is None:
+        if not isinstance(d, dict) or as_int(d.get("worker")) is None:
             return None
-        return cls(worker=d["worker"], n=_int(d.get("n")), phase=_str(d.get("phase")),
+        return cls(worker=d["worker"], n=as_int(d.get("n")), phase=as_str(d.get("phase")),
                    phase_started_at=fnum(d.get("phase_started_at")), run_started_at=fnum(d.get("run_started_at")),
-                   commit=_str(d.get("commit")), parent=_str(d.get("parent")),
-                   description=_str(d.get("description")) or "", gpu=_str(d.get("gpu")),
-                   done=_int(d.get("done")) or 0)
+                   commit=as_str(d.get("commit")), parent=as_str(d.get("parent")),
+                   description=as_str(d.get("description")) or "", gpu=as_str(d.get("gpu")),
+                   done=as_int(d.get("done")) or 0)
 
     def elapsed(self, now: float) -> float | None:
         """Seconds in the current run (training) or phase."""
@@ -268,21 +259,21 @@ class RunState:
         d = d if isinstance(d, dict) else {}
         best = d.get("best") if isinstance(d.get("best"), dict) else None
         if best is not None:
-            best = best_of(_str(best.get("commit")), best.get("val_bpb"))
+            best = best_of(as_str(best.get("commit")), best.get("val_bpb"))
         tokens = d.get("tokens") if isinstance(d.get("tokens"), dict) else None
         if tokens is not None:
             tokens = {k: int(fnum(tokens.get(k)) or 0) for k in ("input", "output")}
         progress = d.get("progress") if isinstance(d.get("progress"), dict) else None
         workers = d.get("workers") if isinstance(d.get("workers"), list) else []
         last = d.get("last_decision")
-        running = RunningExperiment(experiment=_int(d.get("experiment")), run_started_at=fnum(d.get("run_started_at")),
-                                    log=_str(d.get("log")), progress=progress, idea=_idea(d.get("idea")),
+        running = RunningExperiment(experiment=as_int(d.get("experiment")), run_started_at=fnum(d.get("run_started_at")),
+                                    log=as_str(d.get("log")), progress=progress, idea=_idea(d.get("idea")),
                                     run=_run_of(d.get("run")))
         tally = SessionTally(best=best, last_decision=last if isinstance(last, (str, dict)) else None,
                              keep_rate=fnum(d.get("keep_rate")), tokens=tokens, cost_usd=fnum(d.get("cost_usd")))
-        return cls(tag=_str(d.get("tag")), phase=_str(d.get("phase")) or None,
+        return cls(tag=as_str(d.get("tag")), phase=as_str(d.get("phase")) or None,
                    phase_started_at=fnum(d.get("phase_started_at")), started_at=fnum(d.get("started_at")),
-                   budget=fnum(d.get("budget")), pid=_int(d.get("pid")), running=running, tally=tally,
+                   budget=fnum(d.get("budget")), pid=as_int(d.get("pid")), running=running, tally=tally,
                    workers=[w for w in (WorkerState.from_dict(x) for x in workers) if w is not None],
                    updated_at=fnum(d.get("updated_at")))
 
@@ -291,17 +282,137 @@ def _idea(d) -> dict | None:
     """state.json's idea: its strings, or None."""
     if not isinstance(d, dict):
         return None
-    return {k: _str(d.get(k)) or "" for k in ("description", "hypothesis", "proposer")}
+    return {k: as_str(d.get(k)) or "" for k in ("description", "hypothesis", "proposer")}
 
 
 def _run_of(d) -> dict | None:
     """state.json's run: {"k", "of", "why"} with k an int, or None."""
-    if not isinstance(d, dict) or _int(d.get("k")) is None:
+    if not isinstance(d, dict) or as_int(d.get("k")) is None:
         return None
-    return {"k": _int(d.get("k")), "of": _int(d.get("of")), "why": _str(d.get("why")) or ""}
+    return {"k": as_int(d.get("k")), "of": as_int(d.get("of")), "why": as_str(d.get("why")) or ""}
 
 
 # state.json's keys, in the order they are written.
 STATE_KEYS = ("tag", "phase", "experiment", "started_at", "run_started_at", "budget", "best", "last_decision",
               "keep_rate", "tokens", "cost_usd", "pid", "phase_started_at", "log", "progress", "workers", "idea",
               "run", "updated_at")
+
+
+# ---------------------------------------------------------------- the journal's other records
+# Typed for their readers: the journal's audit and queue_applied
+# objects, a re-measurement's outcome, and the trace spans of traces.jsonl.
+#
+# Their writers build plain JSON objects (agent/judges/hierarchy.py, agent/judges/queue_apply.py,
+# agent/tracing.py); readers (recovery, the dashboard, the Braintrust sink) read them only through
+# these classes. Read from disk they are data, not trusted: from_dict never raises, and a value of
+# the wrong type reads as None (or empty).
+# queue_applied actions that move the branch (a restore cherry-picks, a revert undoes a keep).
+BRANCH_ACTIONS = ("restore", "revert")
+
+
+def _ident(v) -> str | int | None:
+    """A span id, parent or trace: a string or an int, else None."""
+    return v if isinstance(v, str) or as_int(v) is not None else None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """journal kind "audit": the MetaJudge's audit of one decision (agent/judges/hierarchy.py
+    writes {"kind": "audit", "tag", **MetaAudit.as_dict(), "escalated"})."""
+    n: int | None
+    tag: str | None
+    flags: list = field(default_factory=list)         # {"kind", "reason"} dicts
+    contradiction: str | None = None
+    escalated: list = field(default_factory=list)     # the flags that went to the human queue
+    raw: dict = field(default_factory=dict)           # the object as read (shown as is)
+
+    @classmethod
+    def from_dict(cls, d) -> "AuditRecord | None":
+        """The audit, or None for any other journal object."""
+        if not isinstance(d, dict) or d.get("kind") != "audit":
+            return None
+        n = as_int(d.get("n"))
+        if n is None:
+            n = as_int(d.get("experiment"))   # an older writer's key
+        flags, escalated = d.get("flags"), d.get("escalated")
+        return cls(n=n, tag=as_str(d.get("tag")),
+                   flags=[f for f in flags if isinstance(f, dict)] if isinstance(flags, list) else [],
+                   contradiction=as_str(d.get("contradiction")),
+                   escalated=[f for f in escalated if isinstance(f, dict)] if isinstance(escalated, list) else [],
+                   raw=d)
+
+
+@dataclass(frozen=True)
+class QueueAppliedRecord:
+    """journal kind "queue_applied": one human decision applied at a boundary
+    (agent/judges/queue_apply.py apply_item)."""
+    item: int | None
+    action: str | None            # restore | revert | acknowledged | restore_failed | *_conflict | *_empty
+    commit: str | None            # the commit it made on the branch
+    trusted_bpb: float | None     # the branch's re-measured value after it, when measured
+    result: str | None
+
+    @classmethod
+    def from_dict(cls, d) -> "QueueAppliedRecord | None":
+        """The record, or None for any other journal object."""
+        if not isinstance(d, dict) or d.get("kind") != "queue_applied":
+            return None
+        return cls(item=as_int(d.get("item")), action=as_str(d.get("action")), commit=as_str(d.get("commit")) or None,
+                   trusted_bpb=fnum(d.get("trusted_bpb")), result=as_str(d.get("result")))
+
+    @property
+    def moved_branch(self) -> bool:
+        """It left a commit on the branch: the branch head is that commit from here on."""
+        return self.action in BRANCH_ACTIONS and self.commit is not None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measurement of one commit outside the experiment sequence, read from the dict its maker
+    returns: JudgeHierarchy.measure (trained, then the trusted evaluation; its figure is
+    "trusted_bpb") or agent/report.py's ablations (cached in ablations.json; "bpb")."""
+    ok: bool
+    reason: str | None = None
+    bpb: float | None = None
+    log: str | None = None
+
+    @classmethod
+    def of(cls, d, figure: str = "trusted_bpb") -> "Measurement":
+        """`d` read (None or no dict: not measured); `figure` names its val_bpb key."""
+        d = as_dict(d)
+        return cls(ok=d.get("ok") is True, reason=as_str(d.get("reason")), bpb=fnum(d.get(figure)),
+                   log=as_str(d.get("log")))
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """One line of traces.jsonl: a finished span (agent/tracing.py Span.record())."""
+    id: str | int | None
+    parent: str | int | None
+    trace: str | int | None
+    name: str
+    start: float | None
+    end: float | None             # None: still open when written (never, for the file's spans)
+    input: object = None
+    output: object = None
+    tokens: dict = field(default_factory=dict)
+    cost: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, d) -> "SpanRecord | None":
+        if not isinstance(d, dict):
+            return None
+        return cls(id=_ident(d.get("id")), parent=_ident(d.get("parent")), trace=_ident(d.get("trace")),
+                   name=str(d.get("name", "?")), start=fnum(d.get("start")), end=fnum(d.get("end")),
+                   input=d.get("input"), output=d.get("output"), tokens=as_dict(d.get("tokens")),
+                   cost=fnum(d.get("cost")), error=as_str(d.get("error")) or None)
+
+    def names_experiment(self, n: int | None) -> bool:
+        """Its input names experiment n (the loop's spans carry {"n": ...}; older ones "experiment")."""
+        inp = as_dict(self.input)
+        return n is not None and n in (inp.get("n"), inp.get("experiment"))
+
+    def token(self, key: str) -> int:
+        """Tokens of one kind (input, output, cache_read, cache_write), 0 when absent."""
+        return int(fnum(self.tokens.get(key)) or 0)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from agent import validate
-from harness.journal_records import Measurement
+from harness.records import Measurement
 from harness.records import RunInfo
 from tests.test_validate import TRICK, _run
 

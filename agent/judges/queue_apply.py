@@ -22,7 +22,7 @@ from typing import Callable
 
 from harness import gitops
 from harness.queue_store import QueueItem, QueueStore
-from harness.journal_records import Measurement
+from harness.records import Measurement
 from harness.records import Best, ExperimentRecord, best_of
 
 TRAIN = "train.py"
