@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.errors import ProposalError, WorkerStopped
-from agent.pending import PendingFile
+from agent.coordinator import PendingFile
 from agent.proposers.base import Proposal
 from agent.proposing import ProposalInfo, same_edit
 from agent.workspace import RunFiles

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent import budget
 from agent.config import IdeasConfig
-from agent.pending import InFlight
+from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import Prefetch, ProposalInfo, Proposers, call_proposer, with_dropped
 from harness import gitops
@@ -35,7 +35,7 @@ class Ideas:
 
     def request(self, n: int, source: str, feedback: str = "", fix_of: Proposal | None = None,
                 pending=()) -> ProposalRequest:
-        """`pending`: experiments in flight (agent/pending.py InFlight) the proposer must not repeat;
+        """`pending`: experiments in flight (agent/coordinator.py InFlight) the proposer must not repeat;
         the other workers' are added."""
         in_flight = self.coord.pending_for_proposer(exclude=n)
         return ProposalRequest(n=n, worktree=self.worktree, train_source=source, program=self.program(),

@@ -54,13 +54,12 @@ from pathlib import Path
 from agent import budget, cli, envcheck, smoke
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
-from agent.coordinator import Coordinator
+from agent.coordinator import Coordinator, PendingFile
 from agent.console import Console, data_warning
 from agent.status import Panel
 from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment
 from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
 from agent.ideas import Ideas
-from agent.pending import PendingFile
 from agent.proposers.base import Proposal
 from agent.proposers.local import LocalProposer
 from agent.proposing import Prefetch, Proposers

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from agent.experiment import Attempt
 from agent.workspace import RunFiles
-from agent.pending import PendingFile
+from agent.coordinator import PendingFile
 from agent.proposing import ProposalInfo
 from harness import gitops
 from harness.matching import match_rows

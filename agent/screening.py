@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from agent.judges.reviewer import ExperimentContext, GuardVerdict
-from agent.pending import InFlight
+from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import Proposers, call_proposer
 from agent.workspace import RunFiles

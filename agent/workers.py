@@ -30,7 +30,7 @@ from agent import between
 from agent.coordinator import LockedProposer
 from agent.errors import WorkerStopped  # noqa: F401  (raised in run_commit when the stop event is set)
 from agent.experiment import TRAIN, Attempt, Slot, run_experiment, write_pending
-from agent.pending import PendingFile
+from agent.coordinator import PendingFile
 from agent.proposing import ProposalInfo
 from agent.status import WorkerStatus
 from harness import gitops

@@ -78,7 +78,7 @@ class ExperimentRecord(VerdictReads):
         """The value of one journal key as held (known or not; None when absent)."""
         return get_path(self, RECORD_PATHS[key]) if key in RECORD_PATHS else self.extra.get(key)
 
-    # ---- what a decided record shares with an experiment in flight (agent/pending.py InFlight):
+    # ---- what a decided record shares with an experiment in flight (agent/coordinator.py InFlight):
     # proposers and the hand-over read the two alike (ProposalRequest.tried()), so these few
     # read-only names stay on the record; everything else is read through its part.
     @property

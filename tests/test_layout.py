@@ -79,7 +79,7 @@ def test_harness_never_imports_agent_or_dashboard():
 # (file, what the line reads): anything else in agent/ or dashboard/ must go through the types.
 NOT_RECORDS = {
     "agent/judges/llm_judge.py": "parse_verdict: the LLM's tool reply, read into an Opinion",
-    "agent/pending.py": "PendingFile.read: pending.json read into the record",
+    "agent/coordinator.py": "PendingFile.read: pending.json read into the record",
     "agent/proposers/offline.py": "Optuna's study and trial user_attrs",
     "agent/proposers/tools.py": "the tool's own JSON schema",
     "agent/workers.py": "Ray's cluster_resources() and nodes()",

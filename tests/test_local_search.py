@@ -2,7 +2,7 @@
 import pytest
 
 from agent.loop import make_offline
-from agent.pending import InFlight
+from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, SIZE_KNOBS, STEP_FACTOR, LocalProposer, step
 from agent.proposers.offline import OfflineProposer

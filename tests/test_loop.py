@@ -199,7 +199,7 @@ def run_in_process(repo, tmp_path, monkeypatch, proposer, *extra):
 def test_the_proposer_is_handed_typed_records_and_typed_experiments_in_flight(tmp_path, monkeypatch):
     """The history a proposer sees is the coordinator's ExperimentRecords (never journal dicts),
     and the experiment training meanwhile (the prefetch) is an InFlight entry beside it."""
-    from agent.pending import InFlight
+    from agent.coordinator import InFlight
     from harness.records import ExperimentRecord
     repo = fake_repo(tmp_path / "repo")
     proposer = Scripted([("deeper", lambda s: knobs.set_knobs(s, {"DEPTH": 5})),

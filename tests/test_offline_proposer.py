@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from agent.pending import InFlight
+from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, Proposer
 from agent.proposers.offline import FROZEN_RE, STUDY_FILE, KnobStudy, OfflineProposer, knob_spec, neighbors
 from harness import gitops, knobs
@@ -33,7 +33,7 @@ def record(n, source, status, bpb, parent=None, commit=None):
 
 
 def in_flight(n, source=None, description="(being proposed)"):
-    """An experiment in flight as the loop hands it to a proposer (agent/pending.py)."""
+    """An experiment in flight as the loop hands it to a proposer (agent/coordinator.py)."""
     return InFlight(n=n, parent=None, description=description,
                     config=knobs.values(source) if source else None,
                     code=knobs.code_fingerprint(source) if source else None)

@@ -1,8 +1,8 @@
-"""agent/pending.py: the one shape of an undecided experiment (in flight; pending.json)."""
+"""agent/coordinator.py: the one shape of an undecided experiment (in flight; pending.json)."""
 from types import SimpleNamespace
 
 from agent.experiment import Attempt, write_pending
-from agent.pending import BEING_PROPOSED, InFlight, PendingFile
+from agent.coordinator import BEING_PROPOSED, InFlight, PendingFile
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
 from harness import knobs

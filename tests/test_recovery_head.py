@@ -40,7 +40,7 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     """reconcile(RunFiles, base) on a folder a stop left: a kept experiment whose results.tsv row
     was lost, a discard, and a pending experiment committed on the kept one. It returns the
     history, the branch head, the best and the experiment to re-run, and repairs the files."""
-    from agent.pending import PendingFile
+    from agent.coordinator import PendingFile
     from agent.recovery import Recovered, reconcile
     from agent.workspace import RunFiles
     from harness import gitops

@@ -36,7 +36,7 @@ class ProposalRequest:
     feedback: str = ""        # guard rejection, or a crash's last 50 log lines when asked to fix
     fix_of: Proposal | None = None
     seed: int = 0
-    # Experiments in flight (agent/pending.py InFlight: status "pending", n, parent, commit,
+    # Experiments in flight (agent/coordinator.py InFlight: status "pending", n, parent, commit,
     # description, knob_values, code_id, proposer, handover): the prefetch's running one, --screen's
     # gathered candidates, the other workers'. Not to be proposed again.
     pending: list = field(default_factory=list)

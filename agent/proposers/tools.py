@@ -141,7 +141,7 @@ def _status_line(r: ExperimentRecord) -> str:
 
 
 def _pending_line(p) -> str:
-    """An experiment in flight (agent/pending.py InFlight)."""
+    """An experiment in flight (agent/coordinator.py InFlight)."""
     parts = [f"#{p.n} {p.status}", "val_bpb=-", f"commit={str(p.commit)[:7]}" if p.commit else None,
              f"| {p.description}"]
     return " ".join(x for x in parts if x).replace("\n", " ")
@@ -229,7 +229,7 @@ class Workspace:
         self.start_source = start_source        # where editing starts (a crashed proposal when fixing)
         self.source = start_source
         self.history = history
-        self.pending = list(pending)        # experiments in flight (agent/pending.py InFlight)
+        self.pending = list(pending)        # experiments in flight (agent/coordinator.py InFlight)
         self.best = best
         self.edits = 0
         self.submitted: Submission | None = None
