@@ -208,7 +208,7 @@ def _evidence(rec: ExperimentRecord) -> str:
 
 
 def _escalations(rec: ExperimentRecord) -> list[tuple[str, int | None]]:
-    """(kind, queue item id) of each escalation the judge recorded (agent/judges/escalation.py)."""
+    """(kind, queue item id) of each escalation the judge recorded (agent/judges/queue_apply.py escalate)."""
     return rec.escalations
 
 

@@ -5,7 +5,7 @@ inputs as the harness hands them in (the trusted value and the clock's measured 
 import random
 
 from agent.console import decision_line
-from agent.judges import escalation, pairing
+from agent.judges import pairing, queue_apply
 from agent.judges.hierarchy import JudgeHierarchy
 from harness.queue_store import QueueStore
 from harness.records import Decision, ExperimentRecord
@@ -130,7 +130,7 @@ def test_the_loop_s_last_rerun_is_escalated_not_silently_discarded(tmp_path):
     """agent/experiment.py's own cap: a decision still asking for a run when none is left."""
     c = ctx(tmp_path, 3, CAND, {"commit": BASE, "val_bpb": 1.4})
     asking = Decision.again("discard", "P(better) 0.97 after 4 run(s)", 1.39, {"judge": {"status": "discard"}})
-    d = escalation.out_of_reruns(c, asking, 13)
+    d = queue_apply.out_of_reruns(c, asking, 13)
     assert d.status == "discard" and not d.is_again and d.reason.startswith("contested: out of reruns after 13")
     assert d.escalated and not asking.escalated
     assert any(i.kind == "contested" and i.experiment == 3 for i in queued(tmp_path))

@@ -4,7 +4,7 @@
     judge (after the run)   -> trusted metric (harness/verify.py, separate process)
                                -> rule judge (agent/judges/judge.py, noise band) + LLM judge with a key
                                -> MetaJudge audit (agent/judges/metajudge.py)
-                               -> escalation to the human queue and a git note (agent/judges/escalation.py)
+                               -> escalation to the human queue and a git note (agent/judges/queue_apply.py)
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
 Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
@@ -26,13 +26,11 @@ import statistics
 import threading
 from pathlib import Path
 
-from agent.judges import evidence, metajudge, pairing, stats
-from agent.judges import escalation
+from agent.judges import evidence, metajudge, pairing, queue_apply, stats
 from agent.judges.evidence import Band
 from agent.tracing import span_of
 from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
-from agent.judges.queue_apply import apply_decided
 from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
 from harness import gitops
@@ -139,7 +137,7 @@ class JudgeHierarchy:
                   "that crashes on another seed is not kept")
         jd = {"status": "discard", "basis": Basis.CRASH.value, "reason": reason,
               "runs": evidence.values(samples), "best_before": _best_bpb(ctx)}
-        escalation.note(ctx, "discard", reason, {"judge": jd})
+        queue_apply.note(ctx, "discard", reason, {"judge": jd})
         return Decision("discard", reason, mean, {"verify": self._memo.last_verify[ctx.commit].as_dict(), "judge": jd},
                         basis=Basis.CRASH)
 
@@ -201,7 +199,7 @@ class JudgeHierarchy:
                   + (f"{self.band.threshold:.6f}" if self.band.threshold is not None else "(unknown until a commit has 2 runs)")
                   + (f"; {len(left_out)} disturbed run(s) left out" if left_out else ""))
         jd["reason"] = reason
-        escalation.note(ctx, "keep", reason, verdicts)
+        queue_apply.note(ctx, "keep", reason, verdicts)
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
@@ -256,8 +254,8 @@ class JudgeHierarchy:
             jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
             ev["call"] = "undecided" if bar else "discard"
             if bar:   # a decision that runs out of reruns goes to a human, never a silent discard
-                jd["escalations"] = [escalation.escalate(ctx, "contested", reason, "discard", verdicts, "")]
-            escalation.note(ctx, "discard", reason, verdicts)
+                jd["escalations"] = [queue_apply.escalate(ctx, "contested", reason, "discard", verdicts, "")]
+            queue_apply.note(ctx, "discard", reason, verdicts)
             return Decision("discard", reason, latest.bpb, verdicts, basis=Basis.METRIC)
         if paired is not None:
             cmp, said, why = paired.comparison, paired.said, paired.why
@@ -311,9 +309,9 @@ class JudgeHierarchy:
             if not metajudge.recently_flagged(ctx.history, flag["kind"]):
                 items.append(("bias", f"{flag['kind']}: {flag['reason']}"))
                 meta["escalated"].append(flag)
-        jd["escalations"] = [escalation.escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
+        jd["escalations"] = [queue_apply.escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
         self._memo.audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
-        escalation.note(ctx, status, reason, verdicts)
+        queue_apply.note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
 
     def _combine(self, rule: Opinion, llm: Opinion | None):
@@ -336,8 +334,8 @@ class JudgeHierarchy:
         reason = f"integrity: {v.reason}"
         jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason, "best_before": _best_bpb(ctx)}
         verdicts = {"verify": v.as_dict(), "judge": jd}
-        jd["escalations"] = [escalation.escalate(ctx, "integrity", reason, "discard", verdicts, "")]
-        escalation.note(ctx, "discard", reason, verdicts)
+        jd["escalations"] = [queue_apply.escalate(ctx, "integrity", reason, "discard", verdicts, "")]
+        queue_apply.note(ctx, "discard", reason, verdicts)
         return Decision("discard", reason, None, verdicts, basis=Basis.INTEGRITY)
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -411,7 +409,7 @@ class JudgeHierarchy:
         return evidence.over_budget(run, self.budget or _run_info(ctx).budget)
 
     def out_of_reruns(self, ctx, decision: Decision, runs: int) -> Decision:
-        return escalation.out_of_reruns(ctx, decision, runs)
+        return queue_apply.out_of_reruns(ctx, decision, runs)
 
     def stop_llm(self, why: str) -> None:
         """The cost cap (agent/budget.py): no more LLM-judge calls; the rule judge decides alone."""
@@ -451,7 +449,7 @@ class JudgeHierarchy:
         def measure(commit: str) -> dict:
             return self.measure(commit, worktree=files.worktree, run_dir=files.run_dir, train=ctx.train)
 
-        records += apply_decided(QueueStore(queue_path), repo=files.repo, worktree=files.worktree, tag=files.tag,
+        records += queue_apply.apply_decided(QueueStore(queue_path), repo=files.repo, worktree=files.worktree, tag=files.tag,
                                  measure=measure, history=ctx.history,
                                  on_outcome=lambda outcome: ctx.on_moved(outcome.head, outcome.best))
         return [scrub(r) for r in records]
