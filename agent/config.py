@@ -28,7 +28,7 @@ class Stops:
 
 @dataclass(frozen=True)
 class IdeasConfig:
-    """Who proposes, and what it may spend (agent/ideas.py, agent/budget.py's hand-overs)."""
+    """Who proposes, and what it may spend (agent/proposing.py Ideas, agent/budget.py's hand-overs)."""
     proposer: str = "offline"             # claude | offline
     model: str | None = None              # the Claude model id (claude proposer)
     offline_search: str = "local"

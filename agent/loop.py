@@ -32,7 +32,7 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
 
 run_experiment is handed a few values, never the loop: the tag's state and decision lock
 (agent/coordinator.py), a slot (worktree, executor, the run terms: agent/experiment.py Slot), the
-proposer side (agent/ideas.py), the reviewer, and a status sink (agent/status.py). Control flow
+proposer side (agent/proposing.py Ideas), the reviewer, and a status sink (agent/status.py). Control flow
 by exception lives in agent/errors.py. The files a run writes (results.tsv,
 journal.jsonl, state.json, logs/...) sit at the top of the tag's worktree. Ctrl-C (or SIGTERM)
 ends the running child and leaves a consistent state; --resume continues after any stop. With
@@ -59,10 +59,9 @@ from agent.console import Console, data_warning
 from agent.status import Panel
 from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment
 from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
-from agent.ideas import Ideas
 from agent.proposers.base import Proposal
 from agent.proposers.local import LocalProposer
-from agent.proposing import Prefetch, Proposers
+from agent.proposing import Ideas, Prefetch, Proposers
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
