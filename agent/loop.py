@@ -10,7 +10,7 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
 (Loop.step proposes; agent/experiment.py run_experiment carries it through 5-10, top to bottom):
 
  0. set up: the tag's worktree on branch autoresearch/<tag>, its lock, the data's description,
-    run.json, the seal (agent/sealing.py), the trusted compile cache; with --resume, reconcile
+    run.json, the seal (agent/workspace.py make_seal), the trusted compile cache; with --resume, reconcile
     what a stop left half done (agent/recovery.py)
  1. baseline: the unmodified train.py, run until it is kept (Loop.ensure_baseline)
  2. stop? --max-experiments, --max-runs, --until, a signal (Ctrl-C, SIGTERM), a full disk (Loop.run)
@@ -66,7 +66,7 @@ from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
 from agent import diskspace, workspace
-from agent.sealing import SealError, clear_leftovers, make_seal
+from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops
 from harness.appendlog import is_out_of_space

@@ -222,7 +222,7 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     from agent import workspace
     from agent.experiment import run_commit
     from agent.judges.hierarchy import JudgeHierarchy
-    from agent.sealing import make_seal
+    from agent.workspace import make_seal
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
     run_info = _run_info(data)
     budget = run_info.budget or 300.0

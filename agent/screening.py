@@ -54,7 +54,7 @@ class Screen:
     k: int                        # --screen K: candidates asked for
     seed: int                     # --seed
     files: RunFiles               # the tag: journal, run folder (screen/NNNN/, the proxy split), worktree
-    seal: object                  # agent/sealing.py's seal (None or unsealed: the candidates run open)
+    seal: object                  # agent/workspace.py make_seal's seal (None or unsealed: the candidates run open)
     profile: str | None           # run.json's profile (None: $AUTORESEARCH_PROFILE)
     standing: Standing
     proposers: Proposers

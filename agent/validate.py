@@ -97,7 +97,7 @@ def sealed_measure(t: dict, scratch: Path, budget: float):
     from agent import workspace
     from agent.experiment import run_commit
     from agent.judges.hierarchy import JudgeHierarchy
-    from agent.sealing import make_seal
+    from agent.workspace import make_seal
     info = t["info"]
     env = dict(os.environ, AUTORESEARCH_TIME_BUDGET=f"{budget:g}")
     described = workspace.describe_data(scratch, env, t["run"] / "report" / "prepare.log")

@@ -7,7 +7,7 @@
   harness/experiment_record.py, re-exported here.
 - RunState and WorkerState: state.json (agent/loop.py Loop.refresh).
 - Best: the incumbent (the commit to beat and its trusted val_bpb), in memory and in state.json.
-- RunInfo: run.json, what a tag is fixed to (agent/workspace.py writes it, agent/sealing.py adds
+- RunInfo: run.json, what a tag is fixed to (agent/workspace.py writes it; its make_seal adds
   the sandbox and the pinned inputs).
 - The journal's other records, typed for their readers: AuditRecord, QueueAppliedRecord,
   Measurement (a re-measurement's outcome) and SpanRecord (a line of traces.jsonl).
@@ -86,7 +86,7 @@ SEALED_KIND = "bwrap"
 
 @dataclass
 class RunSeal:
-    """What agent/sealing.py adds to run.json once the tag's first run is sealed: the sandbox its
+    """What agent/workspace.py make_seal adds to run.json once the tag's first run is sealed: the sandbox its
     runs ran in (harness/sandbox.Sandbox.describe(): kind, reason, ...) and the pinned evaluation
     inputs' hashes (harness/pinned.py)."""
     sandbox: dict | None = None
@@ -96,7 +96,7 @@ class RunSeal:
 @dataclass
 class RunInfo:
     """run.json: the tag's fixed terms (budget, data, profile, base commit), written once for a new
-    tag, then the seal: the sandbox and the pinned evaluation inputs (agent/sealing.py). Read from
+    tag, then the seal: the sandbox and the pinned evaluation inputs (agent/workspace.py make_seal). Read from
     disk it is data: every field is type-checked, unknown keys are kept as read. The file stays
     flat (RUN_INFO_KEYS): the seal's keys sit beside the others."""
     tag: str | None = None

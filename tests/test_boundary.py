@@ -215,7 +215,7 @@ def test_without_a_sandbox_secrets_still_stay_out(tmp_path):
 
 
 def test_the_loop_refuses_to_start_without_a_sandbox(tmp_path, monkeypatch):
-    from agent.sealing import SealError, make_seal
+    from agent.workspace import SealError, make_seal
     from harness import sandbox as sb
     monkeypatch.setattr(sb, "_DETECTED", {})
     monkeypatch.setattr(sb.shutil, "which", lambda name: None)

@@ -248,7 +248,7 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     prep = (REPO / "prepare.py").read_text()
     run_dir = tmp_path / "run"
     view = DataView.from_describe(prepare.describe())
-    eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/sealing.make_seal does for a tag
+    eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/workspace.make_seal does for a tag
     seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
     tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in FIXED_SOURCES[1:]}},

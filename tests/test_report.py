@@ -106,13 +106,13 @@ def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tm
     from pathlib import Path
     from types import SimpleNamespace
 
-    from agent import experiment, sealing, workspace
+    from agent import experiment, workspace
     repo = fake_repo(tmp_path / "repo")
     head = git(repo, "rev-parse", "HEAD")
     run = tmp_path / "run"
     (run / report_mod.REPORT_DIR).mkdir(parents=True)
     monkeypatch.setattr(workspace, "describe_data", lambda *a, **k: {})
-    monkeypatch.setattr(sealing, "make_seal", lambda *a, **k: None)
+    monkeypatch.setattr(workspace, "make_seal", lambda *a, **k: None)
     ran = []
 
     def crashed(slot, n, commit, log_name):

@@ -14,7 +14,7 @@ import pytest
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.proposers.base import ProposalRequest
 from agent.proposers.claude import ClaudeProposer
-from agent.sealing import make_seal
+from agent.workspace import make_seal
 from harness import clock as clock_mod
 from harness import gitops, runner
 from harness.executors import sources_at
