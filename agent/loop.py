@@ -65,7 +65,7 @@ from agent.proposing import Ideas, Prefetch, Proposers
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
-from agent import diskspace, workspace
+from agent import workspace
 from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops
@@ -333,11 +333,11 @@ class Loop:
 
     def check_space(self) -> None:
         """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""
-        diskspace.prune_artifacts(self.run_dir, self.history, busy=set(self.coord.in_flight))
-        short = diskspace.shortfall(self.run_dir, diskspace.git_dir(self.repo))
+        envcheck.prune_artifacts(self.run_dir, self.history, busy=set(self.coord.in_flight))
+        short = envcheck.shortfall(self.run_dir, envcheck.git_dir(self.repo))
         if short is not None:
             need, free, where = short
-            raise OutOfSpaceStop(diskspace.out_of_space_message(where, need, free))
+            raise OutOfSpaceStop(envcheck.out_of_space_message(where, need, free))
         self.slot.check_environment()
 
     def next_n(self) -> int:
@@ -462,8 +462,8 @@ def main(argv=None) -> int:
             where = getattr(exc, "filename", None) or loop.run_dir
             free = None
             with contextlib.suppress(OSError):
-                free = diskspace.free_bytes(Path(where).parent if Path(where).is_file() else where)
-            print(diskspace.out_of_space_message(where, diskspace.bytes_needed(loop.run_dir), free),
+                free = envcheck.free_bytes(Path(where).parent if Path(where).is_file() else where)
+            print(envcheck.out_of_space_message(where, envcheck.bytes_needed(loop.run_dir), free),
                   file=sys.stderr)
             return EXIT_OUT_OF_SPACE
         if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError, SealError,

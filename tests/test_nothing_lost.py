@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import diskspace
+from agent import envcheck
 from harness.records import ExperimentRecord
 from harness.appendlog import OutOfSpace, append_line, is_json_object, repair_torn
 from harness.results import (append_journal, append_result, init_results,
@@ -254,11 +254,11 @@ def test_prune_keeps_kept_and_recent_artifacts(tmp_path):
         (art / f"exp-{n:04d}").mkdir()
         (art / f"exp-{n:04d}" / "model.pt").write_bytes(b"x" * 1000 * n)
     history = [ExperimentRecord.of(n=n, status="keep" if n in (1, 3) else "discard") for n in range(1, 8)]
-    removed = diskspace.prune_artifacts(tmp_path, history, keep_last=2)
+    removed = envcheck.prune_artifacts(tmp_path, history, keep_last=2)
     assert sorted(removed) == ["exp-0002", "exp-0004", "exp-0005"]
     assert sorted(p.name for p in art.iterdir()) == ["exp-0001", "exp-0003", "exp-0006", "exp-0007"]
     # the need estimate grows with the largest artifact seen
-    assert diskspace.bytes_needed(tmp_path) == 2 * 7000 + diskspace.RECORDS_MARGIN_BYTES
+    assert envcheck.bytes_needed(tmp_path) == 2 * 7000 + envcheck.RECORDS_MARGIN_BYTES
 
 
 # ---- a refused second loop, git-ignored run files -----------------------------------------------
