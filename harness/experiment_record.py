@@ -8,7 +8,7 @@
   typed accessors for what readers need (the decision's val_bpb, the judge's figures, the noise
   band, the basis, timings...). The loop's history is a list of these; a record becomes a dict
   only where it is written (the journal) and is built with from_dict only where it is read.
-- EvidenceFigures: a record's `evidence`, read safely (harness/evidence_figures.py, re-exported).
+- EvidenceFigures: a record's `evidence`, read safely (harness/decision.py, re-exported).
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
 the accessors check types (a hostile journal gives None or an empty value, never an exception).
@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.evidence_figures import BarFigures, ComparisonFigures, EvidenceFigures, EvidenceRun  # noqa: F401
+from harness.decision import (  # noqa: F401  (the record's verdicts and evidence are read the decision's way)
+    AGAIN, DECIDED, FIGURE_KEYS, BarFigures, Basis, ComparisonFigures, Decision, EvidenceFigures, EvidenceRun,
+    VerdictReads)
 from harness.figures import as_dict, as_str, finite, fnum
 from harness.record_parts import (  # noqa: F401  (re-exported: the record's parts)
     INFO_KEYS, INFO_PATHS, TIMING_KEYS, FixInfo, PrefetchInfo, ProposalInfo, RecordCosts, RecordDecision,
     RecordIdentity, RecordProposal, RecordRun, ScreenInfo, flat, get_path, set_path)
-
-from harness.decision import (  # noqa: F401  (the record's verdicts are read the decision's way)
-    AGAIN, DECIDED, FIGURE_KEYS, Basis, Decision, VerdictReads)
 
 
 @dataclass

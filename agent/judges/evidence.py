@@ -67,7 +67,7 @@ class Sample:
 
     @classmethod
     def of_record(cls, commit: str, r) -> "Sample":
-        """A run read back from a record's evidence (harness/evidence_figures.py EvidenceRun)."""
+        """A run read back from a record's evidence (harness/decision.py EvidenceRun)."""
         s = cls(commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s, flops_rate=r.flops_rate, load=r.load),
                 within=r.within, over=r.over, at=r.at)
         s.disturbed = r.why
