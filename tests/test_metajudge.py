@@ -1,5 +1,5 @@
 """The MetaJudge on synthetic histories: a judge that keeps everything, one that contradicts the metric."""
-from agent.judges.metajudge import MIN_SAMPLES, audit, recently_flagged
+from agent.judges.judge import MIN_SAMPLES, audit, recently_flagged
 from harness.records import ExperimentRecord
 
 TH = 0.005

@@ -3,7 +3,7 @@
     guard (before the run)  -> agent/judges/guard.py: deterministic; a rejection costs no run
     judge (after the run)   -> trusted metric (harness/verify.py, separate process)
                                -> rule judge (agent/judges/judge.py, noise band) + LLM judge with a key
-                               -> MetaJudge audit (agent/judges/metajudge.py)
+                               -> MetaJudge audit (agent/judges/judge.py)
                                -> escalation to the human queue and a git note (agent/judges/queue_apply.py)
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
@@ -26,7 +26,7 @@ import statistics
 import threading
 from pathlib import Path
 
-from agent.judges import evidence, metajudge, pairing, queue_apply, stats
+from agent.judges import evidence, judge, pairing, queue_apply, stats
 from agent.judges.evidence import Band
 from agent.tracing import span_of
 from agent.judges.guard import diff_lines, guard as run_guard
@@ -295,7 +295,7 @@ class JudgeHierarchy:
         jd.update(status=status, basis=basis.value, reason=reason)
         current = ExperimentRecord.of(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
         with self._span("metajudge", {"n": ctx.n}) as sp:
-            audit = metajudge.audit(ctx.history, current)
+            audit = judge.audit(ctx.history, current)
             sp.log(output=audit.as_dict())
         meta = audit.as_dict()
         meta["escalated"] = []
@@ -306,7 +306,7 @@ class JudgeHierarchy:
         if audit.contradiction:
             items.append(("contradiction", audit.contradiction))
         for flag in audit.flags:
-            if not metajudge.recently_flagged(ctx.history, flag["kind"]):
+            if not judge.recently_flagged(ctx.history, flag["kind"]):
                 items.append(("bias", f"{flag['kind']}: {flag['reason']}"))
                 meta["escalated"].append(flag)
         jd["escalations"] = [queue_apply.escalate(ctx, kind, why, status, verdicts, audit.reason) for kind, why in items]
