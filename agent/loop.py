@@ -69,7 +69,7 @@ from agent import workspace
 from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops
-from harness.appendlog import is_out_of_space
+from harness.results import is_out_of_space
 from harness.clock import ClockReference, reference_of
 from harness.records import DataInfo, ExperimentRecord
 from harness.sandbox import DataView

@@ -3,7 +3,7 @@
 Invariants restored (the loop's write order makes each case recoverable):
 1. No orphan: a child process group recorded in child.pid that still runs in the worktree is killed.
 2. Every experiment exactly once: a torn last line of results.tsv, journal.jsonl or traces.jsonl
-   is cut off and kept in <file>.torn-<time> (harness/appendlog.py). Then journal records and
+   is cut off and kept in <file>.torn-<time> (harness/results.py). Then journal records and
    results.tsv rows are matched one by one, in order, on (commit, status): a record without its
    row gets the row (derived from the record) inserted at its place; a row without a record gets
    a minimal record marked "recovered". Duplicate records of one n are ignored.
@@ -24,10 +24,10 @@ from agent.coordinator import PendingFile
 from agent.proposing import ProposalInfo
 from harness import gitops
 from harness.matching import match_rows
-from harness.appendlog import is_json_object, repair_torn
 from harness.records import QueueAppliedRecord
 from harness.records import ExperimentRecord, ResultRow, best_of
-from harness.results import append_journal, read_journal, read_results, rewrite_results
+from harness.results import (append_journal, is_json_object, read_journal, read_results, repair_torn,
+                             rewrite_results)
 from harness.runner import kill_leftover
 
 

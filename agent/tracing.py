@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.appendlog import append_line, is_json_object, is_out_of_space
+from harness.results import append_line, is_json_object, is_out_of_space
 from harness.records import SpanRecord
 
 log = logging.getLogger(__name__)

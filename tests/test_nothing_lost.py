@@ -17,9 +17,8 @@ import pytest
 
 from agent import envcheck
 from harness.records import ExperimentRecord
-from harness.appendlog import OutOfSpace, append_line, is_json_object, repair_torn
-from harness.results import (append_journal, append_result, init_results,
-                             read_journal, read_results)
+from harness.results import (OutOfSpace, append_journal, append_line, append_result, init_results, is_json_object,
+                             read_journal, read_results, repair_torn)
 from tests.loop_fixtures import (FAKE_PREPARE, FAKE_TRAIN, REPO, fake_env, fake_repo, git, make_repo,
                                  run_loop)
 

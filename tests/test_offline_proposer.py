@@ -255,7 +255,7 @@ def test_cmaes_sampler_is_offered(tmp_path):
 def test_a_full_disk_under_the_study_is_an_out_of_space_error(tmp_path):
     """A real full filesystem (a small tmpfs, as in test_nothing_lost.py): SQLite's "database or disk
     is full" reaches the loop as an out-of-space error, so it stops cleanly (exit 75) for --resume."""
-    from harness.appendlog import is_out_of_space
+    from harness.results import is_out_of_space
     from tests.test_nothing_lost import small_tmpfs
     with small_tmpfs(tmp_path / "fs", "1m") as fs:
         if fs is None:

@@ -71,7 +71,7 @@ def test_a_torn_last_line_is_flagged_by_both_then_cut_off_by_the_writer(tmp_path
     assert [r.commit for r in loop.rows] == ["a1a1a1a", "b2b2b2b"]   # the loop acts on whole rows only
     assert loop.problems == ["line 4: 2 of 5 columns"]
     assert data.page_problems(dash) == ["1 row(s) of results.tsv are malformed or incomplete; shown flagged"]
-    # the next append quarantines the torn tail (harness/appendlog.py) and writes a whole line
+    # the next append quarantines the torn tail (harness/results.py) and writes a whole line
     results.append_result(res, "d4" * 20, 1.45, 45.0, "keep", "after the tear")
     assert len(list(tmp_path.glob("results.tsv.torn-*"))) == 1
     loop, dash = both(res)
