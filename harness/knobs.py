@@ -3,21 +3,28 @@
 Only module-level lines whose target is a CAPS name and whose value is a simple literal (int,
 float, str, bool) are knobs; everything else in train.py is code. Rewriting touches only the
 value: the name, spacing and comment stay as the human (or Claude) wrote them, so a diff of a
-knob change is one line.
+knob change is one line. Every parse of train.py, here and in the guard, the reviewer and the
+proposers' tools, goes through `parse` (one lock: see _PARSE_LOCK).
 """
 from __future__ import annotations
 
 import ast
 import io
 import re
+import threading
 import tokenize
-from harness import pyparse
 from dataclasses import dataclass
 from pathlib import Path
 
 # NAME = value  (no indentation: module level only)
 ASSIGN_RE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)(?P<eq>\s*=\s*)(?P<rest>.*)$")
 KNOB_TYPES = (bool, int, float, str)
+
+# Parsing Python source from several threads: CPython 3.11's AST construction is not safe when
+# two threads parse at once ("SystemError: AST constructor recursion depth mismatch", seen with
+# --workers 2 guarding two proposals together). Every parse of train.py in the harness and the
+# agent goes through this one lock (parse, compile_source).
+_PARSE_LOCK = threading.Lock()
 # Floats are written with this many significant digits so search steps don't leave 0.30000000000000004.
 FLOAT_DIGITS = 4
 
@@ -37,6 +44,16 @@ DEFAULT_SPECS = {
     "LOGIT_SOFTCAP": ("log", 5.0, 50.0),
     "DEPTH": ("int", 2, 6),
 }
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    with _PARSE_LOCK:
+        return ast.parse(source, filename)
+
+
+def compile_source(source: str, filename: str):
+    with _PARSE_LOCK:
+        return compile(source, filename, "exec")
 
 
 @dataclass
@@ -153,7 +170,7 @@ def profile_table(runtime_source: str | None = None) -> tuple[dict, tuple]:
     """(PROFILE_KNOBS, SMALL_PROFILES) of a runtime.py source (default: this checkout's)."""
     source = RUNTIME_PY.read_text() if runtime_source is None else runtime_source
     found = {}
-    for node in pyparse.parse(source).body:
+    for node in parse(source).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                 and node.targets[0].id in ("PROFILE_KNOBS", "SMALL_PROFILES"):
             found[node.targets[0].id] = ast.literal_eval(node.value)

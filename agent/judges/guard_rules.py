@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from harness import pyparse
+from harness import knobs
 from collections import Counter
 from dataclasses import dataclass
 
@@ -364,7 +364,7 @@ def seed_constants(tree: ast.Module) -> dict[str, str]:
 
 def scan(source: str) -> tuple[ast.Module, list[Violation], int]:
     """Parse and check one source: (tree, violations, references to prepare.TIME_BUDGET)."""
-    tree = pyparse.parse(source)
+    tree = knobs.parse(source)
     checker = _Checker()
     checker.visit(tree)
     return tree, checker.out, checker.budget_refs

@@ -17,7 +17,7 @@ from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
 from harness.records import Basis, Best, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
-from harness import pyparse
+from harness import knobs
 
 # train.py must keep these for the trusted re-evaluation and the knob tools (docs/contracts.md).
 REQUIRED_DEFS = ("build_model",)
@@ -75,7 +75,7 @@ class Reviewer(Protocol):
 def _defines(source: str, names: tuple[str, ...]) -> list[str]:
     """Names of `names` that the source does not define at module level (best effort on bad syntax)."""
     try:
-        tree = pyparse.parse(source)
+        tree = knobs.parse(source)
     except SyntaxError:
         return [n for n in names if f"def {n}(" not in source]
     top = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from harness import pyparse
+from harness import knobs
 from harness.records import ExperimentRecord
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,7 +317,7 @@ class Workspace:
         if self.source == self.start_source and self.start_source != self.base_source:
             raise ToolError("submit: train.py is still the version that crashed; fix it first.")
         try:
-            pyparse.compile_source(self.source, "train.py")
+            knobs.compile_source(self.source, "train.py")
         except SyntaxError as e:
             raise ToolError(f"submit: train.py does not parse: {e.msg} at line {e.lineno}. Fix it first.")
         self.submitted = Submission(description, hypothesis)
