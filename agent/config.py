@@ -63,7 +63,7 @@ class LoopConfig:
     resume: bool = False
     reviewer: str = "hierarchy"           # hierarchy | simple
     baseline_repeats: int = stats.BASELINE_RUNS
-    smoke: bool = False                   # the smoke preset (agent/smoke.py): tiny profile, fixed steps
+    smoke: bool = False                   # the smoke preset (agent/cli.py): tiny profile, fixed steps
     notify: str | None = None             # webhook URL for notifications (agent/notify.py); a secret
     stops: Stops = Stops()
     ideas: IdeasConfig = IdeasConfig()

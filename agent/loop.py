@@ -51,7 +51,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import budget, cli, envcheck, smoke
+from agent import budget, cli, envcheck
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig
 from agent.coordinator import Coordinator, PendingFile
@@ -202,7 +202,7 @@ class Loop:
             files.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=c.resume, settings=cli.settings_of(c),
             inventory=envcheck.inventory(files.worktree, view),
-            eval_tokens=smoke.eval_tokens_for(data.eval_tokens, self.budget))
+            eval_tokens=cli.eval_tokens_for(data.eval_tokens, self.budget))
 
         def check_environment() -> None:
             """EnvironmentStop when data, tokenizer or a fixed file is missing or corrupt
@@ -265,7 +265,7 @@ class Loop:
                 self.experiment(a, committed=True)
         if self.best is None and self.config.reviewer == "hierarchy":
             steps = os.environ.get("AUTORESEARCH_STEPS")
-            self.panel.event(smoke.eta_note(
+            self.panel.event(cli.eta_note(
                 baseline_repeats=self.config.baseline_repeats, max_experiments=self.config.stops.max_experiments,
                 budget=self.budget, eval_tokens=self.run_info.eval_tokens, steps=int(steps) if steps else None,
                 done=self.coord.next_n() - 1))
@@ -277,7 +277,7 @@ class Loop:
         self.ensure_baseline()                                        # 1. baseline
         while True:
             n = self.coord.next_n()                                   # 2. stop?
-            eta = smoke.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
+            eta = cli.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
                                  elapsed_s=time.time() - session_at)
             if eta:
                 self.panel.event(eta)
@@ -425,7 +425,7 @@ def main(argv=None) -> int:
     sdk_logs.install()   # SDK failures: one scrubbed, rate-limited console line each
     try:
         config = cli.resumed_config(config, argv)   # --resume: run.json's settings are the defaults
-        smoke.apply_environment(config.smoke)
+        cli.apply_environment(config.smoke)
         loop = Loop(config)
         loop.tag_lock = workspace.tag_lock(loop.worktree.parent, loop.tag)   # before any state of the tag
         left = kill_leftover(loop.worktree) if loop.worktree.is_dir() else None

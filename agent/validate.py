@@ -151,7 +151,7 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
     if steps:   # a --smoke tag trained a fixed number of steps: K x the budget is K x its steps
         env["AUTORESEARCH_STEPS"] = str(max(1, round(k * steps)))
         if not os.environ.get("AUTORESEARCH_THREADS"):
-            from agent.smoke import SMOKE_THREADS
+            from agent.cli import SMOKE_THREADS
             env["AUTORESEARCH_THREADS"] = str(SMOKE_THREADS)
     os.environ.update(env)
     try:

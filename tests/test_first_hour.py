@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli
-from agent.smoke import SMOKE_DEFAULTS
+from agent.cli import SMOKE_DEFAULTS
 from harness import knobs
 from harness.results import read_journal, read_results
 from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
@@ -251,7 +251,7 @@ def test_resume_takes_the_budget_of_run_json_and_a_wrong_tag_lists_the_tags(tmp_
 def test_a_short_budget_is_evaluated_on_a_share_of_the_tokens():
     """A 30 s run is not measured for minutes: the trusted evaluation's tokens follow the budget
     below the reference 300 s (never under EVAL_TOKENS_MIN), and reach the evaluation job."""
-    from agent.smoke import EVAL_TOKENS_MIN, eval_tokens_for
+    from agent.cli import EVAL_TOKENS_MIN, eval_tokens_for
     from harness.executors import eval_spec
     assert eval_tokens_for(128 * 1024, 30) == 13107
     assert eval_tokens_for(128 * 1024, 300) is None and eval_tokens_for(128 * 1024, 600) is None
