@@ -291,7 +291,7 @@ def experiment(run: Run, n: int) -> dict | None:
     if journal.bad:
         problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
     rn = rec.n if rec else None
-    # The MetaJudge's audits: journal records of their own kind (harness/journal_records.py).
+    # The MetaJudge's audits: journal records of their own kind (harness/records.py AuditRecord).
     audits = [a.raw for a in (AuditRecord.from_dict(r) for r in journal.records) if a is not None
               and rn is not None and a.n == rn]
     log_rel = rec.run.log if rec else None
