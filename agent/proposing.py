@@ -255,7 +255,7 @@ class Ideas:
             f"Experiment {n} crashed ({run.crash_class}). Last {len(tail.splitlines())} lines of its log:\n{tail}")))
 
     def ahead(self, a, new_source: str) -> None:
-        """While `a` trains, propose n + 1 on top of it (the single loop; see agent/proposing.py)."""
+        """While `a` trains, propose n + 1 on top of it (the single loop; see Prefetch above)."""
         n, c = a.n + 1, self.config
         if self.prefetch is None or self.prefetch.n == n or (self.last_n is not None and n > self.last_n):
             return
