@@ -216,11 +216,6 @@ class Coordinator:
             if best is not None:
                 self.best = best
 
-    def moved_since(self, parent: str | None) -> bool:
-        """Has the branch moved past `parent` (another worker kept something meanwhile)?"""
-        with self.lock:
-            return parent is not None and parent != self.last_kept
-
 
 class LockedProposer:
     """A proposer whose calls wait for each other (workers share one proposer)."""

@@ -116,9 +116,6 @@ class LocalExecutor:
         with self._lock:
             return len(self._free) - len(self._queue)
 
-    def slot_of(self, job_id: str) -> int | None:
-        return self._jobs[job_id].slot
-
     def log_path(self, job_id: str) -> Path:
         """Where the job's log is written while it runs (the loop's live view reads it)."""
         job = self._jobs[job_id].job
