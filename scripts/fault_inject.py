@@ -56,8 +56,9 @@ TARGET_PHASES = ("setup", "proposing", "guarding", "training", "evaluating", "ju
 # brief, so most kills land in them; a long one (training) is hit anywhere in its first seconds.
 IN_PHASE_JITTER = 2.0
 POLL_SECONDS = 0.02
-# Compiler caches torch keeps in TMPDIR on purpose (reused by the next run): not leftovers.
-CACHE_PREFIXES = ("torchinductor_", "triton")
+# Folders kept in TMPDIR on purpose, reused by the next run: not leftovers. torch's compiler
+# caches, and the sandbox's passwd/group naming its user (harness/sandbox.py _identity_files).
+CACHE_PREFIXES = ("torchinductor_", "triton", "autoresearch-sandbox-")
 
 
 def git(cwd, *args) -> str:
