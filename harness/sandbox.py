@@ -433,15 +433,16 @@ def detect(mode: str = "auto") -> Sandbox:
         box = Sandbox("none", f"no seccomp filter for this machine ({os.uname().machine})")
     else:
         box = Sandbox("bwrap", binary=binary)
-        empty = Path(tempfile.mkdtemp(prefix="autoresearch-probe-"))
+        # The probe's cwd: a folder kept beside the identity files and reused. It is bound read-only,
+        # so it stays empty, and a loop killed mid-probe (kill -9) leaves no folder behind.
+        empty = _identity_files() / "probe"
+        empty.mkdir(exist_ok=True)
         try:
             probe = box.run(["/bin/true"], View(cwd=empty), capture_output=True, text=True,
                             timeout=PROBE_TIMEOUT_S)
             ok, why = probe.returncode == 0, (probe.stderr or "").strip()[-300:]
         except (OSError, subprocess.TimeoutExpired) as exc:
             ok, why = False, str(exc)
-        finally:
-            shutil.rmtree(empty, ignore_errors=True)
         if not ok:
             box = Sandbox("none", f"bubblewrap cannot make its namespaces here: {why}")
     if mode == "bwrap" and not box.sealed:
