@@ -350,6 +350,7 @@ def parser() -> argparse.ArgumentParser:
 # startup (imports, model build) and its trusted evaluation, times the runs the judge needs (the
 # baseline repeats, and for each experiment one run when it is discarded at once, up to
 # stats.MAX_RUNS plus the incumbent's reruns when it looks like a gain).
+
 # The profile the preset runs (prepare.py PROFILES): everything in seconds on a CPU.
 SMOKE_PROFILE = "tiny"
 # Optimizer steps per run: ~6 s of training on 2 idle cores (0.2 s a step, measured), enough

@@ -130,6 +130,7 @@ def check(tag: str, worktree: Path, view: DataView | None, recorded: dict | None
 #
 # Artifacts are pruned as docs/contracts.md promises: those of kept experiments and of the last
 # few experiments stay (a human may want to re-check them); the others are deleted.
+
 # Artifacts of this many most recent experiments are kept whatever their status.
 KEEP_LAST_ARTIFACTS = 3
 # Room for records, state, traces, notes and git objects of one experiment (they are small).

@@ -322,6 +322,8 @@ def start_results(path: Path) -> None:
 # (harness/pinned.py) and records their hashes and the sandbox in run.json; a resumed tag checks
 # that its pinned copy still holds what run.json recorded, restoring it from the shared cache if
 # it can, and refusing to go on if it cannot (one tag is never measured on two versions of data).
+
+
 class SealError(RuntimeError):
     """The tag's evaluation inputs cannot be trusted any more; the message says what to do."""
 

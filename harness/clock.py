@@ -317,6 +317,7 @@ def progress_fields(line: str) -> dict:
 # the others keep busy beyond 3/4 of its cores every run reads MAX_LOAD, so the factor no longer
 # tells runs apart; a GPU run is slowed less by CPU load than the factor says (its allowances are
 # then generous by that much); contention on a GPU itself is not seen here.
+
 # The largest slowdown the meter grants: on a box where the others take more than 3/4 of the
 # cores a run is "no evidence" territory anyway, and a bound keeps a mis-measured phase from
 # stretching an allowance without limit.

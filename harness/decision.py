@@ -154,6 +154,8 @@ class Decision(VerdictReads):
 # re-exports these names): the candidate's runs (EvidenceRun), the incumbent's side (BarFigures)
 # and the test the call used (ComparisonFigures). Read from disk it is data: nothing here raises
 # on a hostile record.
+
+
 @dataclass
 class EvidenceRun:
     bpb: float | None

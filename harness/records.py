@@ -306,6 +306,7 @@ STATE_KEYS = ("tag", "phase", "experiment", "started_at", "run_started_at", "bud
 # agent/tracing.py); readers (recovery, the dashboard, the Braintrust sink) read them only through
 # these classes. Read from disk they are data, not trusted: from_dict never raises, and a value of
 # the wrong type reads as None (or empty).
+
 # queue_applied actions that move the branch (a restore cherry-picks, a revert undoes a keep).
 BRANCH_ACTIONS = ("restore", "revert")
 

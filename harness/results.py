@@ -149,6 +149,7 @@ def rewrite_results(path: Path, lines: list[str]) -> None:
 #
 # Out of space (ENOSPC, EDQUOT, EFBIG, EIO on write) is an expected failure: `is_out_of_space`
 # names it so the loop can stop through its normal stop path.
+
 # Write errors that mean "the disk (or the quota, or the file size limit) is full"; EIO is what
 # some network and FUSE filesystems return for the same thing.
 OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})

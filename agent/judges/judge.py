@@ -222,6 +222,7 @@ def near_duplicates(diff: str, history: list[ExperimentRecord], window: int = 50
 # state of its own and works the same after --resume. It returns flags; the hierarchy escalates
 # them to the human queue, at most once per flag kind per window (a cooldown, so a lasting bias is
 # one queue item, not fifty).
+
 # Decided experiments the audit looks back over.
 WINDOW = 20
 # Fewest audited experiments before rates mean anything.
