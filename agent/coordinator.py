@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from agent.proposers.base import Proposal
 from harness import knobs
+from harness.figures import as_str
 from harness.records import Best, ExperimentRecord, best_of
 from harness.results import read_json, write_json_atomic
 from harness.secrets import scrub
@@ -114,7 +115,8 @@ class PendingFile:
         raw = read_json(Path(path))
         if not isinstance(raw, dict) or not isinstance(raw.get("n"), int) or isinstance(raw.get("n"), bool):
             return None
-        out = cls(n=raw["n"], parent=_str(raw.get("parent")), commit=_str(raw.get("commit")))
+        out = cls(n=raw["n"], parent=as_str(raw.get("parent")) or None,
+                  commit=as_str(raw.get("commit")) or None)
         for name, kind in (("description", str), ("hypothesis", str), ("proposer", str), ("model", str),
                            ("notes", str), ("info", dict), ("attempts", list), ("started_at", (int, float))):
             if isinstance(raw.get(name), kind) and not isinstance(raw.get(name), bool):
@@ -125,9 +127,6 @@ class PendingFile:
         return Proposal(description=self.description, hypothesis=self.hypothesis, source=source,
                         proposer=self.proposer, model=self.model, notes=self.notes)
 
-
-def _str(v) -> str | None:
-    return v if isinstance(v, str) and v else None
 
 
 class Coordinator:
