@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.secrets import clean_text
+
 # The header of program.md, exactly; never extra columns (richer data goes to the journal).
 RESULT_COLUMNS = ("commit", "val_bpb", "memory_gb", "status", "description")
 RESULT_HEADER = "\t".join(RESULT_COLUMNS)
@@ -35,8 +37,9 @@ PARTIAL_NOTE = "last line has no newline yet (being written?)"
 
 
 def clean_description(text: str) -> str:
-    one = " ".join(str(text).replace("\t", " ").split())
-    return one[:MAX_DESCRIPTION] or "(no description)"
+    """One results.tsv cell of proposed or imported text: the one cleaning (harness/secrets.py
+    clean_text: no escapes, controls, NUL or bidi characters, no secrets), on one line, no tab."""
+    return clean_text(text, one_line=True)[:MAX_DESCRIPTION] or "(no description)"
 
 
 def finite(v) -> bool:
@@ -76,7 +79,8 @@ class ResultRow:
         else:
             bpb = NO_FIGURE
         mem = 0.0 if crash or not finite(self.memory_gb) else float(self.memory_gb)
-        return f"{self.commit[:7]}\t{bpb}\t{mem:.1f}\t{self.status}\t{clean_description(self.description)}\n"
+        commit = "".join(clean_text(self.commit, one_line=True).split())[:7]   # never a tab or newline
+        return f"{commit}\t{bpb}\t{mem:.1f}\t{self.status}\t{clean_description(self.description)}\n"
 
     @classmethod
     def parse(cls, raw: str) -> tuple["ResultRow", list[str]]:

@@ -2,7 +2,9 @@
 endpoint never holds the loop, and that no secret leaves."""
 import json
 import os
+import re
 import threading
+import unicodedata
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -58,7 +60,8 @@ def test_a_message_reaches_slack_and_discord_shapes(hook):
     n.post("new_best", "autoresearch t: new best 2.5")
     n.close()
     assert hook.bodies == [{"text": "autoresearch t: new best 2.5", "content": "autoresearch t: new best 2.5",
-                            "event": "new_best"}]
+                            "event": "new_best", "allowed_mentions": {"parse": []}, "flags": 4,
+                            "unfurl_links": False, "unfurl_media": False}]
     assert n.sent == 1 and said == []
 
 
@@ -88,14 +91,16 @@ def test_a_failing_endpoint_is_retried_then_dropped_and_said_once(hook):
     n.close()
     assert hook.requests == 6, "each message tried 3 times"
     assert n.dropped == 2 and n.sent == 0
-    assert len(said) == 1 and "HTTP 500" in said[0] and "127.0.0.1" in said[0]
-    assert "secretpath123" not in said[0], "the URL's path (its token) is never printed"
+    assert len(said) == 2 and "HTTP 500" in said[0] and "127.0.0.1" in said[0]
+    assert "did not answer again before the stop: 2 message(s) lost (HTTP 500)" in said[1], said
+    assert "secretpath123" not in "".join(said), "the URL's path (its token) is never printed"
     hook.status = 200
     n2 = Notifier(hook.url, said.append, tries=3, backoff_s=0.01)
-    n2._down = True
+    n2._down, n2._lost = "HTTP 500", 4
     n2.post("stop", "three")
     n2.close()
-    assert said[-1].endswith("answers again") and hook.bodies[-1]["content"] == "three"
+    assert said[-1].endswith("answers again; 4 message(s) were lost while it did not")
+    assert hook.bodies[-1]["content"] == "three"
 
 
 def test_a_refusal_is_not_sent_again(hook):
@@ -111,7 +116,9 @@ def test_an_unreachable_endpoint_drops_and_says_so():
     n = Notifier("http://127.0.0.1:9/hook", said.append, tries=2, backoff_s=0.01, timeout_s=2)
     n.post("stop", "x")
     n.close()
-    assert n.dropped == 1 and len(said) == 1 and "did not take a message" in said[0]
+    assert n.dropped == 1 and "did not take a message" in said[0] and "Connection refused" in said[0]
+    assert said[1:] == ["notify: 127.0.0.1 did not answer again before the stop: 1 message(s) lost "
+                        "(URLError: [Errno 111] Connection refused)"]
 
 
 def test_secrets_and_the_url_stay_out(hook, monkeypatch):
@@ -171,3 +178,94 @@ def test_the_watch_says_what_a_researcher_wants_to_hear():
     assert len(posts) == 5, "at most one digest an hour"
     w.stopped("reached --max-experiments 8", "kept 2")
     assert posts[-1] == ("stop", "autoresearch may29 stopped: reached --max-experiments 8\nkept 2")
+
+
+# ---- hostile text: what a proposal's description can put in a channel
+
+KEY_BODY = "api03-Zq7Xw2Lp9Rt4Vb8Nm1Kd"          # the part of a key that must never leave
+HOSTILE = [
+    "<!everyone> <!channel> <!here|here> <!subteam^S0123> <@U0123ABC> <#C0123|general>",
+    "@everyone @here @channel @EVERYONE @Here and @every\u200bone, @\u200deveryone, @her\u00ade",
+    "<https://evil.example/phish|click to approve> [approve](https://evil.example/x) ||spoiler|| `code` **b** # big",
+    "<@&123456> <@!123456> <t:1700000000:R> <:pwn:123456> & &amp; > quote",
+    "term \x1b[2J\x1b[31mred\x1b[0m \x1b]8;;https://evil.example\x07link\x1b]8;;\x07 \x9b31m c1 \x07 bell \x7f del \x00 nul",
+    "bidi \u202eexe.txt\u202c \u2066iso\u2069 \u200f rlm \ufeff bom \U000e0041\U000e0042 tags \u2028 sep",
+    "key \uff53\uff4b-ant-" + KEY_BODY,                                   # full-width letters
+    "key s\u200bk-ant-api03-Zq7Xw2\u200cLp9Rt4Vb8Nm1Kd",                  # zero-width inside
+    "key sk-ant-api03-Zq7Xw2\u00adLp9Rt4Vb8Nm1Kd",                         # a soft hyphen inside
+    "key \u0455k\u2011\u0430nt-api03-Zq7Xw2Lp9Rt4Vb8Nm1Kd",                # Cyrillic s, a, a non-breaking hyphen
+    "key sk-ant-api03-Zq7Xw2Lp9Rt4Vb8Nm1Kd".replace("7", "\uff17").replace("9", "\U0001d7eb"),   # look-alike digits
+]
+
+
+def _skeleton(text):
+    import unicodedata
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cf", "Cc"))
+    return unicodedata.normalize("NFKC", text).translate(str.maketrans("\u0455\u0430", "sa"))
+
+
+def test_hostile_text_reaches_no_channel_as_markup_control_or_key(hook):
+    n = Notifier(hook.url, lambda s: None, backoff_s=0.01)
+    for i, text in enumerate(HOSTILE):
+        n.post("new_best", f"exp {i}: {text}")
+    n.close()
+    assert len(hook.bodies) == len(HOSTILE)
+    for raw, b in zip(HOSTILE, hook.bodies):
+        assert b["allowed_mentions"] == {"parse": []}, "Discord pings nobody, whatever the content says"
+        for field in ("text", "content"):
+            sent = b[field]
+            bad = [c for c in sent if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0
+                   or (unicodedata.category(c) == "Cf" and c != "\u200b")]
+            assert not bad, (field, raw, bad)
+            assert not re.search(r"@(everyone|here|channel)", sent, re.I), (field, sent)
+            assert KEY_BODY not in _skeleton(sent) and "Zq7Xw2" not in _skeleton(sent), (field, sent)
+        slack = b["text"]
+        assert "<" not in slack and ">" not in slack, slack
+        assert not re.search(r"&(?!amp;|lt;|gt;)", slack), slack
+        content = b["content"]
+        assert not re.search(r"(?<!\\)[<\[\]`*|_~#]", content), content
+    slack = hook.bodies[0]["text"]
+    assert slack.startswith("exp 0: &lt;!everyone&gt; &lt;!channel&gt;"), "escaped, still readable"
+    assert "@\u200beveryone @\u200bhere @\u200bchannel @\u200bEVERYONE" in hook.bodies[1]["text"]
+    assert "\\@\u200beveryone" in hook.bodies[1]["content"]
+    assert "term red link c1" in hook.bodies[4]["text"].replace("  ", " ")
+    assert all("[redacted]" in b["text"] for b in hook.bodies[6:]), [b["text"] for b in hook.bodies[6:]]
+
+
+def test_escaping_never_pushes_content_past_discords_limit():
+    for text in ("<" * 5000, "a" * 1999 + "<", "@everyone " * 400, "&" * 3000):
+        b = json.loads(body(text, "digest"))
+        assert len(b["content"]) <= 2000 and len(b["text"]) <= 2000
+        assert not b["content"].endswith("\\") or b["content"].endswith("\\\\"), "an escape is never cut in half"
+        assert not re.search(r"&(?!amp;|lt;|gt;)", b["text"])
+
+
+def test_every_keep_says_why_and_imported_figures_are_never_the_best():
+    posts = []
+    w = Watch("may29", lambda e, t: posts.append((e, t)))
+    history = []
+
+    def decide(rec):
+        history.append(rec)
+        w.record(rec, history)
+    imported = _rec(1, "keep", 0.1, imported="exp/H100/mar8 line 2")   # another machine's figure
+    decide(imported)
+    decide(_rec(2, "keep", 3.0, proposer="baseline", decision_reason="baseline: 3 runs, spread 0.01"))
+    decide(_rec(3, "keep", 2.9, verdicts={"judge": {"basis": "metric"}},
+                decision_reason="trusted val_bpb 2.900000 beats best 3.000000 by 0.1"))
+    decide(_rec(4, "keep", 2.905, verdicts={"judge": {"basis": "efficiency"}},
+                decision_reason="efficiency: 30% fewer FLOPs per token at an equal result"))
+    decide(_rec(5, "keep", 2.895, verdicts={"judge": {"basis": "simplicity"}},
+                decision_reason="simplicity: 40 fewer lines of code with an equal result"))
+    decide(_rec(6, "keep", None, decision_reason="kept by hand from the review queue"))
+    events = [e for e, _ in posts]
+    assert events == ["baseline", "new_best", "keep", "new_best", "keep"], posts
+    text = dict(enumerate(t for _, t in posts))
+    assert "new best 2.900000, +0.100000 over 3.000000" in text[1] and "Kept on metric: trusted val_bpb" in text[1]
+    assert "exp 4" in text[2] and "kept at 2.905000, the best stays 2.900000" in text[2]
+    assert "Kept on efficiency: efficiency: 30% fewer FLOPs per token" in text[2]
+    assert "new best 2.895000" in text[3] and "Kept on simplicity: simplicity: 40 fewer lines" in text[3]
+    assert "kept without a figure" in text[4] and "Kept on the judge's call: kept by hand" in text[4]
+    assert "Evidence" not in text[2], "no evidence recorded: the reason is all there is, said once"
+    assert posts[0][0] == "baseline" and not any("over 0.100000" in t or "stays 0.100000" in t for _, t in posts), \
+        "the imported 0.1 is neither announced nor the bar a keep is measured against"

@@ -1,5 +1,7 @@
 """--notify wired into the real loop: a tiny run (stand-in train.py) posts to a local webhook; a dead
 or stalled webhook neither stops nor holds the loop; the URL is written nowhere."""
+import html
+import re
 import threading
 
 from agent.cli import parse_args
@@ -48,10 +50,14 @@ def test_a_loop_posts_its_best_and_its_stop(tmp_path):
     events = [b["event"] for b in hook.bodies]
     assert events[0] == "baseline" and events[-1] == "stop", events
     bests = [r for r in records if r.status == "keep" and not r.is_baseline]
-    assert events.count("new_best") == len(bests), (events, [r.status for r in records])
+    assert events.count("new_best") + events.count("keep") == len(bests), (events, [r.status for r in records])
     stop = hook.bodies[-1]["text"]
     assert "stopped: reached --max-experiments 4" in stop and "nt" in stop
-    assert all(b["text"] == b["content"] for b in hook.bodies)
+    # the same words for both services, each escaped its own way (Slack's entities, Discord's backslashes)
+    assert all(html.unescape(b["text"]) == re.sub(r"\\(.)", r"\1", b["content"]) for b in hook.bodies)
+    assert all(b["allowed_mentions"] == {"parse": []} for b in hook.bodies)
+    keeps = [b["text"] for b in hook.bodies if b["event"] in ("new_best", "keep")]
+    assert len(keeps) == len(bests) and all("Kept on " in t for t in keeps), "every keep says why"
     written = _files_text(run_dir) + p.stdout + p.stderr
     assert TOKEN not in written and str(hook.server.server_port) not in _files_text(run_dir)
 
@@ -102,3 +108,30 @@ def test_a_stop_by_an_error_says_the_error(tmp_path):
     assert p.returncode == 2 and "refusing --budget 2" in p.stderr
     assert [b["event"] for b in hook.bodies] == ["stop"]
     assert "stopped: error: SetupError: tag ne was run with --budget 1" in hook.bodies[0]["text"]
+
+
+def test_a_dripping_endpoint_never_holds_the_loop_and_the_stop_says_what_was_lost(tmp_path):
+    """The webhook accepts, reads the message, then drips its answer a byte at a time, for every
+    message: the loop runs its experiments at its own pace, its stop waits at most CLOSE_S, and
+    the console says how many messages were not sent."""
+    import time
+
+    from agent.notify import CLOSE_S
+    from tests.test_notify_hostile import Raw
+    hook = Raw(["drip_status"] * 100)
+    try:
+        repo = fake_repo(tmp_path / "repo")
+        t0 = time.monotonic()
+        p = run_loop(repo, fake_env(tmp_path), "--tag", "nr", "--budget", "1", "--max-experiments", "3",
+                     "--notify", hook.url, timeout=300)
+        took = time.monotonic() - t0
+    finally:
+        hook.close()
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = repo / ".autoresearch" / "nr"
+    assert len(experiment_records(read_journal(run_dir / "journal.jsonl")[0])) == 3
+    assert hook.conns >= 1 and hook.bodies == []
+    lost = [line for line in p.stdout.splitlines() if line.startswith("notify: ")]
+    assert len(lost) == 1 and "not sent at the stop" in lost[0], p.stdout
+    assert took < 120, f"the loop took {took:.0f} s (its stop waits at most {CLOSE_S:g} s for the webhook)"
+    assert "tokenpart" not in p.stdout + p.stderr

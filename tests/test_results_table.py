@@ -50,7 +50,7 @@ def test_the_loop_and_the_dashboard_read_one_table(tmp_path):
     view = data.row_view(dash.lines[0])
     assert view == {"n": 1, "line": 2, "raw": "a1a1a1a\t1.500001\t44.0\tkeep\tbaseline", "commit": "a1a1a1a",
                     "val_bpb": 1.500001, "val_text": None, "memory_gb": 44.0, "status": "keep",
-                    "description": "baseline", "problem": None, "partial": False}
+                    "description": "baseline", "problem": None, "partial": False, "why": None}
     assert tuple(view) == data.ROW_VIEW_KEYS and data.page_problems(dash) == []
     # one matcher on one table: row i is record i for recovery (strict) and the dashboard (loose)
     recs = results.read_journal(jr)[0]

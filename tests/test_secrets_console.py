@@ -160,3 +160,122 @@ def test_anthropic_retries_are_one_scrubbed_line_each(fake_anthropic, tmp_path, 
     assert res.error
     err = capfd.readouterr().err
     assert ANT_KEY not in err and err.count("\n") == 1 and err.startswith("anthropic: LLM judge call failed")
+
+
+# ---- look-alike keys, and text a person reads (harness/secrets.py clean_text)
+
+from harness import secrets as sec  # noqa: E402
+
+# One key of each shape the scrubber knows, and the part of it that must never leave.
+KEYS = ["sk-ant-api03-Qm4Tz8Wv2Yx6Bn0Lk3Jh", "sk-proj-Hq5Rk9Tm2Wz7Yb4Nv1Lx", "hf_Pk4Rt8Wm2Zq6Yx0Bn3Lv9Jh",
+        "ghp_Mw7Kq2Zr5Tx9Bn4Vh1Ly8Pd3", "github_pat_11ABCDEFG0Zq7Rk2Tm9Wx4Yv", "AKIAQZ7RK2TM9WX4YV6N",
+        "xoxb-2Qk7Rm4Tz9-Wx3Yv", "glpat-Zq7Rk2Tm9Wx4Yv6Nb1Lh"]
+
+
+def _fullwidth(s):
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s)
+
+
+def _math_sans(s):   # mathematical sans-serif letters and digits (NFKC folds them)
+    out = []
+    for c in s:
+        if "a" <= c <= "z":
+            out.append(chr(0x1D5BA + ord(c) - 97))
+        elif "A" <= c <= "Z":
+            out.append(chr(0x1D5A0 + ord(c) - 65))
+        elif "0" <= c <= "9":
+            out.append(chr(0x1D7E2 + ord(c) - 48))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def _every(s, ch, k=3):   # `ch` after every k-th character
+    return "".join(c + (ch if i % k == k - 1 else "") for i, c in enumerate(s))
+
+
+LOOKALIKES = {
+    "full-width": _fullwidth,
+    "math sans-serif": _math_sans,
+    "zero-width spaces": lambda s: _every(s, "\u200b"),
+    "zero-width joiners": lambda s: _every(s, "\u200d", 4),
+    "word joiner and BOM": lambda s: _every(s, "\u2060", 5).replace("-", "-\ufeff"),
+    "soft hyphens": lambda s: _every(s, "\u00ad", 6),
+    "NUL and DEL": lambda s: _every(s, "\x00", 7).replace("_", "_\x7f"),
+    "bidi isolates": lambda s: "\u2066" + s[:6] + "\u2069" + s[6:],
+    "combining marks": lambda s: _every(s, "\u0301", 5),
+    "Cyrillic and Greek letters": lambda s: s.translate(str.maketrans("aeopckxyABEHKMOPTX",
+                                                                        "\u0430\u0435\u043e\u0440\u0441\u043a\u0445\u0443"
+                                                                        "\u0391\u0392\u0395\u0397\u039a\u039c\u039f\u03a1\u03a4\u03a7")),
+    "other dashes": lambda s: s.replace("-", "\u2011"),
+    "mixed": lambda s: _fullwidth(s[:4]) + "\u200b" + s[4:10].translate(str.maketrans("ae", "\u0430\u0435")) + "\u00ad" + s[10:],
+}
+
+
+def _skeleton(text):
+    import unicodedata
+    text = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in text if c == "\n" or unicodedata.category(c) not in ("Cc", "Cf", "Mn"))
+
+
+@pytest.mark.parametrize("how", sorted(LOOKALIKES))
+def test_a_key_written_in_look_alikes_is_scrubbed_whole(how):
+    for key in KEYS:
+        text = f"before {LOOKALIKES[how](key)} after\nnext line"
+        out = sec.scrub_text(text, [])
+        shown = _skeleton(out)   # an invisible character at the key's edge may stay: it shows nothing
+        assert shown.startswith("before [redacted]") and shown.endswith(" after\nnext line"), (how, key, out)
+        back = _skeleton(out).translate(str.maketrans("\u0430\u0435\u043e\u0440\u0441\u043a\u0445\u0443\u0391\u0392"
+                                                      "\u0395\u0397\u039a\u039c\u039f\u03a1\u03a4\u03a7",
+                                                      "aeopckxyABEHKMOPTX")).replace("\u2011", "-")
+        for i in range(0, len(key) - 6):
+            assert key[i:i + 7] not in back, (how, key, out)
+
+
+def test_a_remembered_secret_split_by_invisible_characters_is_scrubbed():
+    token = "dash-token-Rk2Tm9Wx4"
+    out = sec.scrub_text("token: " + _every(token, "\u200b", 2) + " end", [token])
+    assert _skeleton(out) == "token: [redacted] end" and "Rk2" not in out
+
+
+NORMAL = [
+    "café, naïve, Ångström, São Paulo, Łódź: the accents stay",
+    "日本語のテキストと中文文本, 한국어 텍스트",
+    "Привет, мир: обучение модели; Ελληνικά: α = 0.9, β = 0.95",
+    "שלום עולם and مرحبا بالعالم (right-to-left words, no control characters)",
+    "emoji 😀 👍🏽 ❤️ 🇫🇷 and ｆｕｌｌ－ｗｉｄｔｈ ｔｅｘｔ, x² − y², ﬁle ½",
+    "task-specific-warmup-schedule-v2 and risk-averse-lr-decay-variant (keys glued to a word are not keys)",
+    "sk-learn style, hf_hub small, AKIA short, xoxb- short, ghp_short",
+    "json \"desc\": \"line\\nnext\" and a tab\there",
+    "−0.0123 bpb (minus sign), 1e-3 lr, 10–20% (en dash), «quotes», „quotes“",
+]
+
+
+def test_normal_text_is_left_as_written():
+    for text in NORMAL:
+        assert sec.scrub_text(text, []) == text, text
+        assert sec.clean_text(text) == text, text
+
+
+def test_clean_text_removes_what_a_terminal_or_a_reader_would_be_fooled_by():
+    cases = {
+        "red \x1b[31mtext\x1b[0m": "red text",
+        "clear\x1b[2J\x1b[H screen": "clear screen",
+        "title \x1b]0;owned\x07 and \x1b]8;;http://evil.example\x1b\\link\x1b]8;;\x1b\\": "title  and link",
+        "c1 \x9b31m csi and \x9d0;t\x9c osc": "c1  csi and  osc",
+        "nul\x00 bell\x07 bs\x08 del\x7f esc\x1b": "nul bell bs del esc",
+        "exe.\u202etxt\u202c \u2066iso\u2069 \u200e\u200f marks \u061c alm": "exe.txt iso  marks  alm",
+        "zw\u200b\u200c\u200d\u2060\ufeff \u00adsoft \U000e0041\U000e0074tags": "zw soft tags",
+        "hangul\u3164filler \u115f and braille\u2800blank": "hangulfiller  and brailleblank",
+        "a\r\nb\rc\u2028d\u2029e\x85f": "a\nb\nc\nd\ne\nf",
+        "lone \ud800 surrogate": "lone \ufffd surrogate",
+    }
+    for raw, want in cases.items():
+        assert sec.clean_text(raw) == want, (raw, sec.clean_text(raw))
+        assert sec.clean_text(raw, one_line=True) == " ".join(want.split())
+    assert sec.clean_text("a\u202eb\x00c\x1b[1m", mark=True) == "a<U+202E>b<U+0000>c<U+001B>[1m"
+    assert sec.clean_text("tab\tand\nnewline") == "tab\tand\nnewline"
+    assert sec.clean_text("one\n\tline  \u2028 now", one_line=True) == "one line now"
+    assert sec.clean_text(None) == "None" and sec.clean_text(3.5) == "3.5"
+    assert sec.clean_text("key " + KEYS[0]) == "key [redacted]", "the one function scrubs as well"
+    sec.clean_text("\ud800").encode("utf-8")   # always writable as UTF-8
