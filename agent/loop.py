@@ -65,7 +65,7 @@ from agent.proposing import Ideas, Prefetch, Proposers
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
-from agent import workspace
+from agent import import_run, workspace
 from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.pinned import PinnedError
 from harness import gitops
@@ -197,6 +197,7 @@ class Loop:
         if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
             base = "" if (files.run_dir / "run.json").exists() else gitops.head(files.worktree)
         if base:   # run.json not written yet: on cpu/tiny the tag's base writes in that profile's knobs
+            import_run.check_resumable(files.worktree)   # an imported tag's base is this project's own code
             base = workspace.commit_profile_knobs(files.worktree, data.profile, base)
         run_info = workspace.write_or_check_run_json(
             files.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
@@ -274,7 +275,7 @@ class Loop:
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
         first_n, session_at = self.coord.next_n(), time.time()
-        self.ensure_baseline()                                        # 1. baseline
+        self.ensure_baseline(deadline)                                # 1. baseline
         while True:
             n = self.coord.next_n()                                   # 2. stop?
             eta = cli.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
@@ -313,10 +314,11 @@ class Loop:
         from agent import between
         between.apply(self.reviewer, self.coord, self.slot, self.panel)
 
-    def ensure_baseline(self) -> None:
+    def ensure_baseline(self, deadline: float | None = None) -> None:
         """The tag's first keep is its unmodified train.py, never an experiment: a baseline that is
         not kept (a crash, an integrity failure) is run again, and after BASELINE_TRIES the tag
-        stops with the reason, before any experiment could take its place."""
+        stops with the reason, before any experiment could take its place. An imported tag then
+        judges the imported tip (agent/import_run.py tip_proposal)."""
         while self.best is None:
             tries = [r for r in self.history if r.proposer == "baseline"]
             if len(tries) >= BASELINE_TRIES:
@@ -330,6 +332,13 @@ class Loop:
                                  "running it again")
             self.check_space()
             self.experiment(self.baseline())
+        # An imported tag's first experiment, once: the imported tip's train.py, a candidate like any
+        # proposal (guarded, sealed, on the clock, judged against this baseline), never the baseline
+        p = import_run.tip_proposal(self.repo, self.worktree, self.history, self.run_info.profile,
+                                    self.run_info.base_commit)
+        if p is not None and not self.stop_due(self.coord.next_n(), deadline):
+            self.check_space()
+            self.experiment(Attempt(n=self.coord.next_n(), parent=self.last_kept, proposal=p))
 
     def check_space(self) -> None:
         """Prune old artifacts, then refuse to start an experiment that would not fit on disk."""

@@ -232,17 +232,12 @@ def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
     in (runtime.PROFILE_KNOBS, harness/knobs.for_profile), so what runs is what the file says and
     every diff after it shows a real change. Returns the tag's base commit: this one, or `base`
     where nothing changes (the gpu profile; a train.py whose knobs are already the profile's).
-    An imported tag's knobs that its own history moved keep their values (imported_moves): a move
-    back to the repository's value is a kept change, not a knob the profile should set."""
+    An imported tag's base is this project's own train.py too (agent/import_run.py): the imported
+    train.py is its first experiment, never its base."""
     path = Path(worktree) / "train.py"
     source = path.read_text()
     new, changes = knobs.for_profile(source, profile or "", (Path(worktree) / "runtime.py").read_text()
                                      if (Path(worktree) / "runtime.py").is_file() else None)
-    kept = imported_moves(worktree) & set(changes)
-    if kept:
-        old = knobs.values(source)
-        new = knobs.set_knobs(new, {k: old[k] for k in kept})
-        changes = {k: v for k, v in changes.items() if k not in kept}
     if new == source:
         return base
     path.write_text(new)
@@ -250,27 +245,6 @@ def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
                               f"{knobs.describe_changes(changes, source) or 'no knob changes'} "
                               "(runtime.PROFILE_KNOBS), written in, so this train.py runs as it reads "
                               "by hand too; the repository's own values are the reference recipe's, for a GPU.\n")
-
-
-def imported_moves(worktree: Path) -> set[str]:
-    """The knobs an imported tag's history moved (agent/import_run.py): those whose value at the
-    tip differs from its first row's commit (the original run's baseline). Empty for any other tag."""
-    from harness.records import ExperimentRecord
-    from harness.results import read_journal
-    from harness.shared_results import IMPORTED_JSON
-    worktree = Path(worktree)
-    if not (worktree / IMPORTED_JSON).is_file():
-        return set()
-    records, _ = read_journal(worktree / "journal.jsonl")
-    first = next((ExperimentRecord.from_dict(r).commit for r in records), None)
-    try:
-        before = knobs.values(gitops.show_file(worktree, first, "train.py")) if first else None
-    except gitops.GitError:
-        before = None
-    now = knobs.values((worktree / "train.py").read_text())
-    if before is None:   # the first row's train.py is unreadable: every knob is the history's
-        return set(now)
-    return {k for k, v in now.items() if before.get(k) != v}
 
 
 def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budget: float, say=print) -> dict:

@@ -7,16 +7,28 @@ Read from disk these are data: `read` never raises, and a value of the wrong typ
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.figures import as_dict, as_str, fnum
+from harness.figures import as_dict, as_str, bpb_figure, figure_text, fnum
 from harness.records import ExperimentRecord
 
 IMPORTED_JSON = "imported.json"
 VALIDATION_JSON = "report/validation.json"
 # Verdicts of a validation (agent/validate.py decides which).
 VERDICTS = ("holds", "shrinks", "reverses", "unmeasured")
+# An imported run's hardware is a short label (H100, A100-80GB, RTX 4090) taken from a branch name
+# or an option: what else it holds is dropped, so no terminal or page reads it as markup or control.
+HARDWARE_DROP = re.compile(r"[^A-Za-z0-9 ._+()-]")
+MAX_HARDWARE = 40
+
+
+def clean_hardware(v) -> str | None:
+    """The hardware label as imported.json keeps it, or None when nothing of it is left."""
+    if not isinstance(v, str):
+        return None
+    return " ".join(HARDWARE_DROP.sub("", v).split())[:MAX_HARDWARE].strip() or None
 
 
 def _read(path: Path) -> dict | None:
@@ -33,13 +45,19 @@ def _floats(v) -> list[float]:
 
 @dataclass(frozen=True)
 class ImportedInfo:
-    """imported.json: the first `rows` experiments of the tag are another run's, imported."""
+    """imported.json: the first `rows` experiments of the tag are another run's, imported.
+    `tip`: the last kept commit, which the tag continues; `base`: the tag's base, this project's own
+    files on top of it (None: imported before the base existed); `hardware`: what the original run
+    ran on (None: unknown)."""
     repo: str | None
     branch: str | None
     tip: str | None
     rows: int
     budget: float | None
     missing_commits: list = field(default_factory=list)
+    hardware: str | None = None
+    base: str | None = None
+    results: str | None = None
 
     @classmethod
     def read(cls, run_dir: Path) -> "ImportedInfo | None":
@@ -49,15 +67,18 @@ class ImportedInfo:
         rows = fnum(d.get("rows"))
         missing = d.get("missing_commits")
         return cls(as_str(d.get("repo")), as_str(d.get("branch")), as_str(d.get("tip")), int(rows or 0),
-                   fnum(d.get("budget")), [m for m in missing if isinstance(m, str)] if isinstance(missing, list) else [])
+                   fnum(d.get("budget")), [m for m in missing if isinstance(m, str)] if isinstance(missing, list) else [],
+                   clean_hardware(d.get("hardware")), as_str(d.get("base")), as_str(d.get("results")))
 
     def line(self) -> str:
         budget = f"{self.budget:g} s budget" if self.budget else "budget unknown"
+        on = f"; {self.hardware}" if self.hardware else ""
         gone = f"; {len(self.missing_commits)} discarded commit(s) no longer in the repository" \
             if self.missing_commits else ""
-        return (f"experiments 1-{self.rows} are imported from {self.branch} ({self.repo}; {budget}){gone}: the "
+        return (f"experiments 1-{self.rows} are imported from {self.branch} ({self.repo}{on}; {budget}){gone}: the "
                 "original run's figures, on its machine, unsealed and not re-evaluated; never compared with "
-                "this tag's own measurements, which start with its own baseline")
+                "this tag's own measurements, which start with its own baseline (this project's train.py), "
+                "the imported tip judged against it like any proposal")
 
 
 @dataclass(frozen=True)
@@ -129,10 +150,12 @@ class CostPerGain:
     @classmethod
     def of(cls, records: list[ExperimentRecord]) -> "CostPerGain":
         own = [r for r in records if not r.ident.imported]
-        base = next((r.decision_bpb for r in own if r.is_baseline and r.status == "keep"), None)
+        def bpb(r):   # an impossible figure (1e308, negative) is no result (harness/figures.py bpb_figure)
+            return bpb_figure(r.decision_bpb)
+        base = next((bpb(r) for r in own if r.is_baseline and r.status == "keep"), None)
         if base is None:
-            base = next((r.decision_bpb for r in own if r.status == "keep"), None)
-        kept = [r.decision_bpb for r in own if r.status == "keep" and r.decision_bpb is not None]
+            base = next((bpb(r) for r in own if r.status == "keep"), None)
+        kept = [bpb(r) for r in own if r.status == "keep" and bpb(r) is not None]
         seconds = sum((r.timing("run") or 0.0) + (r.timing("eval") or 0.0) for r in own)
         return cls(base, min(kept) if kept else None, sum(r.cost() for r in own), seconds / 3600)
 
@@ -141,10 +164,11 @@ class CostPerGain:
         return self.baseline - self.best if self.baseline is not None and self.best is not None else None
 
     def line(self) -> str:
-        spent = f"${self.dollars:.2f} of LLM and {self.device_hours:.2f} device-hours"
+        spent = f"${figure_text(self.dollars, '.2f')} of LLM and {figure_text(self.device_hours, '.2f')} device-hours"
         gain = self.gain
         if gain is None or gain <= 0:
             return f"{spent}; no bpb gained over the baseline, so no cost per bpb"
         return (f"{spent} for {gain:.6f} bpb gained ({self.baseline:.6f} -> {self.best:.6f}): "
-                f"${self.dollars / gain:,.0f} and {self.device_hours / gain:,.1f} device-hours per bpb "
-                f"(${self.dollars / gain / 1000:,.2f} and {self.device_hours / gain / 1000:,.3f} h per 0.001)")
+                f"${figure_text(self.dollars / gain, ',.0f')} and {figure_text(self.device_hours / gain, ',.1f')} device-hours "
+                f"per bpb (${figure_text(self.dollars / gain / 1000, ',.2f')} and "
+                f"{figure_text(self.device_hours / gain / 1000, ',.3f')} h per 0.001)")

@@ -1,15 +1,17 @@
-"""An imported tag keeps the knob values its history moved, even a move back to the repository's
-own value. The first --resume of an imported tag on a small profile writes that profile's knob
-values in (workspace.commit_profile_knobs), but only for knobs "still at train.py's value": a
-tiny-profile run that had moved ASPECT_RATIO 32 -> 64 (the repository's value) and kept it was
-continued from ASPECT_RATIO 32, its best change undone (seen importing a smoke tag)."""
+"""An imported run's knob moves survive into its candidate, even a move back to the repository's
+own value; the tag's baseline is the project's train.py with the profile's values. A tiny-profile
+run that had moved ASPECT_RATIO 32 -> 64 (the repository's value) and kept it was once continued
+from ASPECT_RATIO 32, its best change undone (seen importing a smoke tag): the profile's values are
+written only where the imported run left a knob at its first value."""
 import shutil
 import subprocess
 import sys
 
-from agent import workspace
+from agent import import_run, workspace
 from harness import knobs
 from harness.executors.base import RUN_SOURCES
+from harness.records import experiment_records
+from harness.results import read_journal
 from tests.loop_fixtures import REPO, git
 
 TINY_ASPECT = 32      # runtime.PROFILE_KNOBS["ASPECT_RATIO"]: (64, 32)
@@ -32,7 +34,7 @@ def commit(repo, source, message):
     return git(repo, "rev-parse", "--short", "HEAD")
 
 
-def test_a_knob_moved_back_to_the_repository_value_survives_the_import(tmp_path):
+def test_a_knob_moved_back_to_the_repository_value_survives_into_the_candidate(tmp_path):
     repo = made_repo(tmp_path)
     src = (repo / "train.py").read_text()
     assert knobs.values(src)["ASPECT_RATIO"] == 64
@@ -50,14 +52,21 @@ def test_a_knob_moved_back_to_the_repository_value_survives_the_import(tmp_path)
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     wt = repo / ".autoresearch" / "imp"
-    assert workspace.imported_moves(wt) == {"ASPECT_RATIO"}
     head = git(wt, "rev-parse", "HEAD")
-    workspace.commit_profile_knobs(wt, "tiny", head)
-    now = knobs.values((wt / "train.py").read_text())
+    tag_base = workspace.commit_profile_knobs(wt, "tiny", head)   # what the first --resume does
+    assert knobs.values((wt / "train.py").read_text()) == knobs.values(tiny), \
+        "the baseline: the project's own train.py in the profile's values"
+    history = experiment_records(read_journal(wt / "journal.jsonl")[0])
+    p = import_run.tip_proposal(repo, wt, history, "tiny", tag_base)
+    now = knobs.values(p.source)
     assert now["ASPECT_RATIO"] == 64, "the imported keep was undone"
     assert now["DEPTH"] == knobs.values(tiny)["DEPTH"]      # the profile's other knobs, as before
+    assert p.proposer == import_run.TIP_PROPOSER and p.description == "imported tip of autoresearch/orig"
 
 
-def test_a_tag_that_was_not_imported_moves_nothing(tmp_path):
+def test_a_tag_that_was_not_imported_has_no_imported_candidate(tmp_path):
     repo = made_repo(tmp_path)
-    assert workspace.imported_moves(repo) == set()
+    head = git(repo, "rev-parse", "HEAD")
+    assert import_run.tip_proposal(repo, repo, [], "tiny", head) is None
+    assert import_run.moved_knobs(repo, None, (repo / "train.py").read_text()) == \
+        set(knobs.values((repo / "train.py").read_text())), "an unreadable first row: every knob is the run's"
