@@ -888,7 +888,7 @@ def prepare(source=None, num_shards=None, offline=False, tokenizer_kind=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Prepare data and tokenizer for autoresearch (fixed).")
+    parser = argparse.ArgumentParser(description="Prepare data and tokenizer for autoresearch (fixed).", allow_abbrev=False)
     parser.add_argument("--source", help="a folder of .txt/.md/.jsonl/.parquet, or 'climbmix' (default: "
                         "ClimbMix, falling back to the offline data when the hub is unreachable)")
     parser.add_argument("--num-shards", type=int, help=f"ClimbMix training shards (-1 = all; profile default {NUM_SHARDS})")

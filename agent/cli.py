@@ -270,7 +270,7 @@ def parse_args(argv=None) -> LoopConfig:
 
 def parser() -> argparse.ArgumentParser:
     """The loop's options; each one's dest is a LoopConfig field (tests/test_cli_args.py checks)."""
-    p = argparse.ArgumentParser(description=DESCRIPTION)
+    p = argparse.ArgumentParser(description=DESCRIPTION, allow_abbrev=False)
     # The defaults are LoopConfig's (one table), set below; --budget and --proposer stay None here so
     # parse_args can tell "not given" (the environment decides) from a value.
     p.add_argument("--tag", required=True, help="run name; branch autoresearch/<tag>")

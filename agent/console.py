@@ -18,8 +18,10 @@ from pathlib import Path
 from rich.console import Console as RichConsole
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from harness.records import DataInfo, ExperimentRecord, RunState
+from harness.secrets import clean_text
 
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.
 REFRESH_PER_SECOND = 2
@@ -115,13 +117,20 @@ def clock(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+def one_line(text) -> str:
+    """Proposed text (a description, a hypothesis, a reason) as one clean line: a newline in it
+    cannot start a line that reads like the loop's own."""
+    return clean_text(text, one_line=True)
+
+
 def decision_line(rec: ExperimentRecord) -> str:
     bpb = rec.decision_bpb
     bpb_text = f"{bpb:.6f}" if bpb is not None else "-"
-    extra = f" [{rec.run.crash_class}]" if rec.run.crash_class else ""
+    extra = f" [{one_line(rec.run.crash_class)}]" if rec.run.crash_class else ""
     extra += " (escalated to the human queue)" if rec.escalated else ""
+    why = rec.why_kept if rec.status == "keep" else rec.decision.decision_reason   # a keep always says why
     return (f"exp {rec.n} {rec.ident.short} {rec.status}{extra} val_bpb {bpb_text}: "
-            f"{rec.description} -- {rec.decision.decision_reason}")
+            f"{one_line(rec.description)} -- {one_line(why)}")
 
 
 def progress_text(progress: dict | None, budget: float) -> str:
@@ -134,8 +143,8 @@ def progress_text(progress: dict | None, budget: float) -> str:
 
 def idea_text(idea: dict) -> str:
     """state.json's idea as one line: what is tried, and why."""
-    hyp = idea["hypothesis"] if "hypothesis" in idea else ""
-    return f"{idea['description'] if 'description' in idea else '-'}" + (f" -- hypothesis: {hyp}" if hyp else "")
+    hyp = one_line(idea["hypothesis"]) if "hypothesis" in idea else ""
+    return one_line(idea["description"] if "description" in idea else "-") + (f" -- hypothesis: {hyp}" if hyp else "")
 
 
 def run_text(run: dict) -> str:
@@ -187,7 +196,8 @@ def render_panel(tag: str, budget: float, state, now: float | None = None) -> Ta
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(overflow="fold")
     for k, v in panel_rows(tag, budget, state, time.time() if now is None else now):
-        table.add_row(k, v)
+        # proposed text is shown as written, never read as rich markup ("[link=...]") or escapes
+        table.add_row(k, Text(clean_text(v)))
     return table
 
 
@@ -220,16 +230,19 @@ class Console:
             self._last_phase, self._last_log = key, cur.log
             self._last_progress_print = time.time()
             log = f" (log {cur.log})" if cur.log else ""
-            print(f"{stamp} {s.phase}{log}", flush=True)
+            print(clean_text(f"{stamp} {s.phase}{log}"), flush=True)
         elif cur.log and cur.log != self._last_log:
             self._last_log = cur.log    # the log appears just after the phase changed
-            print(f"{stamp} {s.phase} (log {cur.log})", flush=True)
+            print(clean_text(f"{stamp} {s.phase} (log {cur.log})"), flush=True)
         elif s.phase == "training" and cur.progress and \
                 time.time() - self._last_progress_print >= PLAIN_PROGRESS_SECONDS:
             self._last_progress_print = time.time()
             print(f"{stamp} {progress_text(cur.progress, self.budget)}", flush=True)
 
     def event(self, text: str) -> None:
+        """One line (or a few) for the person watching; proposed text in it is cleaned here
+        (harness/secrets.py clean_text: no escapes, controls or bidi characters reach the terminal)."""
+        text = clean_text(text)
         if self._live is not None:
             self._live.console.print(text, markup=False, highlight=False)
         else:

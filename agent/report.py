@@ -28,9 +28,12 @@ from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
 from agent.validate import ValidateError
 from harness import gitops
+from harness.figures import bpb_figure, figure_text, fnum
 from harness.records import Measurement
 from harness.records import ExperimentRecord, RunInfo
 from harness.results import read_journal, write_json_atomic
+from harness.shared_results import ImportedInfo, Validation
+from harness.secrets import clean_text
 
 REPORT_DIR = "report"
 ABLATIONS = "ablations.json"
@@ -40,19 +43,19 @@ ABLATE_N0 = 90000
 DIFF_LINES = 80
 # Words of a description that name an idea when its diff is not a knob change ("lr 0.03" -> "lr").
 IDEA_WORDS = 3
+# Past this magnitude a figure is printed in short scientific form (never 309 digits of 1e308).
+LONG_FIGURE = 1e6
 
 
 class ReportError(Exception):
     """Nothing to report on (no journal, no experiments); the message says which run."""
 
 
-def _num(v):
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def bpb_of(rec: ExperimentRecord) -> float | None:
-    """The figure a decision rested on: trusted when verified, else the printed val_bpb."""
-    return rec.decision_bpb
+    """The figure a decision rested on: trusted when verified, else the printed val_bpb; None
+    when it cannot be a val_bpb (negative, or beyond harness/figures.py MAX_BPB: an imported
+    1e308 is no result, and the report neither prints nor draws it as one)."""
+    return bpb_figure(rec.decision_bpb)
 
 
 def _find(d, key):
@@ -136,9 +139,9 @@ def summarize(data: dict) -> dict:
                         "description": rec.description, "hypothesis": rec.proposal.hypothesis,
                         "diff": rec.proposal.diff or "", "bpb": bpb, "before": best,
                         "gain": (best - bpb) if best is not None and bpb is not None else None,
-                        "threshold": _num(_find(judge, "threshold")), "spread": _num(_find(judge, "spread")),
+                        "threshold": fnum(_find(judge, "threshold")), "spread": fnum(_find(judge, "spread")),
                         "reason": rec.decision.decision_reason,
-                        "evidence": ev.summary() if ev else None})
+                        "evidence": ev.summary() if ev else None, "unshown": rec.decision_bpb if bpb is None else None})   # a figure bpb_of would not show
         if bpb is not None:
             best = bpb
     groups = defaultdict(list)
@@ -211,7 +214,7 @@ def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     run = run_train(scratch.path, data["run"], n, budget, log_name=f"ablate-{commit[:7]}.log")
     if run.crash_class is not None:
         return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": str(run.log_path)}
-    bpb = _num(run.printed("val_bpb"))
+    bpb = fnum(run.printed("val_bpb"))
     return {"ok": bpb is not None, "bpb": bpb, "reason": "printed val_bpb", "log": str(run.log_path)}
 
 
@@ -314,7 +317,17 @@ def make_branches(data: dict, summary: dict) -> list[dict]:
 # ---- rendering -----------------------------------------------------------------------------------
 
 def _f(v, digits=6) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else "-"
+    """A figure as the report prints it: "-" for none (or a value that is no number)."""
+    v = fnum(v)
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}" if abs(v) < LONG_FIGURE else f"{v:.3g}"
+
+
+def _t(text) -> str:
+    """Proposed or imported text in the report: cleaned (harness/secrets.py clean_text) onto one
+    line, so a newline in a description cannot start a heading or a section of its own."""
+    return clean_text(text if text is not None else "", one_line=True)
 
 
 def _ablation_line(c: dict, abl: dict | None) -> str:
@@ -322,11 +335,12 @@ def _ablation_line(c: dict, abl: dict | None) -> str:
         return "not measured (run with --ablate)"
     m = Measurement.of(abl[c["commit"]] if c["commit"] in abl else None, figure="bpb")
     final = Measurement.of(abl["final"] if "final" in abl else None, figure="bpb")
-    if not (m.ok and final.ok) or m.bpb is None or final.bpb is None:
-        return f"no figure: {m.reason or final.reason or 'not measured'}"
-    worth = m.bpb - final.bpb
+    without_it, with_it = bpb_figure(m.bpb), bpb_figure(final.bpb)   # ablations.json is a file: guarded too
+    if not (m.ok and final.ok) or without_it is None or with_it is None:
+        return f"no figure: {_t(m.reason or final.reason or 'not measured')}"
+    worth = without_it - with_it
     verdict = "it still helps" if worth > (c["threshold"] or 0) else "within noise of the final: may be redundant now"
-    return f"final without it {_f(m.bpb)} vs final {_f(final.bpb)}: worth {worth:+.6f} ({verdict})"
+    return f"final without it {_f(without_it)} vs final {_f(with_it)}: worth {worth:+.6f} ({verdict})"
 
 
 def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str | None) -> str:
@@ -340,33 +354,38 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
     lines += ["## Kept changes, in order", ""]
     for c in s["changes"]:
         band = f"noise band {_f(c['threshold'])} (spread {_f(c['spread'])})" if c["threshold"] else "noise band unknown"
-        diff = c["diff"].splitlines()
+        # a diff shows what the code holds: an invisible or control character in it is marked, not dropped
+        diff = [" " + ln if ln.startswith("```") else ln
+                for ln in clean_text(c["diff"], mark=True).splitlines()]
         shown = diff[:DIFF_LINES] + ([f"... ({len(diff) - DIFF_LINES} more lines)"] if len(diff) > DIFF_LINES else [])
-        lines += [f"### {c['k']}. experiment {c['n']}: {c['description']}", "",
-                  f"- hypothesis: {c['hypothesis'] or '-'}",
-                  f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}",
-                  f"- judge: {c['reason'] or '-'}",
-                  f"- evidence: {c['evidence'] or 'not recorded (a journal from before the judge recorded its runs)'}",
+        unshown = f" (its recorded figure {_f(c['unshown'])} is no val_bpb: left out)" if c["unshown"] is not None else ""
+        lines += [f"### {c['k']}. experiment {c['n']}: {_t(c['description'])}", "",
+                  f"- hypothesis: {_t(c['hypothesis']) or '-'}",
+                  f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}{unshown}",
+                  f"- judge: {_t(c['reason']) or '-'}",
+                  f"- evidence: {_t(c['evidence']) or 'not recorded (a journal from before the judge recorded its runs)'}",
                   f"- leave-one-out: {_ablation_line(c, abl)}"]
         for b in branches or []:
             if b["k"] == c["k"]:
-                lines.append(f"- branch: `{b['branch']}`" if b["branch"] else f"- branch: none, {b['note']}")
+                lines.append(f"- branch: `{b['branch']}`" if b["branch"] else f"- branch: none, {_t(b['note'])}")
         lines += ["", "```diff", *shown, "```", ""]
     if not s["changes"]:
         lines += ["Nothing was kept beyond the baseline.", ""]
     lines += ["## Discards, grouped by idea", "", "| idea | tries | best val_bpb | best try |", "| --- | --- | --- | --- |"]
     for d in s["discards"]:
-        lines.append(f"| {d['idea']} | {d['count']} | {_f(d['best'])} | "
-                     f"{'#' + str(d['best_n']) + ' ' if d['best_n'] else ''}{(d['best_description'] or '')[:80]} |")
+        cells = [_t(d["idea"]), _t(d["best_description"])[:80]]
+        idea, desc = (c.replace("|", "\\|") for c in cells)   # a "|" in a cell would end it
+        lines.append(f"| {idea} | {d['count']} | {_f(d['best'])} | {'#' + str(d['best_n']) + ' ' if d['best_n'] else ''}{desc} |")
     lines += ["", "## Crashes by class", ""]
-    lines += [f"- {k}: {v}" for k, v in s["crashes"].items()] or ["- none"]
-    lines += ["", "## Cost", "", f"- tokens: {s['tokens']['input']:,} in, {s['tokens']['output']:,} out",
-              f"- dollars: ${s['cost_usd']:.2f}",
-              f"- device-seconds (every training run + its trusted evaluation): {s['gpu_seconds']:.0f}",
-              f"- wall seconds with an experiment under way: {s['wall_seconds']:.0f}",
+    lines += [f"- {_t(k)}: {v}" for k, v in s["crashes"].items()] or ["- none"]
+    lines += ["", "## Cost", "", f"- tokens: {figure_text(s['tokens']['input'], ',.0f')} in, "
+              f"{figure_text(s['tokens']['output'], ',.0f')} out",
+              f"- dollars: ${figure_text(s['cost_usd'], '.2f')}",
+              f"- device-seconds (every training run + its trusted evaluation): {figure_text(s['gpu_seconds'], '.0f')}",
+              f"- wall seconds with an experiment under way: {figure_text(s['wall_seconds'], '.0f')}",
               f"- training runs: {s['runs']['runs']} for {s['runs']['decisions']} decisions "
               f"({s['runs']['baseline']} for the baseline, {s['runs']['confirming']} confirming or replacing a disturbed run)",
-              *[f"- hand-over: {line}" for line in s["night"]], ""]
+              *[f"- hand-over: {_t(line)}" for line in s["night"]], ""]
     return "\n".join(lines)
 
 
@@ -388,7 +407,7 @@ def html_page(md_text: str, svg: str | None) -> str:
             out.append(f'<span class="{cls}">{escape(line)}</span>' if cls else escape(line))
             continue
         if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
             if set("".join(cells)) <= set("- "):
                 continue
             if not table:
@@ -425,7 +444,9 @@ def progress_figure(data: dict) -> str | None:
     rows = read_results(data["run"] / "results.tsv").lines   # every line, the malformed ones too (as the dashboard draws)
     if not rows:
         return None
-    return progress_svg(rows, noise_band(rows, data["records"]))
+    # the chart escapes its labels for SVG; the descriptions in them are cleaned here, as in the markdown
+    imported = ImportedInfo.read(data["run"])   # shaded, the running best afresh after them (as progress.png)
+    return clean_text(progress_svg(rows, noise_band(rows, data["records"]), imported=imported.rows if imported else 0))
 
 
 def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure=None, validate=None) -> dict:
@@ -443,6 +464,7 @@ def report(run: Path, ablate_runs: bool = False, branches: bool = False, measure
     if svg:
         (out / "progress.svg").write_text(svg)
     md = report_share.extend(markdown(s, abl, made, "progress.svg" if svg else None), data, s, out, branches, validate)
+    md = clean_text(md)   # whatever a section quotes (an imported branch's name, a reason): no escapes, no bidi
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(report_share.with_image(html_page(md, svg), out))
     return {"summary": s, "ablations": abl, "branches": made, "dir": out}
@@ -459,7 +481,7 @@ def _cached(out: Path, final: str) -> dict | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--run", required=True, type=Path, help="the run folder (the tag's worktree)")
     p.add_argument("--ablate", action="store_true", help="re-run the final best without each kept change")
     p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base, "
@@ -474,6 +496,10 @@ def main(argv=None) -> int:
     print(f"report: {got['dir'] / 'report.md'} and report.html ({len(got['summary']['changes'])} kept changes)")
     for b in got["branches"] or []:
         print(f"  change {b['k']} (experiment {b['n']}): {b['branch'] or b['note']}")
+    if args.validate is not None:       # the verdict where it was asked for, not only in report.md
+        v = Validation.read(args.run.resolve())
+        print(f"validate: {v.line()}" if v is not None and v.final.commit == got["summary"]["final"]
+              else "validate: no verdict was written")
     return 0
 
 

@@ -105,15 +105,15 @@ def cmd_decide(q: QueueStore, item_id: int, decision: str, who: str, note: str) 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Review the judge hierarchy's escalations.")
+    ap = argparse.ArgumentParser(description="Review the judge hierarchy's escalations.", allow_abbrev=False)
     ap.add_argument("--run", default=None, help="the run folder (default: latest under ./.autoresearch)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ls = sub.add_parser("list", help="list queue items")
+    ls = sub.add_parser("list", help="list queue items", allow_abbrev=False)
     ls.add_argument("--status", default="pending", choices=("pending", "approved", "rejected", "applied", "all"))
-    sh = sub.add_parser("show", help="show one item: figures, opinions, diff")
+    sh = sub.add_parser("show", help="show one item: figures, opinions, diff", allow_abbrev=False)
     sh.add_argument("id", type=int)
     for name in ("approve", "reject"):
-        d = sub.add_parser(name, help=f"{name} a pending item")
+        d = sub.add_parser(name, help=f"{name} a pending item", allow_abbrev=False)
         d.add_argument("id", type=int)
         d.add_argument("--note", default="", help="why (kept with the decision, in git notes and journal)")
         d.add_argument("--who", default=None, help="your name (default: the login name)")

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.console import read_tail, run_progress
+from agent.console import one_line, read_tail, run_progress, run_text
 from agent.judges import stats
 from agent.tracing import span_of
 from harness.records import ExperimentRecord, RunningExperiment, RunState, SessionTally, WorkerState
@@ -102,7 +102,7 @@ class Panel:
         p = a.proposal
         self.shown.idea = {"description": p.description, "hypothesis": p.hypothesis, "proposer": p.proposer}
         self.shown.run_of = None
-        self.console.event(f"exp {a.n}: trying {p.description} -- hypothesis: {p.hypothesis}")
+        self.console.event(f"exp {a.n}: trying {one_line(p.description)} -- hypothesis: {one_line(p.hypothesis)}")
 
     def run(self, a, done: int, asked) -> None:
         """The next run of experiment `a` (`done` runs so far; `asked`: the judge's call that asked
@@ -110,13 +110,13 @@ class Panel:
         k, of, why = run_label(self.baseline_repeats, a, done, asked)
         self.shown.run_of = {"k": k, "of": of, "why": why}
         if k > 1:
-            self.console.event(f"exp {a.n}: run {k} of {of} ({why})")
+            self.console.event(f"exp {a.n}: run {run_text(self.shown.run_of)}")
 
     def judged(self, n: int, decision) -> None:
         """A judge call as it is made; an interim one ("again") is a note, not a verdict."""
         if decision.is_again:
             self.shown.interim = (n, decision.reason)
-            self.console.event(f"exp {n}: not decided yet: {decision.reason}")
+            self.console.event(f"exp {n}: not decided yet: {one_line(decision.reason)}")
         else:
             self.shown.last_decision = f"exp {n} {decision.status}: {decision.reason}"
         self.tick(force=True)
@@ -190,12 +190,13 @@ class WorkerStatus:
 
     def attempt(self, a) -> None:
         p = a.proposal
-        self.panel.event(f"exp {a.n} (worker {self.wid}): trying {p.description} -- hypothesis: {p.hypothesis}")
+        self.panel.event(f"exp {a.n} (worker {self.wid}): trying {one_line(p.description)} -- "
+                         f"hypothesis: {one_line(p.hypothesis)}")
 
     def run(self, a, done: int, asked) -> None:
         k, of, why = run_label(self.panel.baseline_repeats, a, done, asked)
         if k > 1:
-            self.panel.event(f"exp {a.n} (worker {self.wid}): run {k} of {of} ({why})")
+            self.panel.event(f"exp {a.n} (worker {self.wid}): run {run_text({'k': k, 'of': of, 'why': why})}")
 
     def judged(self, n: int, decision) -> None:
         self.panel.judged(n, decision)
@@ -219,20 +220,25 @@ class WorkerStatus:
                            description=entry.description if entry else "", done=self.done)
 
 
-def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int, str]:
-    """(k, of, why) of the run about to start: run k of at most `of`, and why it runs again."""
+def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int | None, str]:
+    """(k, of, why) of the run about to start: run k of the `of` planned, and why it runs again.
+    Past the plan (a disturbed run replaced, the incumbent run again) there is no total to give:
+    `of` is None and `why` names the plan, so a counter never reads "run 7 of 7" with more to come."""
     k = done + 1
     if a.parent is None:
-        of = max(k, baseline_repeats)
+        planned = baseline_repeats
         why = "first run" if k == 1 else "measuring the noise"
     else:
-        of = max(k, stats.MAX_RUNS)
+        planned = stats.MAX_RUNS
         why = "first run" if k == 1 else "confirming a possible gain"
+    of = planned if k <= planned else None
     reason = asked.reason if asked is not None else ""
     if asked is not None and asked.run_next:
         why = f"the incumbent {asked.run_next[:7]} again, for a fair bar"
     elif "disturbed" in reason or "no evidence" in reason:
         why = "replacing a run the machine disturbed"
+    if of is None:
+        why += f"; {planned} planned"
     return k, of, why
 
 

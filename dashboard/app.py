@@ -32,6 +32,7 @@ from werkzeug.serving import make_server
 from dashboard import chart, data, human_queue, live, runview, serving, shared
 from dashboard.runs import RunIndex, git_toplevel
 from dashboard.scrub import Scrubber
+from harness.shared_results import ImportedInfo
 
 # Rows per page of the results table (a tag with thousands of experiments stays fast).
 PAGE_SIZE = 100
@@ -86,7 +87,8 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
     def chart_svg(run, res=None):
         res = res or data.read_results(run.file("results.tsv"))
         band = runview.noise_band(res.lines, data.journal_records(run.file("journal.jsonl")))
-        return chart.progress_svg(res.lines, band, link(run))
+        imported = ImportedInfo.read(run.path)   # shaded, and the running best starts afresh after them
+        return chart.progress_svg(res.lines, band, link(run), imported.rows if imported else 0)
 
     def now_html(run):
         res = data.read_results(run.file("results.tsv"))
@@ -99,7 +101,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
 
     def rows_html(run, lines):
         # Templates receive plain values, built from the typed lines (data.row_view).
-        return render_template("_rows.html", rows=[data.row_view(ln) for ln in reversed(lines)], run=run,
+        return render_template("_rows.html", rows=runview.rows_view(run, lines[::-1]), run=run,
                                ebase=exp_base(run))
 
     renderers = live.Renderers(rows=rows_html, chart=lambda run, res: chart_svg(run, res),
@@ -160,7 +162,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         pages = max(1, -(-len(res.lines) // PAGE_SIZE))
         page = min(max(1, request.args.get("page", 1, type=int) or 1), pages)
         newest_first = res.lines[::-1]
-        shown = [data.row_view(ln) for ln in newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
+        shown = runview.rows_view(run, newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE])   # keeps say why
         problems = data.page_problems(res)
         fresh = not res.lines and not journal.records
         if journal.missing and res.lines:
@@ -381,7 +383,7 @@ def _pretty(obj):
 # -------------------------------------------------------------------- entry point
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Live dashboard for autoresearch runs.")
+    ap = argparse.ArgumentParser(description="Live dashboard for autoresearch runs.", allow_abbrev=False)
     ap.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     ap.add_argument("--tag", help="tag shown first (others stay selectable)")

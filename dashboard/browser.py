@@ -197,7 +197,7 @@ class Chromium:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Screenshot a dashboard page with headless Chromium.")
+    ap = argparse.ArgumentParser(description="Screenshot a dashboard page with headless Chromium.", allow_abbrev=False)
     ap.add_argument("url")
     ap.add_argument("out", help="PNG file to write")
     ap.add_argument("--width", type=int, default=1300)

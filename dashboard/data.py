@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.matching import match_rows
 from harness.records import ExperimentRecord, ResultLine, ResultTable, experiment_records, read_table
 
 # Lines of a log shown on an experiment's page.
@@ -44,32 +45,74 @@ def file_key(path: Path):
 
 # Fields of a row as the pages and /api/results show it (row_view).
 ROW_VIEW_KEYS = ("n", "line", "raw", "commit", "val_bpb", "val_text", "memory_gb", "status", "description",
-                 "problem", "partial")
+                 "problem", "partial", "why")
+# What a line that stands for no experiment says about itself (numbered: its number is 0).
+EXTRA_LINE = ("no experiment number: every experiment of the journal has its own row here (a line left "
+              "beside the row that replaced it?)")
 
 
 def read_results(path: Path) -> ResultTable:
-    """results.tsv as the one table (harness/results_table.py); cached until the file changes.
-    The pages show every line (`.lines`), the malformed ones flagged."""
+    """results.tsv as the one table (harness/results_table.py), each line numbered by the
+    experiment it stands for (`numbered`, with the journal beside it); cached until either file
+    changes. The pages show every line (`.lines`), the malformed ones flagged."""
     key = file_key(path)
     if key is None:
         return read_table(path)           # says it is missing
+    journal = Path(path).with_name("journal.jsonl")
+    key = (key, file_key(journal))
     with _lock:
         hit = _results_cache.get(str(path))
         if hit and hit[0] == key:
             return hit[1]
     res = read_table(path)
     if not res.missing:                   # an unreadable file is read again next time
+        res = numbered(res, journal_records(journal) if key[1] is not None else [])
         with _lock:
             _results_cache[str(path)] = (key, res)
     return res
 
 
-def row_view(ln: ResultLine) -> dict:
+def numbered(table: ResultTable, records: list[ExperimentRecord]) -> ResultTable:
+    """The table with each line's `n` the experiment it stands for, so a hand-corrupted line never
+    shifts the numbers after it. A line matched to a journal record (harness/matching.py, as
+    recovery matches them) takes that record's place among the rows the loop writes; a line
+    between two matched ones takes the next number when there is room for it, and otherwise
+    (a corrupted line left beside the row recovery wrote back for its experiment, a line split in
+    two) stands for no experiment: n 0, flagged. Without a journal the numbers are the lines'
+    places, as parsed."""
+    tabled = [r for r in records if r.in_results]
+    if not tabled or not table.lines:
+        return table
+    fixed, last = {}, 0
+    for i, j in sorted(match_rows(table.lines, tabled, loose=True).items()):
+        if j + 1 > last:                  # numbers only grow down the file
+            fixed[i] = last = j + 1
+    upcoming, nxt = [None] * len(table.lines), None   # the next matched line's number, from each line on
+    for i in range(len(table.lines) - 1, -1, -1):
+        upcoming[i] = nxt
+        nxt = fixed.get(i, nxt)
+    out, last = [], 0
+    for i, ln in enumerate(table.lines):
+        if i in fixed:
+            n = fixed[i]
+        else:
+            n = last + 1 if upcoming[i] is None or last + 1 < upcoming[i] else 0
+        last = n or last
+        if n == 0:
+            out.append(replace(ln, n=0, problems=ln.problems + [EXTRA_LINE]))
+        else:
+            out.append(ln if ln.n == n else replace(ln, n=n))
+    return replace(table, lines=out)
+
+
+def row_view(ln: ResultLine, record: ExperimentRecord | None = None) -> dict:
     """One row as templates and JSON receive it: plain values built from the typed line (a
-    number that is not finite is None, with its word in val_text; an empty status is "?")."""
+    number that is not finite is None, with its word in val_text; an empty status is "?"); a
+    keep says why it was kept (`record`: its journal record)."""
+    why = record.why_kept if record is not None and ln.status == "keep" and record.status == "keep" else None
     return {"n": ln.n, "line": ln.line, "raw": ln.raw, "commit": ln.commit, "val_bpb": ln.val_bpb,
             "val_text": ln.val_text, "memory_gb": ln.memory_gb, "status": ln.status or "?",
-            "description": ln.description, "problem": ln.problem, "partial": ln.partial}
+            "description": ln.description, "problem": ln.problem, "partial": ln.partial, "why": why}
 
 
 def page_problems(table: ResultTable) -> list[str]:

@@ -245,7 +245,7 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("dir", help="empty folder to build the demo in")
     ap.add_argument("--n", type=int, default=24, help="experiments")
     ap.add_argument("--tag", default="demo")

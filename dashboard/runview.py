@@ -31,6 +31,14 @@ def match_journal(rows: list[ResultLine], records: list) -> dict[int, object]:
     return {rows[i].n: records[j] for i, j in match_rows(rows, records, loose=True).items()}
 
 
+def rows_view(run: Run, lines: list[ResultLine]) -> list[dict]:
+    """data.row_view of each of `lines`, in the order given, a keep with why it was kept (its
+    journal record's ground and reason)."""
+    records = data.journal_records(run.file("journal.jsonl"))
+    by_n = match_journal(data.read_results(run.file("results.tsv")).lines, records) if records else {}
+    return [data.row_view(ln, by_n.get(ln.n) if ln.n else None) for ln in lines]
+
+
 def typed(records: list) -> list[ExperimentRecord]:
     """Experiment records, typed: as given, or read from the journal objects a caller holds
     (agent/report.py's dicts); anything else is no record."""
@@ -163,7 +171,7 @@ def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord],
     out = {"problem": problem, "phase": phase[:40], "experiment": cur.experiment,
            "updated_at": s.updated_at, "last_decision": tally.last_decision,
            "server_now": now, "run_started_at": None, "budget": s.budget, "workers": workers_panel(s, now)}
-    done = [r for r in rows if not r.partial]
+    done = [r for r in rows if not r.partial and r.n > 0]   # a line numbered 0 is no experiment
     n_keep = sum(r.status == "keep" for r in done)
     # Best: the loop's own claim first (RunState: {"commit", "val_bpb"}, checked), else the
     # lowest kept val_bpb in results.tsv.
@@ -278,7 +286,7 @@ def spans_for(spans: list[dict], record: ExperimentRecord | None) -> list[dict]:
 def experiment(run: Run, n: int) -> dict | None:
     """Everything the experiment page shows; None when row n does not exist."""
     res = data.read_results(run.file("results.tsv"))
-    row = next((r for r in res.lines if r.n == n), None)
+    row = next((r for r in res.lines if r.n == n), None) if n > 0 else None
     if row is None:
         return None
     journal = data.read_jsonl(run.file("journal.jsonl"))
@@ -315,7 +323,8 @@ def experiment(run: Run, n: int) -> dict | None:
             "verification": displayable(verification(rec)), "problems": problems + ([row.problem] if row.problem else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,
-            "prev": n - 1 if n > 1 else None, "next": n + 1 if n < len(res.lines) else None}
+            "prev": max((r.n for r in res.lines if 0 < r.n < n), default=None),
+            "next": min((r.n for r in res.lines if r.n > n), default=None)}
 
 
 BENCH_COMMIT_RE = re.compile(r"[0-9a-f]{7}")  # bench files are named by a kept commit's short hash

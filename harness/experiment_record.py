@@ -129,6 +129,15 @@ class ExperimentRecord(VerdictReads):
         return self.basis is Basis.BASELINE or self.proposal.proposer == "baseline"
 
     @property
+    def why_kept(self) -> str:
+        """Why a keep was kept, as every place that announces it says it (the console, the
+        dashboard): its ground (the judge's basis: metric, efficiency, simplicity, baseline...) and
+        the judge's reason, never an empty "kept"."""
+        basis = self.basis.value if self.basis is not None else "the judge's call"
+        reason = " ".join(self.text("decision_reason").split()) or "no reason recorded"
+        return f"kept on {reason}" if reason.lower().startswith(f"{basis}:") else f"kept on {basis}: {reason}"
+
+    @property
     def decision_bpb(self) -> float | None:
         """The val_bpb the decision rests on: the trusted figure, else the printed one."""
         if finite(self.decision.trusted_bpb):

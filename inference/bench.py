@@ -122,7 +122,7 @@ def bench_kept(run_dir: Path, kept: Kept, device, repeats=REPEATS) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--run", type=Path, help="the run folder (the tag's worktree)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--commit", help="a kept commit (prefix); default the best kept")

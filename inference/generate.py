@@ -118,7 +118,7 @@ class Streamer:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--run", required=True, type=Path, help="the run folder (the tag's worktree)")
     p.add_argument("--commit", help="a kept commit (prefix); default the best kept")
     p.add_argument("--prompt", default="\n")

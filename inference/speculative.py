@@ -109,7 +109,7 @@ def load_side(a, which: str, device):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--run", type=Path, help="the run folder (the tag's worktree)")
     p.add_argument("--target", help="kept commit of the target (default the best kept)")
     p.add_argument("--draft", help="commit of the draft model (any experiment with a saved model)")

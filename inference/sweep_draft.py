@@ -57,7 +57,7 @@ def params_of(path: Path) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--sweep", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, help="training steps (default the top rung's)")

@@ -227,9 +227,9 @@ def run(a) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
+    r = sub.add_parser("run", allow_abbrev=False)
     r.add_argument("--quick", action="store_true")
     r.add_argument("--run", type=Path, help="take the generator from this loop run (best kept, or --commit)")
     r.add_argument("--commit")

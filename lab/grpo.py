@@ -130,7 +130,7 @@ def grpo_step(policy, ref, mod, tok, opt, batch, device, gen) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--commit", help="kept commit (default the best kept)")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps")

@@ -38,7 +38,7 @@ def figures(run, t0):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0], allow_abbrev=False)
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args(argv)
     import prepare

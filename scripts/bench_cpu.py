@@ -73,7 +73,7 @@ def bench_cell(compile_on, backend, bf16, threads, seconds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1], allow_abbrev=False)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per cell")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile cells (slow to build)")

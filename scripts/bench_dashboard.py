@@ -101,7 +101,7 @@ def latency_stream(run: Path, url: str, trials: int) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--n", type=int, default=1000, help="experiments in the fixture")
     ap.add_argument("--trials", type=int, default=5, help="appends timed")
     args = ap.parse_args()

@@ -53,7 +53,7 @@ def make(kind: str, slots: int, root: Path):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds each stand-in job holds its slot")
     ap.add_argument("--slots", default="1,2,4,8")
     ap.add_argument("--rounds", type=int, default=2, help="jobs per slot")

@@ -437,7 +437,7 @@ def bench_base(steps: int, handicap: bool = True) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--quick", action="store_true", help="20 nulls and 10 gains of 3 and 5 sigma (the goal's set)")
     p.add_argument("--steps", type=int, default=STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")
     p.add_argument("--calibrate", action="store_true", help="measure the gain curve again")

@@ -73,7 +73,7 @@ def per_run_figures(records: list[dict], loop_wall: float) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--budget", type=float, default=20.0, help="training seconds per experiment")
     p.add_argument("--experiments", type=int, default=3, help="experiments, baseline included")
     p.add_argument("--seed", type=int, default=0)

@@ -62,7 +62,7 @@ def one_point(workers: int, executor: str, hold: float, per_worker: int, sandbox
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("--hold", type=float, default=20.0, help="seconds each stand-in run holds its GPU")
     ap.add_argument("--per-worker", type=int, default=3, help="experiments per worker at each point")
     ap.add_argument("--workers", default="1,2,4,8")

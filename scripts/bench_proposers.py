@@ -75,7 +75,7 @@ def moved(rec: dict, recs: list[dict]) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--runs", type=int, default=30, help="training runs per night (baseline repeats included)")
     p.add_argument("--searches", default=",".join(SEARCHES), help="offline searches to compare, comma-separated")
     p.add_argument("--steps", type=int, default=bj.STEPS, help="optimizer steps per run (AUTORESEARCH_STEPS)")

@@ -246,7 +246,7 @@ def render(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--nights", type=int, default=3, help="nights per arm (search seeds from --first-night on)")
     p.add_argument("--first-night", type=int, default=0,
                    help="the first night's search seed (a bench split over processes or sessions)")

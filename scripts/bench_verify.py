@@ -29,7 +29,7 @@ from harness.verify import eval_rows, tolerance, verify  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("--steps", type=int, default=20, help="training steps of the run (AUTORESEARCH_STEPS)")
     ap.add_argument("--repeats", type=int, default=2, help="verify runs to time")
     args = ap.parse_args(argv)

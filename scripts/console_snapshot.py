@@ -49,7 +49,7 @@ def svg_size(svg: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     ap.add_argument("--run", type=Path, required=True, help="the run folder (the tag's worktree)")
     ap.add_argument("--out", type=Path, required=True, help="the SVG to write")
     ap.add_argument("--phase", default="training", help="capture once the loop is in this phase")

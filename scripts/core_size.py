@@ -202,7 +202,7 @@ def class_attributes(path: Path) -> list[tuple[str, int]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--entry", default="agent/loop.py")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)

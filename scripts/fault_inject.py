@@ -189,7 +189,7 @@ def summarize(repo: Path, wt: Path, root: Path, pgids: set[int]) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--kills", type=int, default=8, help="SIGKILLs of the loop, each followed by --resume")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill instants (and the offline search)")
     p.add_argument("--budget", type=float, default=5.0, help="training seconds per experiment")

@@ -257,7 +257,7 @@ def git_commit():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0], allow_abbrev=False)
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, help="hard limit for the whole check, seconds")
     parser.add_argument("--out", help="results folder (default $OUT, else ./out)")
     parser.add_argument("--budget", type=float, default=RECIPE_BUDGET, help="training seconds of the recipe run")

@@ -113,7 +113,7 @@ def bench(rng, root: Path, cost: float, shown: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--benches", type=int, default=40)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--load-cost", type=float, default=4.0, help="sigmas a run loses at load 2 (default 4)")

@@ -215,7 +215,7 @@ def variants(budget: int, nights: int, benches: int, seed: int, only: str | None
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--benches", type=int, default=300)
     p.add_argument("--nights", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)

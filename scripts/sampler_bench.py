@@ -16,7 +16,7 @@ from tests.test_offline_proposer import search
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--trials", type=int, default=25)
     p.add_argument("--seeds", type=int, default=5)
     args = p.parse_args()

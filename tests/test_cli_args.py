@@ -47,6 +47,11 @@ BAD = [
     (["--tag", "t", "--max-cost", "nan"], "--max-cost must be a number of dollars >= 0"),
     (["--tag", "t", "--crash-streak", "-1"], "--crash-streak must be at least 0"),
     (["--tag", "t", "--offline-search", "grid"], "invalid choice: 'grid'"),
+    # A prefix is no option: it would be taken silently for whichever option it begins.
+    (["--tag", "t", "--max-experiment", "2"], "unrecognized arguments: --max-experiment"),
+    (["--tag", "t", "--smok"], "unrecognized arguments: --smok"),
+    (["--tag", "t", "--resum"], "unrecognized arguments: --resum"),
+    (["--tag=t", "--budg=5"], "unrecognized arguments: --budg=5"),
 ]
 
 
@@ -270,3 +275,77 @@ def test_review_list_on_a_run_without_a_queue(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("no pending items"), p.stderr
     assert not (tmp_path / review.QUEUE_FILE).exists(), "listing creates no queue"
+
+
+# The folders whose command lines are the project's (train.py has no argparse: it reads the environment).
+CLI_FOLDERS = ("agent", "dashboard", "scripts", "harness", "inference", "lab")
+
+
+def _parser_calls():
+    """(module, line) of every argparse parser the project builds: ArgumentParser(...) and subparsers'
+    add_parser(...), with whether the call says allow_abbrev=False."""
+    import ast
+    files = [p for d in CLI_FOLDERS for p in sorted((REPO / d).rglob("*.py"))] + [REPO / "prepare.py"]
+    out = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            name = getattr(node, "func", None)
+            name = getattr(name, "attr", getattr(name, "id", None))
+            if isinstance(node, ast.Call) and name in ("ArgumentParser", "add_parser"):
+                refused = any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False
+                              for k in node.keywords)
+                out.append((".".join(path.relative_to(REPO).with_suffix("").parts), node.lineno, refused))
+    return out
+
+
+class _Built(Exception):
+    """Raised instead of parsing: the parser a command built is caught before it runs anything."""
+
+
+def _all_parsers(top):
+    """A parser and its subcommands' parsers, recursively."""
+    import argparse
+    out = [top]
+    for action in top._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                out += _all_parsers(sub)
+    return out
+
+
+def test_every_parser_refuses_abbreviated_options(monkeypatch, capsys):
+    """Every command line of the project, walked: each parser it builds (subcommands included) has
+    allow_abbrev=False, so `--max-experiment 2`, `--smok`, `--resum` are errors, never another option;
+    and `--hel`, which an abbreviating parser takes for --help (exit 0), exits 2 on every one."""
+    import argparse
+    import importlib
+    calls = _parser_calls()
+    assert len(calls) >= 40, f"the walk found only {len(calls)} parsers"
+    assert not [c for c in calls if not c[2]], [f"{m}:{line}" for m, line, ok in calls if not ok]
+    built = []
+
+    def grab(self, *args, **kwargs):
+        built.append(self)
+        raise _Built
+
+    modules = sorted({m for m, _, _ in calls})
+    for name in modules:
+        mod = importlib.import_module(name)
+        entry = getattr(mod, "main", None) or mod.parser   # agent/cli.py builds the loop's in parser()
+        if entry is getattr(mod, "parser", None):
+            built.append(entry())
+            continue
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", grab)
+        monkeypatch.setattr(sys, "argv", [name, "--hel"])
+        with pytest.raises(_Built):
+            entry()
+        monkeypatch.undo()
+        monkeypatch.setattr(sys, "argv", [name, "--hel"])
+        with pytest.raises(SystemExit) as exc:
+            entry()
+        assert exc.value.code == 2, f"{name}: --hel was taken for --help"
+        monkeypatch.undo()
+    capsys.readouterr()
+    parsers = [p for top in built for p in _all_parsers(top)]
+    assert len(built) == len(modules) and len(parsers) > len(modules), "subcommands are walked too"
+    assert [p.prog for p in parsers if p.allow_abbrev is not False] == []

@@ -123,3 +123,15 @@ def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tm
     out = report_mod.measure_sealed(data, SimpleNamespace(path=repo), head, 9001)
     assert ran == [(repo, run, 9001, head, f"queue-{head[:7]}.log")]
     assert out == {"ok": False, "bpb": None, "reason": "crashed: timeout", "log": str(run / "logs" / f"queue-{head[:7]}.log")}
+
+
+def test_validate_prints_its_verdict_on_the_console(tmp_path, monkeypatch, capsys):
+    """`agent/report.py --run DIR --validate K` says the verdict where it was asked, not only in report.md."""
+    from tests.test_validate import TRICK, _run
+    monkeypatch.delenv("AUTORESEARCH_STEPS", raising=False)
+    _, run = _run(tmp_path, monkeypatch, TRICK)
+    capsys.readouterr()
+    assert report_mod.main(["--run", str(run), "--validate", "2"]) == 0
+    out = capsys.readouterr().out
+    verdict = next(line for line in out.splitlines() if line.startswith("validate: at 2x the budget"))
+    assert "the gain HOLDS: +0.020000" in verdict, out

@@ -1,6 +1,7 @@
 """The report's part to share on real run folders: progress.png, the hardware and its branch, the
 terms (hardware, budget, data), the cost per bpb gained (report and dashboard), imported runs."""
 import json
+from dataclasses import replace
 
 from agent import hardware, report, report_progress
 from dashboard.app import create_app
@@ -10,6 +11,7 @@ from harness.shared_results import CostPerGain
 from tests.dashboard_fixtures import TOKEN
 from tests.loop_fixtures import git, loop_run_folder
 from tests.test_import_run import _import, reference_run
+from tests.test_report_progress import png_title
 from tests.test_report import make_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -66,7 +68,7 @@ def test_the_report_writes_progress_png_and_files_the_final_best(tmp_path):
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
     rows = read_results(run / "results.tsv").rows
     pts = report_progress.points(run)
-    assert [p["n"] for p in pts] == [r.n for r in rows]
+    assert [p.n for p in pts] == [r.n for r in rows]
     best, running = None, []
     for r in rows:
         if r.status == "keep":
@@ -101,16 +103,42 @@ def test_cost_per_bpb_gained_in_the_report_and_the_dashboard(tmp_path, monkeypat
 
 def test_an_imported_run_is_shaded_and_its_best_restarts(tmp_path):
     repo, results, rows = reference_run(tmp_path)
-    assert _import("--repo", repo, "--branch", "autoresearch/mar5", "--results", results, "--tag", "im").returncode == 0
+    got = _import("--repo", repo, "--branch", "autoresearch/mar5", "--results", results, "--tag", "im", "--hardware", "H100")
+    assert got.returncode == 0, got.stdout + got.stderr
     run = repo / ".autoresearch" / "im"
     report.report(run)
     assert (run / "report" / "progress.png").read_bytes().startswith(PNG_MAGIC)
     md = (run / "report" / "report.md").read_text()
+    # The imported run's own hardware, never this machine's, above its figures; its gain from its own baseline.
+    here = hardware.detect()["name"]
+    assert "Hardware: H100 (the imported run's, from autoresearch/mar5; the report was made on" in md
+    title = png_title(run / "report" / "progress.png")
+    assert "H100" in title and here not in title and "5 experiments (5 imported), 3 kept" in title
+    assert "0.020000 bpb gained over its own baseline (1.020000 -> 1.000000" in md and "no bpb gained" not in md
     assert "- imported: experiments 1-5 are imported from autoresearch/mar5" in md
     assert "budget: 300 s of training per run" in md, "the imported run's budget, until the tag runs here"
     page = create_app(repo=repo, token=TOKEN).test_client().get("/t/im/").get_data(as_text=True)
     assert "experiments 1-5 are imported from autoresearch/mar5" in page
     pts = report_progress.points(run, imported=5)
-    pts.append({"n": 6, "bpb": 1.5, "status": "keep", "description": "own baseline", "imported": False})
+    own = read_results(run / "results.tsv").lines[0]
+    pts.append(replace(pts[0], n=6, value=1.5, imported=False, line=own))
     assert report_progress.running_best(pts)[-1] == (6, 1.5), "the own best starts afresh after the imported rows"
     assert json.loads((run / "imported.json").read_text())["rows"] == 5
+
+
+def test_the_terms_name_whose_hardware_each_figure_is():
+    """All imported: the imported run's hardware (never this machine's above its figures); resumed
+    here: this machine for the tag's own, the imported run's named for its rows; unknown: said."""
+    from agent.report_share import figures_hardware, terms_line
+    from harness.records import RunInfo
+    from harness.shared_results import ImportedInfo
+    here = {"name": "AMD EPYC 7763", "kind": "cpu", "slug": "amd-epyc-7763"}
+    imp = ImportedInfo("/r", "exp/H100/mar8", "abc", 126, 300.0, hardware="H100")
+    only = terms_line(RunInfo(), here, imp, only_imported=True)
+    assert only.startswith("Hardware: H100 (the imported run's, from exp/H100/mar8; the report was made on AMD EPYC")
+    assert figures_hardware(here, imp, True) == {"name": "H100", "kind": "imported", "slug": "h100"}
+    mixed = terms_line(RunInfo(), here, imp, only_imported=False)
+    assert mixed.startswith("Hardware: AMD EPYC 7763 (cpu; this machine") and "1-126 are imported, run on H100" in mixed
+    assert figures_hardware(here, imp, False) is here
+    unknown = ImportedInfo("/r", "autoresearch/mar5", "abc", 5, 300.0)
+    assert "Hardware: not recorded (the imported run's" in terms_line(RunInfo(), here, unknown, only_imported=True)

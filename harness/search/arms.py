@@ -343,9 +343,9 @@ def parse_seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     from harness.search.throughput import load_profile
     ap = argparse.ArgumentParser(prog="python -m harness.search.arms", description=__doc__.split("\n\n")[0],
-                                 epilog="Details and measured figures: docs/hyperband.md")
+                                 epilog="Details and measured figures: docs/hyperband.md", allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run the arms and write arms_report.json/.html")
+    r = sub.add_parser("run", help="run the arms and write arms_report.json/.html", allow_abbrev=False)
     r.add_argument("--quick", action="store_true", help=f"{QUICK}")
     r.add_argument("--train", type=Path, default=Path("train.py"))
     r.add_argument("--warm-prior", type=Path, default=None)
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--full-size", action="store_true", help="search the train.py model as is "
                    "(default in quick mode: the small base model of harness/search/space.py)")
     rp = sub.add_parser("report", help="recompute the summaries of a saved arms_report.json and "
-                        "rewrite it and the HTML next to it")
+                        "rewrite it and the HTML next to it", allow_abbrev=False)
     rp.add_argument("path", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "report":

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness.search.sw
     from harness.search.throughput import load_profile
 
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                                 epilog="Details and measured figures: docs/hyperband.md")
+                                 epilog="Details and measured figures: docs/hyperband.md", allow_abbrev=False)
     ap.add_argument("--train", default="train.py", help="the train.py whose knobs are searched")
     ap.add_argument("--max-steps", type=int, default=81, help="steps of a full evaluation (R)")
     ap.add_argument("--min-steps", type=int, default=3, help="steps at the lowest rung (r)")

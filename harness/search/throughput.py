@@ -200,12 +200,12 @@ def bench(train: Path, prepare_dir: Path, out: Path, *, max_steps=BENCH_MAX_STEP
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.search.throughput", description=__doc__.split("\n\n")[0],
-                                 epilog="Details and measured figures: docs/hyperband.md")
+                                 epilog="Details and measured figures: docs/hyperband.md", allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("tune", help="probe worker/thread splits, write harness_profile.json")
+    t = sub.add_parser("tune", help="probe worker/thread splits, write harness_profile.json", allow_abbrev=False)
     t.add_argument("--steps", type=int, default=TUNE_STEPS)
     t.add_argument("--small", action="store_true", help="probe with the small base model")
-    b = sub.add_parser("bench", help="baseline vs harness on the same bracket and candidates")
+    b = sub.add_parser("bench", help="baseline vs harness on the same bracket and candidates", allow_abbrev=False)
     b.add_argument("--max-steps", type=int, default=BENCH_MAX_STEPS)
     b.add_argument("--min-steps", type=int, default=BENCH_MIN_STEPS)
     b.add_argument("--eta", type=int, default=BENCH_ETA)
