@@ -1,23 +1,29 @@
 """The trusted evaluation, in a clean process: python -I eval_worker.py SPEC.json
 
-It never executes code of the experiment. harness/verify.py copies four trusted files into a
-fresh folder, this one, graph.py and graph_ops.py (harness/) and prepare.py as committed at the
-tag's base, and runs this in a sandbox that sees that folder, the pinned evaluation inputs and
-the artifact:
+It never executes code of the experiment, and it never runs the experiment's graph either.
+harness/verify.py copies five trusted files into a fresh folder (this one, replay.py, graph.py,
+graph_ops.py from harness/, and prepare.py as committed at the tag's base), and runs this in a
+sandbox that sees that folder, the pinned evaluation inputs and the artifact:
 
-1. the artifact is read with torch.load(weights_only=True): tensors, strings, numbers, nothing
-   that runs; its "graph" is the model as recorded operators (graph_export.py), checked and replayed
-   by graph.py as a pure, memory-safe function (docs/contracts.md "The trust boundary");
-2. prepare.evaluate_bpb measures the graph on the pinned validation data (the fixed metric);
-   every call's logits must be finite where the metric uses them (Checked._finite);
+1. the graph runs in a separate replay process (harness/replay.py): this process sends it the
+   input tokens of one call and gets logits back, nothing else. The validation data, the targets,
+   the loss and every check stay here; on CPU every call runs in a fresh fork of a replay that
+   has never run the graph, so a graph that reads memory it should not (through a kernel) finds
+   neither the targets nor any earlier batch. A graph that kills its replay is its own failure;
+2. prepare.evaluate_bpb measures the replayed graph on the pinned validation data (the fixed
+   metric); every call's logits must be finite where the metric uses them (Checked._finite);
 3. causality, inside the metric's own pass: a quarter of its calls, and at least enough to hold
    CHECK_MIN_CUTS rows (which ones, the cut positions, the donor rows and whether the spliced
    batch runs before or after the metric's own are drawn from a fresh secret seed), also run
    the batch with each row's future, from a random cut on, replaced by another row's real
-   validation text at the same positions; the spliced rows are scored too. A log-probability
-   before a cut that moves beyond a fixed limit of the device (LEAK_TOL) fails it; one random
-   call is also run twice and must agree within NOISE_MAX (determinism). A model that peeks ahead at a fraction p of positions
-   escapes n cuts with probability (1 - p)^n (docs/contracts.md has n per profile);
+   validation text at the same positions, in another replay process than the metric's call
+   (pair mode). A log-probability before a cut that moves beyond a fixed limit of the device
+   (LEAK_TOL) fails it. The spliced text after the cut is scored against the same text in its
+   own row: a model that costs more than SPLICE_EXCESS_MAX nats a token on text only because
+   another row's text precedes it is not a language model of that text (a graph that knows the
+   metric's next tokens pays exactly there). One random call is also run twice and must agree
+   within NOISE_MAX (determinism). A model that peeks ahead at a fraction p of positions escapes
+   n cuts with probability (1 - p)^n (docs/contracts.md has n per profile);
 4. the serving figures (KV bytes and decode FLOPs per token) of the graph itself.
 
 Every check fails closed: a NaN, an exception or a figure it cannot compute is a failure.
@@ -33,6 +39,12 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+
+if __package__:           # harness.eval_worker (tests), or beside replay.py in the evaluator's folder
+    from . import replay as R
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import replay as R
 
 # The causality check runs this fraction of the evaluation's batches again (its cost: that much
 # more evaluation), and never fewer than hold CHECK_MIN_CUTS rows (every batch when there are fewer).
@@ -57,6 +69,14 @@ LEAK_TOL_CUDA = 1e-3
 # The graph's own run-to-run difference on identical input may be at most this, else the
 # evaluation is not a measurement (an integrity failure, never a wider tolerance).
 NOISE_MAX = 1e-3
+# The spliced text after a cut may cost at most this many nats a token more than the same text in
+# its own row (the same targets at the same positions; the last position, whose target is not in
+# the batch, left out), averaged over every spliced row of the evaluation. An honest model pays
+# only for the foreign text before the cut: a fraction of a nat at the cut, fading after it
+# (tests/test_replay_finite.py measures the test models). A graph that knows the metric's next
+# tokens (read from memory it should not reach) predicts them in the spliced rows too, where they
+# are wrong: the issue that built this check saw ~14 nats a token.
+SPLICE_EXCESS_MAX = 1.0
 
 
 def main(spec_path):
@@ -65,7 +85,7 @@ def main(spec_path):
     sys.stdout = sys.stderr
     out = {"ok": False, "stage": "start", "timings": {}}
     t0 = time.perf_counter()
-    checked = None
+    checked = replay = None
 
     def stage(name):
         out["timings"][out["stage"]] = round(time.perf_counter() - t0, 3)
@@ -76,33 +96,23 @@ def main(spec_path):
             spec = json.load(f)
         sys.path.insert(0, spec["dir"])
         import torch
-        stage("load_artifact")
-        art = torch.load(spec["artifact"], map_location="cpu", weights_only=True)
-        if not isinstance(art, dict) or not {"state_dict", "graph", "constants"} <= set(art):
-            raise ValueError("the artifact has no recorded graph (state_dict, graph, constants): the run "
-                             "must save its model with runtime.save_model")
-        out["sha_match"] = art.get("train_py_sha") == spec.get("train_sha")
         stage("import_prepare")
         import prepare
-        import graph as G
         if spec.get("eval_tokens"):          # a proxy evaluation (screening): fewer tokens
             prepare.EVAL_TOKENS = int(spec["eval_tokens"])
+        threads = int(os.environ.get("AUTORESEARCH_THREADS") or os.cpu_count() or 1)
+        torch.set_num_threads(threads)
         stage("load_graph")
         rows, T = int(spec["rows"]), prepare.MAX_SEQ_LEN
-        recorded_on = _graph_device(art["graph"])
-        if recorded_on == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("the graph was recorded on a GPU and this evaluation has none")
-        device = torch.device("cuda" if recorded_on == "cuda" else "cpu")
-        if device.type == "cpu":
-            torch.set_num_threads(int(os.environ.get("AUTORESEARCH_THREADS") or os.cpu_count() or 1))
-        model = G.load(art["graph"], _tensors(art["state_dict"]), _tensors(art["constants"]),
-                       rows=rows, seq_len=T, device=device)
+        replay = R.Replay(torch, spec["dir"], {"dir": spec["dir"], "artifact": spec["artifact"], "rows": rows,
+                                               "seq_len": T, "threads": threads})
+        out["sha_match"] = replay.sha == spec.get("train_sha")
+        out["replay_mode"] = replay.mode
         steps = max(1, prepare.EVAL_TOKENS // (rows * T))      # as prepare.evaluate_bpb counts them
-        checked = Checked(torch, model, secrets.randbits(63), steps,
-                          leak_tol=LEAK_TOL_CUDA if device.type == "cuda" else LEAK_TOL)
+        checked = Checked(torch, replay, secrets.randbits(63), steps,
+                          leak_tol=LEAK_TOL_CUDA if replay.device.type == "cuda" else LEAK_TOL)
         stage("evaluate")
         tokenizer = prepare.Tokenizer.from_directory()
-        digest = model.digest()
         with torch.no_grad():
             bpb = float(prepare.evaluate_bpb(checked, tokenizer, rows))
             checked.finish()
@@ -111,11 +121,10 @@ def main(spec_path):
         out["trusted_bpb"] = bpb
         out["causality"] = checked.report()
         stage("serving")
-        probe = torch.zeros(rows, T, dtype=torch.long, device=device)
-        out["serving"] = G.serving_cost(model, probe)
-        if model.digest() != digest:
+        out["serving"] = replay.serving()
+        if any(d != replay.digest_at_load for d in replay.digests()):
             raise IntegrityError("the graph's weights, constants or nodes changed during the evaluation")
-        out["replay_digest"] = digest
+        out["replay_digest"] = replay.digest_at_load
         stage("done")
         out["ok"] = True
     except BaseException as e:  # any failure is a verdict, reported with its stage
@@ -123,20 +132,12 @@ def main(spec_path):
         out["traceback"] = traceback.format_exc()[-3000:]
         if checked is not None:
             out["causality"] = checked.report()
+    finally:
+        if replay is not None:
+            replay.close()
     out["timings"]["total"] = round(time.perf_counter() - t0, 3)
     with os.fdopen(verdict_fd, "w") as f:
         f.write(json.dumps(out, default=str) + "\n")
-
-
-def _graph_device(text):
-    try:
-        return json.loads(text).get("device", "cpu") if isinstance(text, str) else "cpu"
-    except ValueError:
-        return "cpu"
-
-
-def _tensors(d):
-    return {str(k): v for k, v in d.items()} if isinstance(d, dict) else {}
 
 
 class IntegrityError(RuntimeError):
@@ -151,8 +152,9 @@ def _num(v):
 @dataclass
 class CheckTally:
     """What the checks measured so far: the metric's calls, the batches and rows run with their
-    futures spliced, the largest leak, the run-to-run noise (once measured), and the loss of the
-    spliced rows against the same rows as given (the report's figures)."""
+    futures spliced, the largest leak, the run-to-run noise (once measured), and the nats of the
+    spliced text after its cuts against the same text in its own row (spliced_nats, own_nats, over
+    spliced_tokens)."""
     calls: int = 0
     checked_batches: int = 0
     checked_rows: int = 0
@@ -160,18 +162,27 @@ class CheckTally:
     noise: float = 0.0
     noise_measured: bool = False
     spliced_nats: float = 0.0
-    base_nats: float = 0.0
+    own_nats: float = 0.0
     spliced_tokens: int = 0
+
+    @property
+    def splice_excess(self) -> float:
+        """Nats a token the spliced text cost beyond its own row's (NaN before any was scored)."""
+        return (self.spliced_nats - self.own_nats) / self.spliced_tokens if self.spliced_tokens else float("nan")
 
 
 class Checked:
     """The graph as the evaluation calls it, behind a copy of its input, with the checks: every
     call's logits are finite where the metric needs them, a random set of calls is also run with
     rows' futures spliced (in random order with the metric's own call), and one random call is
-    run twice. Every comparison is written so that NaN fails it."""
+    run twice. The two calls of a comparison go to different replay processes where there are
+    two (harness/replay.py, pair mode). Every comparison is written so that NaN fails it.
+
+    `graph`: a harness.replay.Replay (the evaluator), or any callable graph (tests, in process)."""
 
     def __init__(self, torch, graph, seed, steps, leak_tol=LEAK_TOL):
         self.torch, self.graph = torch, graph
+        self.lanes = len(graph.lanes) if isinstance(graph, R.Replay) else 1
         self.leak_tol = leak_tol     # the device's, fixed before the graph runs
         self.gen = torch.Generator().manual_seed(seed)
         want = min(steps, max(-(-steps // round(1 / CHECK_FRACTION)), -(-CHECK_MIN_CUTS // max(1, graph.rows))))
@@ -209,17 +220,28 @@ class Checked:
         step = self.tally.calls
         self.tally.calls += 1
         x = idx.clone()
-        logits = self._checked(x) if step in self.chosen else self._run(x)
+        mine, other = self._lanes()      # a comparison's second call never runs where its first did
+        logits = self._checked(x, mine, other) if step in self.chosen else self._run(x, mine)
         if step == self.noise_step:
-            self._noise(x, logits)
+            self._noise(x, logits, other)
         if not self.torch.equal(x, idx):
             self._fail("integrity", "the replay changed its input")
         return logits
 
-    def _run(self, x):
-        logits = self.graph(x)
+    def _run(self, x, lane=None):
+        try:
+            logits = self.graph(x, lane) if self.lanes > 1 else self.graph(x)
+        except R.ReplayError as e:   # it failed or killed its replay: the candidate's failure
+            self._fail("replay", str(e))
         self._finite(logits, x)
         return logits
+
+    def _lanes(self):
+        """Two different replay processes for the two calls of a comparison (one when there is one)."""
+        if self.lanes < 2:
+            return None, None
+        a = int(self.torch.randint(2, (1,), generator=self.gen))
+        return a, 1 - a
 
     def _finite(self, logits, x):
         """Logits the metric can use: floating point, [B, T, V], no NaN, no +inf (nor beyond
@@ -244,7 +266,7 @@ class Checked:
         """Log-probabilities as the metric computes them, clipped at -LOGP_FLOOR (finite always)."""
         return self.torch.log_softmax(z.float(), -1).clamp(min=-LOGP_FLOOR)
 
-    def _checked(self, x):
+    def _checked(self, x, mine=None, other=None):
         torch = self.torch
         B, T = x.shape
         if B < 2 or T < 2:
@@ -262,13 +284,14 @@ class Checked:
         if not live:
             return self._run(x)
         if spliced_first:
-            spliced = self._run(x2)
-            logits = self._run(x)
+            spliced = self._run(x2, other)
+            logits = self._run(x, mine)
         else:
-            logits = self._run(x)
-            spliced = self._run(x2)
+            logits = self._run(x, mine)
+            spliced = self._run(x2, other)
         worst = 0.0
         tally = self.tally
+        ce = torch.nn.functional.cross_entropy
         for r, t in live:
             moved = float((self._logp(spliced[r, :t]) - self._logp(logits[r, :t])).abs().max())
             if not (moved <= self.leak_tol):
@@ -276,22 +299,22 @@ class Checked:
                 self._fail("causality", f"replacing each row's future from a cut on with other validation text "
                                         f"moved log-probabilities before the cut by {moved:.3g} nats")
             worst = max(worst, moved)
-            # the spliced row is scored like a metric row (targets: its own next tokens)
-            tally.spliced_nats += float(torch.nn.functional.cross_entropy(
-                spliced[r, :T - 1].float(), x2[r, 1:], reduction="sum"))
-            tally.base_nats += float(torch.nn.functional.cross_entropy(
-                logits[r, :T - 1].float(), x[r, 1:], reduction="sum"))
-            tally.spliced_tokens += T - 1
-        if not (math.isfinite(tally.spliced_nats) and math.isfinite(tally.base_nats)):
+            if t < T - 1:   # the donor's text after the cut, in the spliced row and in its own
+                donor = (r + shift) % B
+                target = x[donor, t:]
+                tally.spliced_nats += float(ce(spliced[r, t - 1:T - 1].float(), target, reduction="sum"))
+                tally.own_nats += float(ce(logits[donor, t - 1:T - 1].float(), target, reduction="sum"))
+                tally.spliced_tokens += T - t
+        if not (math.isfinite(tally.spliced_nats) and math.isfinite(tally.own_nats)):
             self._fail("finite", "the loss on the checked rows is not finite (a target token has probability 0)")
         tally.max_leak = max(tally.max_leak, worst)
         tally.checked_batches += 1
         tally.checked_rows += len(live)
         return logits
 
-    def _noise(self, x, logits):
+    def _noise(self, x, logits, other=None):
         """The graph's own run-to-run difference: the same batch again, compared as the leak is."""
-        again = self._run(x.clone())
+        again = self._run(x.clone(), other)
         noise = 0.0
         for r in range(x.shape[0]):     # row by row (memory); each row's figure must pass (NaN does not)
             moved = float((self._logp(again[r]) - self._logp(logits[r])).abs().max())
@@ -318,6 +341,11 @@ class Checked:
             self._fail("causality", f"replacing each row's future from a cut on with other validation text "
                                     f"moved log-probabilities before the cut by {t.max_leak:.3g} nats "
                                     f"(limit {self.limit():.3g})")
+        if not (t.splice_excess <= SPLICE_EXCESS_MAX):
+            self._fail("causality", f"the spliced text after its cuts cost {t.splice_excess:.3g} nats a token more "
+                                    f"than the same text in its own row (limit {SPLICE_EXCESS_MAX:g}, over "
+                                    f"{t.spliced_tokens} tokens): the model predicts what the metric's rows hold, "
+                                    "not the text it is given")
         self.finished = True
 
     def report(self):
@@ -326,7 +354,8 @@ class Checked:
                 "batches": t.calls, "max_leak": _num(t.max_leak), "limit": _num(self.limit()),
                 "noise": _num(t.noise), "noise_max": NOISE_MAX, "logp_floor": LOGP_FLOOR,
                 "spliced_tokens": t.spliced_tokens, "spliced_nats": _num(t.spliced_nats),
-                "base_nats": _num(t.base_nats),
+                "own_nats": _num(t.own_nats), "splice_excess": _num(t.splice_excess),
+                "splice_limit": SPLICE_EXCESS_MAX,
                 "causal": self.failure is None and self.finished and t.checked_batches > 0,
                 "failure": self.failure, "failure_kind": self.failure_kind}
 

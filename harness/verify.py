@@ -2,10 +2,12 @@
 
 train.py is written by the proposer, so anything it computes is a claim. In loop mode it saves
 its model with runtime.save_model: the weights and the forward pass as recorded aten operators.
-`verify()` copies four trusted files into a fresh folder (harness/eval_worker.py,
-harness/graph.py, harness/graph_ops.py, and prepare.py as committed at the tag's base), starts
-`python -I eval_worker.py` there in a sandbox that sees that folder, the pinned evaluation inputs
-and the artifact (nothing writable), and reads the verdict back from the worker's stdout pipe:
+`verify()` copies five trusted files into a fresh folder (harness/eval_worker.py,
+harness/replay.py, harness/graph.py, harness/graph_ops.py, and prepare.py as committed at the
+tag's base), starts `python -I eval_worker.py` there in a sandbox that sees that folder, the
+pinned evaluation inputs and the artifact (nothing writable); the worker runs the graph in replay
+processes of its own that never see the data (harness/replay.py). The verdict comes back from the
+worker's stdout pipe:
 
 - trusted_bpb: prepare.evaluate_bpb on the replayed graph (the fixed metric);
 - causality on the evaluation's own data (rows' futures replaced by other validation text);
@@ -36,7 +38,7 @@ from harness.procs import kill_group
 from harness.sandbox import Sandbox, View, detect, gpus_of
 
 HERE = Path(__file__).parent
-WORKER_FILES = (HERE / "eval_worker.py", HERE / "graph.py", HERE / "graph_ops.py")
+WORKER_FILES = (HERE / "eval_worker.py", HERE / "replay.py", HERE / "graph.py", HERE / "graph_ops.py")
 # The worker's process group while it runs, in the run folder (next to the runner's child.pid).
 VERIFY_PID_FILE = "verify.pid"
 # The printed val_bpb may differ from the trusted one by this much (absolute, or relative to the
@@ -211,11 +213,13 @@ def _run_group(box: Sandbox, argv, view: View, env: dict, timeout_s: float, cwd:
 def _check_figures(check: dict) -> str:
     """Why the worker's causality figures do not show a pass ('' when they do): written so that a
     missing, non-numeric or NaN figure fails."""
-    nums = {k: check.get(k) for k in ("max_leak", "limit")}
+    nums = {k: check.get(k) for k in ("max_leak", "limit", "splice_excess", "splice_limit")}
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in nums.values()):
-        return f"max_leak {nums['max_leak']!r}, limit {nums['limit']!r} are not finite numbers"
+        return ", ".join(f"{k} {v!r}" for k, v in nums.items()) + " are not all finite numbers"
     if not (nums["max_leak"] <= nums["limit"]):
         return f"max_leak {nums['max_leak']} is above the limit {nums['limit']}"
+    if not (nums["splice_excess"] <= nums["splice_limit"]):
+        return f"splice_excess {nums['splice_excess']} is above the limit {nums['splice_limit']}"
     rows = check.get("checked_rows")
     if not (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):
         return f"{rows!r} rows checked"

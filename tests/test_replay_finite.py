@@ -168,7 +168,8 @@ def test_a_check_that_never_ran_is_a_failure(tiny_cache):
 
 
 GOOD = {"ok": True, "trusted_bpb": 1.5, "sha_match": True,
-        "causality": {"causal": True, "checked_rows": 8, "max_leak": 0.0, "limit": 1e-5}}
+        "causality": {"causal": True, "checked_rows": 8, "max_leak": 0.0, "limit": 1e-5,
+                      "splice_excess": 0.05, "splice_limit": 1.0}}
 BAD_VERDICTS = {
     "NaN largest change": {"max_leak": NAN},
     "NaN written as text": {"max_leak": "nan"},
@@ -178,6 +179,10 @@ BAD_VERDICTS = {
     "causal as a string": {"causal": "yes"},
     "nothing checked": {"checked_rows": 0},
     "rows as a bool": {"checked_rows": True},
+    "spliced text far dearer than its own row": {"splice_excess": 14.0},
+    "splice excess NaN": {"splice_excess": NAN},
+    "splice excess missing": {"splice_excess": None},
+    "splice limit stretched to infinity": {"splice_limit": INF},
 }
 
 

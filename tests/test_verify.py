@@ -189,7 +189,8 @@ def test_a_refused_graph_fails_the_real_evaluation(tiny_cache, tmp_path, prepare
 def test_missing_artifact_and_worker_verdicts(tmp_path):
     r = verify(tmp_path / "nope.pt", train_source="", prepare_source="", printed_bpb=1.0, rows=8)
     assert not r.ok and "no model artifact" in r.reason
-    good = {"ok": True, "trusted_bpb": 1.5, "causality": {"causal": True, "checked_rows": 8, "max_leak": 0.0, "limit": 1e-5},
+    good = {"ok": True, "trusted_bpb": 1.5, "causality": {"causal": True, "checked_rows": 8, "max_leak": 0.0, "limit": 1e-5,
+                                                          "splice_excess": 0.0, "splice_limit": 1.0},
             "sha_match": True}
     assert judge_worker_output(good, 1.5 + 0.5 * tolerance(1.5), 1.0).ok
     assert not judge_worker_output(good, 1.5 + 2 * tolerance(1.5), 1.0).ok
