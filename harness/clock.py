@@ -92,11 +92,47 @@ def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
     # stop, and on a saturated machine one step can outlast a short budget (it is visible training:
     # such a run is no evidence, never kept)
     saturated = max(fig.load.startup, fig.load.train, fig.load.post) >= MAX_LOAD * SATURATED
-    if fig.charged_s > CHEAT_FACTOR * limit + fig.steps.pace_s and not saturated:
+    # (the step is the run's printed pace, so it is capped: a run that prints two step lines
+    # around its whole training must not stretch its own threshold)
+    if fig.charged_s > CHEAT_FACTOR * limit + min(fig.steps.pace_s, slack(budget, fig.load.train)) and not saturated:
         return "cheat", why + f", more than {CHEAT_FACTOR:g}x the limit and a step: it trained past the budget"
     if saturated:   # the meter is at its cap: it cannot tell a cheat from the load, so no verdict either way
         return "over", why + f": the load reached the meter's cap (x{MAX_LOAD:g}), no evidence, run again"
     return "over", why + ": no evidence, run again"
+
+
+# Steps mode (AUTORESEARCH_STEPS) has a count of steps for its budget, not seconds, so a step may
+# take what it takes; the time before the first step line and after the last is still the
+# harness's to check, against the same reference: the run may exceed its allowances by the larger
+# of SLACK_FRAC of its own training time and this fraction of its startup allowance (an honest
+# startup's jitter on a short run), times its load.
+STEPS_SLACK_FRAC = 0.5
+
+
+def over_steps(fig: "ClockFigures", steps: int, resumed: bool = False) -> tuple[str | None, str]:
+    """(None | "over" | "cheat", why) for a steps-mode run's figures: the count (no step numbered
+    past `steps`), no step before the first line (its number is 1, unless the run was `resumed`
+    from a saved state), and the time around the step lines within the allowances."""
+    last = max(fig.steps.last or 0, fig.steps.seen)
+    if steps > 0 and last > steps:
+        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({fig.steps.seen} step "
+                         "lines): it trained past its step count")
+    if fig.steps.first is not None and fig.steps.first > 1 and not resumed:
+        return "cheat", (f"its first step line is step {fig.steps.first}: {fig.steps.first - 1} steps were "
+                         "trained before it printed one")
+    excess = max(0.0, (fig.startup_s or 0.0) - fig.allowance_s) + max(0.0, (fig.post_s or 0.0) - fig.post_allowance_s)
+    allowed = max(SLACK_FRAC * fig.train_s * fig.load.train, STEPS_SLACK_FRAC * fig.allowance_s)
+    if excess <= allowed:
+        return None, ""
+    why = (f"by the harness's clock the run spent {excess:.1f}s beyond its allowances around its step lines "
+           f"(startup {fig.startup_s or 0:.1f}s against {fig.allowance_s:.1f}s at load x{fig.load.startup:.2f}, "
+           f"after the last step {fig.post_s or 0:.1f}s against {fig.post_allowance_s:.1f}s), {allowed:.1f}s "
+           f"allowed for {fig.train_s:.1f}s of step lines")
+    saturated = max(fig.load.startup, fig.load.train, fig.load.post) >= MAX_LOAD * SATURATED
+    if excess > CHEAT_FACTOR * allowed + 0.5 * fig.train_s and not saturated:
+        return "cheat", why + ": time nobody saw it train, far past what a start and a save take"
+    return "over", why + (": the load reached the meter's cap, no evidence, run again" if saturated
+                          else ": no evidence, run again")
 
 
 @dataclass(frozen=True)
@@ -155,11 +191,18 @@ class StepLines:
 
 @dataclass
 class PhaseLoads:
-    """The machine's load factor in each phase of the run (the load meter below): each phase's
-    allowance is the reference's times its load."""
+    """What the harness measured of the machine while the run ran (the load meter below): the load
+    factor in each phase (each phase's allowance is the reference's times its load), the others'
+    busy cores while it trained, how much the factor changed within its training (the largest
+    quarter's over the smallest), the run's own CPU seconds over its life, and whether that count
+    is exact (its own cgroup: every process it started counted)."""
     startup: float = 1.0
     train: float = 1.0
     post: float = 1.0
+    other_cores: float = 0.0
+    spread: float = 1.0
+    own_cpu_s: float | None = None
+    exact: bool = False
 
 
 @dataclass
@@ -182,7 +225,8 @@ class ClockFigures:
                 "steps_seen": s.seen, "first_step": s.first, "last_step": s.last, "allowance_s": self.allowance_s,
                 "last_line": s.last_line, "post_s": self.post_s, "silent_steps": s.silent, "pace_s": s.pace_s,
                 "post_allowance_s": self.post_allowance_s, "tok_s": s.tok_s, "load_startup": ld.startup,
-                "load_train": ld.train, "load_post": ld.post}
+                "load_train": ld.train, "load_post": ld.post, "other_cores_train": ld.other_cores,
+                "load_spread": ld.spread, "own_cpu_s": ld.own_cpu_s, "accounting": "cgroup" if ld.exact else "tree"}
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in flat.items()}
 
     @classmethod
@@ -204,7 +248,9 @@ class ClockFigures:
         steps = StepLines(seen=count("steps_seen") or 0, first=count("first_step"), last=count("last_step"),
                           silent=count("silent_steps") or 0, pace_s=num("pace_s", 0.0), tok_s=num("tok_s"),
                           last_line=d.get("last_line") if isinstance(d.get("last_line"), str) else "")
-        load = PhaseLoads(startup=num("load_startup", 1.0), train=num("load_train", 1.0), post=num("load_post", 1.0))
+        load = PhaseLoads(startup=num("load_startup", 1.0), train=num("load_train", 1.0), post=num("load_post", 1.0),
+                          other_cores=num("other_cores_train", 0.0), spread=num("load_spread", 1.0),
+                          own_cpu_s=num("own_cpu_s"), exact=d.get("accounting") == "cgroup")
         return cls(startup_s=num("startup_s"), train_s=num("train_s", 0.0), charged_s=num("charged_s", 0.0),
                    allowance_s=num("allowance_s", 0.0), post_s=num("post_s"),
                    post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load)
@@ -253,8 +299,8 @@ class LogClock:
             return (self.last_at - self.first_at) + max(0.0, startup - s_allow) \
                 + max(0.0, now - self.last_at - p_allow)
 
-    def _load(self, a, b) -> float:
-        return self.meter.factor(a, b) if self.meter is not None else 1.0
+    def _span(self, a, b) -> Span:
+        return self.meter.span(a, b) if self.meter is not None else Span()
 
     def figures(self, ended: float | None = None) -> ClockFigures:
         """The run's figures; `ended` (process exit) charges a post beyond the reference's. Each
@@ -262,12 +308,18 @@ class LogClock:
         ref = self.reference
         with self._lock:
             first_at, last_at = self.first_at, self.last_at
+        own = self.meter.span(self.started, ended if ended is not None else self.meter.clock()).own_cpu_s \
+            if self.meter is not None and self.meter.samples else None
+        exact = self.meter is not None and self.meter.exact
         if first_at is None:
-            ls = self._load(self.started, ended)
-            return ClockFigures(None, 0.0, 0.0, ref.startup_allowance() * ls,
-                                post_allowance_s=ref.post_allowance(), load=PhaseLoads(startup=ls))
-        ls, lt = self._load(self.started, first_at), self._load(first_at, last_at)
-        lp = self._load(last_at, ended) if ended is not None else 1.0
+            whole = self._span(self.started, ended)
+            return ClockFigures(None, 0.0, 0.0, ref.startup_allowance() * whole.factor,
+                                post_allowance_s=ref.post_allowance(),
+                                load=PhaseLoads(startup=whole.factor, other_cores=whole.other_cores,
+                                                own_cpu_s=own, exact=exact))
+        ls, tr = self._span(self.started, first_at).factor, self._span(first_at, last_at)
+        lp = self._span(last_at, ended).factor if ended is not None else 1.0
+        spread = self.meter.spread(first_at, last_at) if self.meter is not None else 1.0
         s_allow, p_allow = ref.startup_allowance() * ls, ref.post_allowance() * lp
         with self._lock:
             startup = self.first_at - self.started
@@ -281,7 +333,8 @@ class LogClock:
             tok = toks[len(toks) // 2] if toks else None
             steps = StepLines(seen=self.steps_seen, first=self.first_step, last=self.last_step, silent=silent,
                               pace_s=pace, tok_s=tok, last_line=self.last_line)
-            return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, PhaseLoads(ls, lt, lp))
+            loads = PhaseLoads(ls, tr.factor, lp, tr.other_cores, spread, own, exact)
+            return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, loads)
 
 
 def progress_fields(line: str) -> dict:
@@ -298,32 +351,34 @@ def progress_fields(line: str) -> dict:
 # ---- LoadMeter: how much of the machine the rest of it took while a run ran.
 #
 # On a wall-clock budget an honest run on a busy machine starts, steps and saves slower than the
-# tag's baseline did. The clock above scales the run's allowances by how
-# much the machine was loaded, so it must know that without asking the run: this meter reads
-# /proc/stat (every CPU second the machine spent busy, interrupt time left out) and /proc/<pid>/stat of the run's own process
-# tree (what the run itself spent, its reaped children included), and keeps the difference: CPU
-# the *others* used, sampled over time.
+# tag's baseline did. The clock above scales the run's allowances by how much the machine was
+# loaded, and the judge compares runs made under comparable loads (agent/judges/pairing.py), so
+# the harness must know the load without asking the run. This meter reads /proc/stat (every CPU
+# second the machine spent busy, interrupt time left out) and the run's own CPU (its cgroup,
+# harness/procs.py CpuAccount, which counts every process the run ever started; where there is
+# none, its process tree in /proc), and keeps the difference: CPU the *others* used, sampled over
+# time. Without a cgroup the others are also counted directly (every process outside the run's
+# tree) and the smaller reading is kept: a run whose children the kernel reaps unseen (SIGCHLD
+# ignored) would otherwise pass their CPU off as the others' and widen its own allowances.
 #
-#     load factor = k / (ncpu - cores the others kept busy), clamped to [1, MAX_LOAD]
+#     other cores  = the others' CPU seconds per second (0 .. ncpu)
+#     load factor  = k / (ncpu - other cores), clamped to [1, MAX_LOAD]
 #
 # where k is the cores the run wants (its AUTORESEARCH_THREADS, else every core): a run on one
-# thread is not slowed while a core stays free for it.
-#
-# A run that wants every core and shares the box with processes that keep o cores busy gets
-# ncpu - o of them: it is slowed by that factor (one busy process on 2 cores: ~1.5-2x). What the
-# run burns itself (a process of its own that spins to look "loaded") is its own CPU, not the
-# others': it cannot raise the factor, and a sleeping run lowers nothing but its own work. Where
-# /proc is not there (not Linux) the factor is 1: the allowances are the idle ones. Limits: on a box
-# the others keep busy beyond 3/4 of its cores every run reads MAX_LOAD, so the factor no longer
-# tells runs apart; a GPU run is slowed less by CPU load than the factor says (its allowances are
-# then generous by that much); contention on a GPU itself is not seen here.
+# thread is not time-sliced while a core stays free for it. It is still slowed by a neighbour on
+# the other core (shared caches, memory bandwidth), which the factor does not say: the judge
+# compares the other cores themselves too (agent/judges/pairing.py). What the run burns itself (a
+# process of its own that spins to look "loaded") is its own CPU, never the others'. Where /proc is
+# not there (not Linux) the factor is 1: the allowances are the idle ones. Limits: on a box the
+# others keep busy beyond 3/4 of its cores every run reads MAX_LOAD (saturated: no evidence); a GPU
+# run is slowed less by CPU load than the factor says; contention on a GPU itself is not seen here.
 
 # The largest slowdown the meter grants: on a box where the others take more than 3/4 of the
 # cores a run is "no evidence" territory anyway, and a bound keeps a mis-measured phase from
 # stretching an allowance without limit.
 MAX_LOAD = 4.0
 # Seconds between samples: reading every process's /proc entry costs a few milliseconds, and a
-# phase shorter than this takes its neighbours' load.
+# phase shorter than this takes its neighbours'.
 SAMPLE_EVERY_S = 0.5
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -359,33 +414,42 @@ def busy_of(line: str) -> int | None:
     return v[0] + v[1] + v[2] + v[7]
 
 
-def _tree_ticks(root: int) -> int | None:
-    """CPU ticks of `root` and its descendants (each with its reaped children's); None once `root`
-    is gone (its ticks then moved to whoever reaped it: no longer measurable as its own)."""
-    parent, ticks = {}, {}
+def _processes() -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """(pid -> parent pid, pid -> CPU ticks with its waited-for children's, pid -> its own ticks
+    alone) of every process."""
+    parent, ticks, own = {}, {}, {}
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return 0
+        return parent, ticks, own
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 rest = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        try:
             parent[pid] = int(rest[1])
-            ticks[pid] = int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
-        except (ValueError, IndexError):
+            own[pid] = int(rest[11]) + int(rest[12])
+            ticks[pid] = own[pid] + int(rest[13]) + int(rest[14])
+        except (OSError, IndexError, ValueError):
             continue
-    if root not in parent:
-        return None
+    return parent, ticks, own
+
+
+def _tree(root: int, parent: dict[int, int]) -> set[int]:
     inside, grew = {root}, True
     while grew:   # until no process joins: a tree of any depth, whatever order its pids came in
         before = len(inside)
         inside.update(pid for pid, pp in parent.items() if pp in inside)
         grew = len(inside) > before
-    return sum(ticks.get(pid, 0) for pid in inside)
+    return inside
+
+
+def _tree_ticks(root: int) -> int | None:
+    """CPU ticks of `root` and its descendants (each with its reaped children's); None once `root`
+    is gone (its ticks then moved to whoever reaped it: no longer measurable as its own)."""
+    parent, ticks, _ = _processes()
+    if root not in parent:
+        return None
+    return sum(ticks.get(pid, 0) for pid in _tree(root, parent))
 
 
 def factor_of(other_cores: float, cores: int | None = None, wants: int | None = None) -> float:
@@ -407,54 +471,107 @@ def threads_of(env: dict) -> int | None:
     return v if v > 0 else None
 
 
-class LoadMeter:
-    """Samples the CPU the rest of the machine used while process `root` (and its tree) ran.
-    sample() from the runner's wait loop; factor(a, b) for any span of the run (monotonic times)."""
+@dataclass(frozen=True)
+class Span:
+    """What the meter saw over a span of a run: the others' busy cores on average, the load factor
+    they make for the run, and the CPU seconds the run itself spent."""
+    other_cores: float = 0.0
+    factor: float = 1.0
+    own_cpu_s: float = 0.0
 
-    def __init__(self, root: int | None = None, clock=time.monotonic, wants: int | None = None):
-        self.root, self.clock = root, clock
+
+class LoadMeter:
+    """Samples the CPU the rest of the machine used while process `root` (and everything it
+    started) ran: sample() from the runner's wait loop; span(a, b) and factor(a, b) for any span
+    of the run (monotonic times). `account`: the run's cgroup (harness/procs.py CpuAccount), which
+    makes its own CPU exact."""
+
+    def __init__(self, root: int | None = None, clock=time.monotonic, wants: int | None = None, account=None):
+        self.root, self.clock, self.account = root, clock, account
+        # the run's own CPU is its cgroup's: nothing it started escapes the count (kept after the
+        # account is closed, for the figures made once the run is over)
+        self.exact = account is not None and account.path is not None
         self.cores = ncpu()
         self.wants = wants   # the run's threads: a single-threaded run is not slowed by one busy core
-        self.samples: list[tuple[float, float]] = []   # (monotonic time, the others' CPU seconds so far)
-        self._base: tuple[int, int] | None = None
+        self.samples: list[tuple[float, float, float]] = []   # (time, the others' CPU s so far, the run's)
+        self._base: tuple[int, float] | None = None
+        self._others: dict[int, int] = {}     # pid -> ticks at the last sample (the direct count)
+        self._direct = 0.0
         self._lock = threading.Lock()
 
-    def sample(self, now: float | None = None) -> None:
+    def sample(self, now: float | None = None, force: bool = False) -> None:
         now = self.clock() if now is None else now
-        if self.samples and now - self.samples[-1][0] < SAMPLE_EVERY_S:
+        if self.samples and now - self.samples[-1][0] < (0.0 if force else SAMPLE_EVERY_S):
             return
         busy = _busy_ticks()
-        own = _tree_ticks(self.root) if self.root else 0
-        if busy is None or own is None:
+        if busy is None:
             return
+        own = self.account.used_s() if self.exact and self.account.path is not None else None
+        if own is None:
+            own = self._tree_and_others()
+            if own is None:
+                return
         with self._lock:
             if self._base is None:
                 self._base = (busy, own)
-                other = 0.0
-            else:
-                other = max(0.0, ((busy - self._base[0]) - (own - self._base[1])) / _HZ)
-                if self.samples:   # never backwards (a child that exited before its parent reaped it)
-                    other = max(other, self.samples[-1][1])
-            self.samples.append((now, other))
+                self.samples.append((now, 0.0, 0.0))
+                return
+            mine = max(0.0, own - self._base[1])
+            other = max(0.0, (busy - self._base[0]) / _HZ - mine)
+            if not self.exact:
+                other = min(other, self._direct)
+            last = self.samples[-1]
+            # never backwards (a child that exited before its parent reaped it)
+            self.samples.append((now, max(other, last[1]), max(mine, last[2])))
 
-    def add(self, now: float, other_cpu_s: float) -> None:
+    def _tree_and_others(self) -> float | None:
+        """Without a cgroup: the run's tree's CPU seconds, and (into self._direct) the CPU the
+        processes outside it used since the first sample, counted one by one: each process's own
+        time, between two samples that both saw it (a process that lives less than a sample
+        interval is missed, so this count errs low, never high)."""
+        parent, ticks, own_ticks = _processes()
+        if self.root is not None and self.root not in parent:
+            return None
+        inside = _tree(self.root, parent) if self.root is not None else set()
+        outside = {pid: t for pid, t in own_ticks.items() if pid not in inside}
+        if self._base is not None:
+            self._direct += sum(max(0, t - self._others[pid]) for pid, t in outside.items()
+                                if pid in self._others) / _HZ
+        self._others = outside
+        return sum(ticks.get(pid, 0) for pid in inside) / _HZ
+
+    def add(self, now: float, other_cpu_s: float, own_cpu_s: float = 0.0) -> None:
         """A sample made elsewhere (tests, a remote node's figures)."""
         with self._lock:
-            self.samples.append((now, other_cpu_s))
+            self.samples.append((now, other_cpu_s, own_cpu_s))
 
-    def factor(self, a: float | None, b: float | None) -> float:
-        """The load factor over [a, b]: widened to the samples around it (a phase shorter than the
-        sampling interval takes its neighbours'); 1.0 without two samples."""
+    def span(self, a: float | None, b: float | None) -> Span:
+        """What the meter saw over [a, b], widened to the samples around it (a phase shorter than
+        the sampling interval takes its neighbours'); an empty Span without two samples."""
         with self._lock:
             s = list(self.samples)
         if len(s) < 2 or a is None or b is None:
-            return 1.0
+            return Span()
         lo = max((x for x in s if x[0] <= a), default=s[0], key=lambda x: x[0])
         hi = min((x for x in s if x[0] >= b), default=s[-1], key=lambda x: x[0])
         if hi[0] <= lo[0]:
             i = s.index(lo)
             lo, hi = (s[i - 1], s[i]) if i > 0 else (s[0], s[1])
-        span = hi[0] - lo[0]
-        if span <= 0:
+        dt = hi[0] - lo[0]
+        if dt <= 0:
+            return Span()
+        other = (hi[1] - lo[1]) / dt
+        return Span(other, factor_of(other, self.cores, self.wants), hi[2] - lo[2])
+
+    def factor(self, a: float | None, b: float | None) -> float:
+        """The load factor over [a, b]; 1.0 without two samples."""
+        return self.span(a, b).factor
+
+    def spread(self, a: float | None, b: float | None, parts: int = 4) -> float:
+        """How much the load factor changed within [a, b]: the largest of its `parts` equal spans'
+        factors over the smallest (1.0 when too short to tell)."""
+        if a is None or b is None or b - a < parts * SAMPLE_EVERY_S * 2:
             return 1.0
-        return factor_of((hi[1] - lo[1]) / span, self.cores, self.wants)
+        step = (b - a) / parts
+        fs = [self.span(a + i * step, a + (i + 1) * step).factor for i in range(parts)]
+        return max(fs) / min(fs)

@@ -165,12 +165,12 @@ class EvidenceRun:
     log: str | None
     pace_s: float | None = None           # seconds per step by the harness clock
     n: int | None = None                  # the experiment it was run for (an incumbent's: a later one's)
-    # What the judge's screen reads of a run besides its pace (agent/judges/evidence.py Sample), so a
+    # What the judge's screen and pairing read of a run (agent/judges/evidence.py Sample), so a
     # judge that reads its runs back from the journal decides as the one that saw them (None: an
     # older record, or not measured).
     load: float | None = None             # the machine's load factor while it trained
-    flops_rate: float | None = None       # FLOPs per second
-    within: str | None = None             # its own pace says it was slowed mid-run
+    other_cores: float | None = None      # the others' busy cores while it trained
+    within: str | None = None             # the machine's load changed while it trained
     over: str | None = None               # over its clock limit, short of a cheat
     at: float | None = None               # when it was judged
 
@@ -219,7 +219,7 @@ class EvidenceFigures:
                 if isinstance(r, dict):
                     out.append(EvidenceRun(fnum(r.get("bpb")), as_int(r.get("seed")), r.get("used") is not False,
                                            as_str(r.get("why")), as_str(r.get("log")), fnum(r.get("pace_s")),
-                                           as_int(r.get("n")), fnum(r.get("load")), fnum(r.get("flops_rate")),
+                                           as_int(r.get("n")), fnum(r.get("load")), fnum(r.get("other_cores")),
                                            as_str(r.get("within")), as_str(r.get("over")), fnum(r.get("at"))))
             return out
         cand = ev.get("candidate") if isinstance(ev.get("candidate"), dict) else {}

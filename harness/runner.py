@@ -23,7 +23,7 @@ from pathlib import Path
 from harness import bytecode
 from harness.clock import (CHEAT_FACTOR, KILL_MARGIN_S, MAX_LOAD, ClockFigures, ClockReference, LoadMeter, LogClock,
                            limit_for, threads_of)
-from harness.procs import TERM_GRACE_SECONDS, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
+from harness.procs import TERM_GRACE_SECONDS, CpuAccount, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
 from harness.summary import parse_summary
@@ -112,6 +112,11 @@ class RunResult:
     def steps_mode(self) -> bool:
         """Run for a fixed number of steps (AUTORESEARCH_STEPS), not the time budget."""
         return self.extra.get("steps_mode") is True
+
+    @property
+    def resumed(self) -> bool:
+        """Started from a saved state (AUTORESEARCH_RESUME_STATE): its first step line is not step 1."""
+        return self.extra.get("resumed") is True
 
     @property
     def seed(self) -> int | None:
@@ -242,10 +247,12 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     kill_at = CHEAT_FACTOR * limit_for(budget, MAX_LOAD) + KILL_MARGIN_S   # past what any load explains
     timed_out = over_budget = False
     flood = None
+    account = CpuAccount(f"{n}-{log_path.stem}")   # every CPU second of the run, counted by the kernel
     with open(log_path, "wb") as log:
-        proc = box.popen(argv, view, child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, start_new_session=own_session)
-        clock.meter = meter = LoadMeter(proc.pid, wants=threads_of(child_env))   # the machine's load, measured by the harness
+        proc = box.popen(argv, view, child_env, enter=account.enter, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=own_session)
+        # the machine's load, measured by the harness
+        clock.meter = meter = LoadMeter(proc.pid, wants=threads_of(child_env), account=account)
         meter.sample(t0)
         pid_file = run_dir / pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),
@@ -274,15 +281,18 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                     on_tick(now - t0, log_path)
         except BaseException:
             _end(proc, own_session)
+            account.close()
             reader.join(READER_JOIN_S)
             pid_file.unlink(missing_ok=True)
             if private_cache:
                 shutil.rmtree(private_cache, ignore_errors=True)
             raise
         ended = time.monotonic()
-        meter.sample(ended)
-        # The leader may be done while its children live on (or it timed out): end the group.
+        meter.sample(ended, force=True)
+        # The leader may be done while its children live on (or it timed out): end the group,
+        # and anything of the run's that left it (its cgroup)
         _end(proc, own_session)
+        account.close()
         reader.join(READER_JOIN_S)
         flood = flood or reader.flood
         pid_file.unlink(missing_ok=True)
@@ -309,7 +319,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                      artifact=artifact if artifact.exists() else None, log_tail=tail,
                      started_at=started, ended_at=time.time(),
                      extra={"clock": figures.as_dict(), "sealed": sealed, "sandbox": box.kind,
-                            "steps_mode": steps_mode})
+                            "steps_mode": steps_mode, "resumed": bool(child_env.get("AUTORESEARCH_RESUME_STATE"))})
 
 
 def _end(proc: subprocess.Popen, own_session: bool) -> None:

@@ -149,17 +149,20 @@ class Sandbox:
         return {"kind": self.kind, "reason": self.reason, "sealed": self.sealed}
 
     # ---- starting processes ------------------------------------------------------------------
-    def popen(self, argv: list[str], view: View, env: dict | None = None, **kw) -> subprocess.Popen:
+    def popen(self, argv: list[str], view: View, env: dict | None = None, enter: list[str] | None = None,
+              **kw) -> subprocess.Popen:
         """Start `argv` inside this sandbox (or, kind "none", as is in view.cwd), with `env`
-        (default os.environ) scrubbed of secrets. Other keywords go to subprocess.Popen."""
+        (default os.environ) scrubbed of secrets. `enter`: a command prefix run outside the
+        sandbox first (the run's cgroup, harness/procs.py CpuAccount). Other keywords go to
+        subprocess.Popen."""
         env = child_env(os.environ if env is None else env, view, sealed=self.sealed)
         if not self.sealed:
             for p in view.writable:
                 Path(p).mkdir(parents=True, exist_ok=True)
-            return subprocess.Popen(argv, cwd=view.cwd, env=env, **kw)
+            return subprocess.Popen(list(enter or []) + list(argv), cwd=view.cwd, env=env, **kw)
         fd = _seccomp_fd()
         try:
-            full = self.command(argv, view, seccomp_fd=fd)
+            full = list(enter or []) + self.command(argv, view, seccomp_fd=fd)
             fds = tuple(kw.pop("pass_fds", ())) + ((fd,) if fd is not None else ())
             return subprocess.Popen(full, cwd=view.cwd, env=env, pass_fds=fds, **kw)
         finally:

@@ -46,9 +46,17 @@ def test_a_sealed_run_without_step_lines_cannot_be_counted(monkeypatch):
 
 def test_honest_counts_pass(monkeypatch):
     monkeypatch.setenv("AUTORESEARCH_STEPS", "30")
-    for lines in (steps(30), steps(30, start=21)):        # a fresh run; one resumed from step 20
-        run = fake_run(extra={"clock": clock_of(lines), "sealed": True, "steps_mode": True})
+    for lines, resumed in ((steps(30), False), (steps(30, start=21), True)):   # fresh; resumed from step 20
+        run = fake_run(extra={"clock": clock_of(lines), "sealed": True, "steps_mode": True, "resumed": resumed})
         assert evidence.over_budget(run, 10.0) == (None, "")
+
+
+def test_steps_before_the_first_line_are_an_integrity_failure(monkeypatch):
+    """A run not resumed from a state whose first step line is not step 1 trained before it said so."""
+    monkeypatch.setenv("AUTORESEARCH_STEPS", "30")
+    run = fake_run(extra={"clock": clock_of(steps(30, start=21)), "sealed": True, "steps_mode": True})
+    kind, why = evidence.over_budget(run, 10.0)
+    assert kind == "cheat" and "step 21" in why
 
 
 def test_the_real_train_py_numbers_its_steps_up_to_the_count(tiny_cache):

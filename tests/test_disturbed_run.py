@@ -1,12 +1,12 @@
 """A disturbed baseline, with real processes: an honest baseline repeat slowed by a competing process.
 
-A stand-in train.py (no torch: fixed CPU work per step, pinned to one core; the dt it prints is CPU
-time, so the within-run check, tested in test_judge_stats.py, stays out of this case) runs three or
-more times under harness.runner.run_train, the harness clock timing its step lines; during the
-second run busy processes, each in its own session, share its core. The judge gets those real RunResults (with the values once seen on a shared machine:
-1.396 for the honest run, 1.527 for the slowed one) and must rerun the slowed one instead of
-counting it, keeping the band at the honest runs' noise. Seconds, not a training."""
-import os
+A stand-in train.py (no torch: fixed CPU work per step) runs three or more times under
+harness.runner.run_train, the harness clock timing its step lines and its load meter reading the
+machine; during the second run busy processes, each in its own session, take the machine's cores.
+The judge gets those real RunResults (with the values once seen on a shared machine: 1.396 for the
+honest run, 1.527 for the slowed one) and must rerun the slowed one instead of counting it, keeping
+the band at the honest runs' noise, on what the harness measured alone: the stand-in prints the
+same step times whatever happens. Seconds, not a training."""
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -17,19 +17,14 @@ from agent.judges.hierarchy import JudgeHierarchy
 from harness.runner import run_train
 from harness.verify import VerifyResult
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
-
 STAND_IN = '''
 import os, time
-os.sched_setaffinity(0, {int(os.environ["PIN_CPU"])})
 print("params 1,000 | flops/token 1.0e+06 | batch 8x64 x4 = 2,048 tokens/step | budget 1.0s", flush=True)
 for step in range(1, 31):
-    t0 = time.process_time()   # dt in CPU time: its own steps stay even on a loaded box, so only the harness
-    x = 0                      # clock's pace (wall time between lines) sees the competing processes
+    x = 0                      # fixed work per step; the step time it prints is a constant, true or not
     for i in range(120_000):
         x += i * i
-    dt = time.process_time() - t0
-    print(f"step {step:05d} | loss 4.0 | lrm 1.000 | dt {dt * 1000:.0f}ms | tok/s {2048 / dt:,.0f} | epoch 1 | trained 1.0s", flush=True)
+    print(f"step {step:05d} | loss 4.0 | lrm 1.000 | dt 30ms | tok/s 68,267 | epoch 1 | trained 1.0s", flush=True)
 print("---")
 for k, v in [("val_bpb", "1.0"), ("training_seconds", "1.0"), ("total_seconds", "1.5"), ("peak_vram_mb", "10.0"),
              ("mfu_percent", "0.00"), ("total_tokens_M", "0.1"), ("num_steps", 30), ("num_params_M", "0.0"),
@@ -37,11 +32,11 @@ for k, v in [("val_bpb", "1.0"), ("training_seconds", "1.0"), ("total_seconds", 
     print(f"{k + ':':<18}{v}")
 '''
 
-HOG = "import os\nos.sched_setaffinity(0, {%d})\nprint('spinning', flush=True)\nwhile True:\n    pass\n"
+HOG = "print('spinning', flush=True)\nwhile True:\n    pass\n"
 
 
 def _run(wt, n, log):
-    return run_train(wt, wt, n, 1.0, env={"PIN_CPU": "0"}, log_name=log, timeout=120)
+    return run_train(wt, wt, n, 1.0, log_name=log, timeout=120)
 
 
 def _slowed_run(wt, hogs):
@@ -49,7 +44,7 @@ def _slowed_run(wt, hogs):
     # Each in its own session, like a process started from another terminal: the runner starts the
     # training in its own session, and with autogroup scheduling (Linux's default) CPU time is shared
     # between sessions first, so hogs in the test's own session would only ever halve the run's pace.
-    procs = [subprocess.Popen([sys.executable, "-c", HOG % 0], stdout=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE, text=True,
                               start_new_session=True) for _ in range(hogs)]
     try:
         for p in procs:   # a loaded box starts them late: wait for each
@@ -73,12 +68,13 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
         return h._decide_on(ctx, run, VerifyResult(True, "verified", bpb, None, True, 0.1))
 
     honest = _run(tmp_path, 1, "exp-0001.log")
-    for attempt in (1, 2, 3):   # a loaded box (the other test worker) can slow the honest run or starve the
-        slowed = _slowed_run(tmp_path, hogs=8 * attempt)   # reader: a weak slowdown is redone with more hogs
-        ratio = slowed.extra["clock"]["pace_s"] / honest.extra["clock"]["pace_s"]
-        if ratio > 1.5:
+    busy = honest.extra["clock"]["other_cores_train"]
+    for attempt in (1, 2, 3):   # a loaded box (the other test worker) can load the honest run too:
+        slowed = _slowed_run(tmp_path, hogs=attempt)   # a weak difference is redone with more hogs
+        more = slowed.extra["clock"]["other_cores_train"] - busy
+        if more > 0.6:
             break
-    assert ratio > 1.5, f"the competing processes slowed the run only {ratio:.2f}x in 3 tries"
+    assert more > 0.6, f"the harness's meter saw only {more:.2f} more busy cores in 3 tries"
     d1 = judge(honest, 1.396)
     assert d1.is_again
     d2 = judge(slowed, 1.527)
@@ -93,11 +89,11 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
     jd = d3.verdicts["judge"]
     runs = d3.verdicts["evidence"]["candidate"]["runs"]
     assert runs[1]["log"] == "logs/exp-0001.rerun1.log" and runs[1]["used"] is False
-    assert "ms/step" in runs[1]["why"] or "mid-run" in runs[1]["why"], runs[1]   # its pace, or its steps as well
+    assert "another load" in runs[1]["why"] or "meter's cap" in runs[1]["why"] or "changed while" in runs[1]["why"], runs[1]
     assert 1.527 not in jd["baseline_values"], jd["baseline_values"]
     assert jd["spread"] < 0.01, f"the slowed run blew up the noise: sigma {jd['spread']}"
     assert jd["baseline_values"] == [r["bpb"] for r in runs if r["used"]]
-    for r in runs:   # a run left out is left out as disturbed (its pace, or its own steps on a loaded box)
-        assert r["used"] or "ms/step" in r["why"] or "mid-run" in r["why"], r
+    for r in runs:   # a run left out is left out for what the harness measured of the machine
+        assert r["used"] or any(w in r["why"] for w in ("another load", "meter's cap", "changed while")), r
     if len(runs) == 3:   # no honest run was slowed by the box: the band is the two honest runs'
         assert jd["baseline_values"] == [1.396, 1.399] and d3.trusted_bpb == pytest.approx(1.3975)

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.judges import stats
+from agent.judges import pairing, stats
 from agent.judges.judge import Opinion
 from harness import clock as harness_clock
 from harness.records import Basis, ExperimentRecord, finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
 DISTURBED_RERUNS = 2
-# Loads within this factor are one machine for the noise estimate (pairing.LOAD_SAME's figure).
+# Loads within this factor, and the others' busy cores within this many, are one machine for the
+# noise estimate (pairing.LOAD_SAME's and pairing.OTHER_SAME's figures).
 LOAD_BAND = 1.3
+OTHER_BAND = 0.5
 # Without the harness clock (a run that printed no step lines), its wall clock may be this factor
 # of the budget plus this grace before it counts as trained past the budget (time-budget mode only).
 WALL_FACTOR = 1.5
@@ -33,11 +34,12 @@ WALL_GRACE_S = 90.0
 
 @dataclass
 class RunSpeed:
-    """How fast a run trained and under what load: what the disturbance screen and pairing
-    compare (None: not measured, e.g. in steps mode or a record written before)."""
-    pace_s: float | None = None          # the harness clock's seconds per step
-    flops_rate: float | None = None      # FLOPs per second (header's flops/token x tokens/step / pace)
-    load: float | None = None            # the machine's load factor while it trained (harness/clock.py LoadMeter)
+    """What the harness measured of the machine while a run trained (harness/clock.py LoadMeter):
+    what pairing compares (None: not measured: steps mode, or a record written before). pace_s
+    is shown, never compared: it divides the harness's time by step numbers train.py printed."""
+    pace_s: float | None = None          # seconds per printed step, by the harness clock (shown only)
+    load: float | None = None            # the load factor while it trained
+    other: float | None = None           # the others' busy cores while it trained
 
 
 @dataclass
@@ -48,9 +50,8 @@ class Sample:
     n: int | None = None                 # the experiment it was run in
     log: str | None = None
     speed: RunSpeed = field(default_factory=RunSpeed)
-    within: str | None = None            # the run's own pace says it was disturbed
+    within: str | None = None            # the machine's load changed while it trained (the harness's meter)
     disturbed: str | None = None         # why it is no evidence (set by screen())
-    suspect: str | None = None           # a first run slower than the incumbent's FLOP rate
     over: str | None = None              # over its clock limit, short of a cheat (harness/clock.py)
     at: float | None = None              # when it was judged (the order of a decision's runs)
 
@@ -62,43 +63,49 @@ class Sample:
         """The run as the record's evidence keeps it: everything the screen and the pairing read,
         so `restore` gives back the Sample the decision was made on."""
         return {"bpb": self.bpb, "seed": self.seed, "n": self.n, "log": self.log, "pace_s": self.speed.pace_s,
-                "load": self.speed.load, "flops_rate": self.speed.flops_rate, "within": self.within,
+                "load": self.speed.load, "other_cores": self.speed.other, "within": self.within,
                 "over": self.over, "at": self.at, "used": self.used, "why": self.disturbed}
 
     @classmethod
     def of_record(cls, commit: str, r) -> "Sample":
         """A run read back from a record's evidence (harness/decision.py EvidenceRun)."""
-        s = cls(commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s, flops_rate=r.flops_rate, load=r.load),
+        s = cls(commit, r.bpb, r.seed, r.n, r.log, RunSpeed(pace_s=r.pace_s, load=r.load, other=r.other_cores),
                 within=r.within, over=r.over, at=r.at)
         s.disturbed = r.why
         return s
 
 
 def sample_of(ctx, run, bpb: float) -> Sample:
-    """The trusted value of `run` with what its log and clock say about its pace."""
+    """The trusted value of `run` with what the harness measured while it trained: its clock and
+    the machine's load. Nothing train.py printed (step times, losses, token counts) goes in."""
     clock = run.clock
-    text = ""
-    log_path = run.log_path
-    if log_path:
-        try:
-            text = Path(log_path).read_text(errors="replace")
-        except OSError:
-            text = ""
-    pace_s = clock.steps.pace_s if clock is not None and finite(clock.steps.pace_s) and clock.steps.pace_s > 0 else None
-    per_step = flops_per_step(text)
     steps_mode = run.steps_mode or bool(os.environ.get("AUTORESEARCH_STEPS"))
+    timed = clock is not None and clock.startup_s is not None and not steps_mode
     log = None
-    if log_path:
+    if run.log_path:
         try:
-            log = str(Path(log_path).relative_to(ctx.run_dir))
+            log = str(Path(run.log_path).relative_to(ctx.run_dir))
         except ValueError:
-            log = str(log_path)
-    speed = RunSpeed(pace_s=None if steps_mode else pace_s,
-                     flops_rate=per_step / pace_s if per_step and pace_s and not steps_mode else None,
-                     load=clock.load.train if clock is not None and clock.startup_s is not None and not steps_mode
-                     else None)
+            log = str(run.log_path)
+    speed = RunSpeed(pace_s=clock.steps.pace_s if timed and finite(clock.steps.pace_s) and clock.steps.pace_s > 0
+                     else None,
+                     load=clock.load.train if timed else None, other=clock.load.other_cores if timed else None)
     return Sample(commit=ctx.commit, bpb=float(bpb), seed=run.seed, n=ctx.n, log=log, speed=speed,
-                  within=None if steps_mode else within_run(step_times(text)), at=time.time())
+                  within=disturbed_by_machine(clock) if timed else None, at=time.time())
+
+
+def disturbed_by_machine(clock) -> str | None:
+    """Why the harness's meter says the machine disturbed a run while it trained, or None: the load
+    reached the meter's cap (how much it slowed the run is then unknown), or it changed by more
+    than WITHIN_SLOW within the run (the run is then like neither a quiet run nor a loaded one)."""
+    ld = clock.load
+    if ld.train >= harness_clock.MAX_LOAD * harness_clock.SATURATED:
+        return (f"the rest of the machine kept {ld.other_cores:.1f} cores busy while it trained: its load "
+                f"reached the meter's cap (x{ld.train:.2f}), so how much it slowed the run is unknown")
+    if ld.spread > WITHIN_SLOW:
+        return (f"the rest of the machine's load changed while it trained: the load factor of its busiest "
+                f"quarter was {ld.spread:.2f}x its quietest's (> {WITHIN_SLOW:g}x)")
+    return None
 
 
 def over_budget(run, budget: float | None) -> tuple[str | None, str]:
@@ -121,10 +128,8 @@ def over_budget(run, budget: float | None) -> tuple[str | None, str]:
 
 
 def over_steps(run, clock) -> tuple[str | None, str]:
-    """Steps mode is not timed, but its count is checked: a sealed run must show its steps
-    (step lines) and none numbered past AUTORESEARCH_STEPS (train.py numbers them from 1, a resumed
-    run from its state's step, so an honest run's last is at most the count). A train.py that kept
-    the hook's name but trained more steps used to pass unchecked."""
+    """Steps mode: the step count and the time around the step lines by the harness clock
+    (harness/clock.py over_steps); a sealed run must show its steps (step lines)."""
     try:
         steps = int(os.environ.get("AUTORESEARCH_STEPS") or 0)
     except ValueError:
@@ -134,28 +139,29 @@ def over_steps(run, clock) -> tuple[str | None, str]:
             return "cheat", ("the run printed no step lines (`step N | ...`): the harness cannot count its "
                              "steps, so it cannot be kept")
         return None, ""
-    last = max(clock.steps.last or 0, clock.steps.seen)
-    if steps > 0 and last > steps:
-        return "cheat", (f"the run trained to step {last} for AUTORESEARCH_STEPS={steps} ({clock.steps.seen} step "
-                         "lines): it trained past its step count")
-    return None, ""
+    return harness_clock.over_steps(clock, steps, resumed=run.resumed)
 
 
-def screen(samples: list[Sample], incumbent: list[Sample] | None = None) -> None:
-    """Mark the disturbed runs of one commit (again each time: a later fast run can show an earlier
-    one was slow). `incumbent`: the bar's runs, for the FLOP-rate check of a commit's first run."""
+def screen(samples: list[Sample]) -> None:
+    """Mark the runs of one commit that are no evidence: over their clock limit (short of a cheat),
+    disturbed by the machine while they trained (disturbed_by_machine), or made at a load not
+    comparable with most of the commit's runs (the largest group of mutually comparable loads;
+    on a tie, the lightest), which are left out of its mean and its noise but still paired with
+    the incumbent's runs made beside them (agent/judges/pairing.py). Each run on what the harness
+    measured of it: a single run can never disqualify the others."""
     for s in samples:
-        # A run slowed mid-run still bounds the commit's pace from above (it can only make the fastest
-        # slower, never flag an honest run), so it counts as a reference: leaving it out would let a run
-        # slowed from its first step pass when the commit's only other run wobbled.
-        others = [o.speed.pace_s for o in samples if o is not s and o.speed.pace_s]
-        s.disturbed = s.over or s.within or against_commit(s.speed.pace_s, others)
-        s.suspect = None
-    if incumbent is not None and len(samples) == 1 and samples[0].disturbed is None:
-        why = against_incumbent(samples[0].speed.flops_rate, [o.speed.flops_rate for o in incumbent if o.used])
-        if why:
-            samples[0].suspect = why
-            samples[0].disturbed = f"suspect until run again: {why}"
+        s.disturbed = s.over or s.within
+    timed = [s for s in samples if s.used and s.speed.load]
+    if len(timed) < 2:
+        return
+    groups = [[x for x in timed if not pairing.comparable(x.speed.load, s.speed.load, pairing.LOAD_SAME,
+                                                          x.speed.other, s.speed.other)] for s in timed]
+    ref = max(groups, key=lambda g: (len(g), -min(x.speed.load for x in g)))
+    for s in timed:
+        if s not in ref:
+            why = pairing.comparable(s.speed.load, ref[0].speed.load, pairing.LOAD_SAME, s.speed.other,
+                                     ref[0].speed.other)
+            s.disturbed = f"made at another load than most of its commit's runs: {why}"
 
 
 def values(samples: list[Sample]) -> list[float]:
@@ -204,14 +210,16 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
 
 def noise_of(store: dict[str, list[Sample]]) -> stats.Noise:
     """Sigma pooled over commits, a commit's runs grouped by the load they ran under (factors
-    within LOAD_BAND of each other share a group): sigma is the seed noise at one load, never the
-    spread a varying machine adds (that is what pairing answers, agent/judges/pairing.py)."""
+    within LOAD_BAND of each other and the others' cores within pairing.OTHER_SAME share a group):
+    sigma is the seed noise at one load, never the spread a varying machine adds (that is what
+    pairing answers, agent/judges/pairing.py)."""
     groups: dict[str, list[float]] = {}
     for c, ss in store.items():
         for s in ss:
             if s.used:
-                load = s.speed.load
-                key = c if not load else f"{c}@{math.floor(math.log(max(1.0, load)) / math.log(LOAD_BAND))}"
+                load, other = s.speed.load, s.speed.other
+                key = c if not load else (f"{c}@{math.floor(math.log(max(1.0, load)) / math.log(LOAD_BAND))}"
+                                          f":{math.floor((other or 0.0) / OTHER_BAND)}")
                 groups.setdefault(key, []).append(s.bpb)
     noise = stats.pooled_noise(groups)
     noise.outliers = [(c.split("@")[0], v) for c, v in noise.outliers]   # the records name commits
@@ -304,100 +312,7 @@ def store_of(history: list[ExperimentRecord], memo: Unrecorded, commit: str | No
     return store
 
 
-# ---- Was a run disturbed by the machine? Its pace, against itself and against its commit's other runs.
-#
-# On a wall-clock budget a run that another process slowed down trains fewer steps and comes out
-# worse: its val_bpb measures the machine, not the commit. Three checks, from what every run
-# already prints (`step N | ... | dt 412ms | ...` lines; the header's flops/token and tokens/step)
-# and the harness clock's pace (seconds per step between the first and last step line):
-#
-# - within the run: the median step time of its slowest quarter against its fastest quarter (the
-#   warm-up steps left out): a competing process that starts or stops mid-run shows here;
-# - against the same commit's other runs: slower than the fastest of them by PACE_SLOW;
-# - a commit's first run against the incumbent's runs, in FLOPs per second (so a bigger model is not
-#   "slow"): slower or faster by PACE_SLOW_OTHER makes it suspect, and the judge runs it again to
-#   tell the machine from the code (a rerun at the same pace is the code's own speed).
-#
-# Where the machine's load (measured by the harness, agent/judges/pairing.py) differs between a
-# comparison's runs in either direction, the judge pairs the runs in time instead.
-#
-# A run judged disturbed is neither a noise sample nor evidence for a decision; the judge reruns it.
-# In steps mode (AUTORESEARCH_STEPS) the pace does not change what a run learns: no check applies.
-
-# Same commit, same step cost: a run this much slower than the commit's fastest run trained
-# 1/1.3 = 77% of the steps, several sigma on a wall-clock budget; idle jitter is a few percent.
-PACE_SLOW = 1.3
-# A new commit against the incumbent, in FLOPs/s: code changes move the FLOP rate legitimately
-# (a smaller model runs at a lower rate on CPU), so only a factor a competing process gives (one
-# busy process on 2 cores: ~2.7x) makes a first run suspect.
-PACE_SLOW_OTHER = 2.0
-# Within a run: its slowest quarter's median step time against its fastest quarter's.
+# A run whose training saw the machine's load factor change by more than this (its busiest quarter
+# against its quietest) is no evidence: a competing process that started or stopped mid-run makes it
+# like neither a quiet run nor a loaded one. The meter's own jitter on an idle box is a few percent.
 WITHIN_SLOW = 1.5
-# Steps at the start left out of the within-run check (allocator and cache warm-up).
-WARMUP_STEPS = 3
-# Fewer timed steps than this: the within-run check says nothing.
-MIN_STEPS = 8
-
-DT_RE = re.compile(r"^step \d+ \|.*?\bdt ([0-9.]+)ms", re.M)
-FLOPS_RE = re.compile(r"flops/token ([0-9.]+e[+-]?\d+|[0-9.]+)")
-TOKENS_RE = re.compile(r"= ([0-9,]+) tokens/step")
-
-
-def step_times(log_text: str) -> list[float]:
-    """Seconds per step, in order, from the step lines."""
-    return [float(x) / 1000.0 for x in DT_RE.findall(log_text or "")]
-
-
-def flops_per_step(log_text: str) -> float | None:
-    f, t = FLOPS_RE.search(log_text or ""), TOKENS_RE.search(log_text or "")
-    if not f or not t:
-        return None
-    try:
-        return float(f.group(1)) * float(t.group(1).replace(",", ""))
-    except ValueError:
-        return None
-
-
-def within_run(dts: list[float]) -> str | None:
-    """Why the run's own pace says it was disturbed, or None."""
-    timed = dts[WARMUP_STEPS:]
-    if len(timed) < MIN_STEPS:
-        return None
-    q = len(timed) // 4
-    quarters = [timed[i * q:(i + 1) * q] for i in range(4)]
-    medians = [statistics.median(x) for x in quarters if x]
-    fast, slow = min(medians), max(medians)
-    if fast > 0 and slow > WITHIN_SLOW * fast:
-        return (f"its steps slowed down mid-run: the slowest quarter's median step {slow * 1000:.0f} ms "
-                f"against {fast * 1000:.0f} ms in its fastest ({slow / fast:.1f}x > {WITHIN_SLOW:g}x)")
-    return None
-
-
-def against_commit(pace: float | None, paces: list[float]) -> str | None:
-    """A run of pace `pace` (s/step) against the same commit's runs' paces."""
-    others = [p for p in paces if p and p > 0]
-    if not pace or not others:
-        return None
-    fastest = min(others + [pace])
-    if pace > PACE_SLOW * fastest:
-        return (f"{pace * 1000:.0f} ms/step against {fastest * 1000:.0f} ms in the same commit's fastest run "
-                f"({pace / fastest:.1f}x > {PACE_SLOW:g}x)")
-    return None
-
-
-def against_incumbent(rate: float | None, incumbent_rates: list[float]) -> str | None:
-    """A new commit's FLOPs/s against the incumbent's runs, in either direction: slower than their
-    best, or faster than their slowest, by PACE_SLOW_OTHER (a first run in a quiet spell against an
-    incumbent measured under load measures the machine as much as one under load against a quiet
-    incumbent): a reason to run it again, or None."""
-    rates = [r for r in incumbent_rates if r and r > 0]
-    if not rate or not rates:
-        return None
-    best, slowest = max(rates), min(rates)
-    if rate * PACE_SLOW_OTHER < best:
-        return (f"{rate / 1e9:.3g} GFLOP/s against {best / 1e9:.3g} in the incumbent's runs "
-                f"({best / rate:.1f}x slower > {PACE_SLOW_OTHER:g}x)")
-    if rate > PACE_SLOW_OTHER * slowest:
-        return (f"{rate / 1e9:.3g} GFLOP/s against {slowest / 1e9:.3g} in the incumbent's runs "
-                f"({rate / slowest:.1f}x faster > {PACE_SLOW_OTHER:g}x)")
-    return None

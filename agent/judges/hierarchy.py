@@ -143,7 +143,9 @@ class JudgeHierarchy:
 
     def _decide_on(self, ctx, run, v: VerifyResult) -> Decision:
         kind, over = self._over_budget(ctx, run)
-        if kind == "cheat" and ctx.best is None:   # the baseline runs no proposed code: never a cheat
+        if kind == "cheat" and ctx.best is None and ctx.commit == _run_info(ctx).base_commit:
+            # Only the tag's own base (run.json: the project's train.py, never imported or fixed code)
+            # runs no proposed code, so only it is never a cheat; any other baseline is judged as code.
             kind = "over"
         if kind == "cheat" and v.ok:
             v.ok, v.reason = False, over
@@ -189,15 +191,30 @@ class JudgeHierarchy:
         more = len([s for s in samples if s.used]) < self.baseline_repeats \
             and len(samples) < self.baseline_repeats + evidence.DISTURBED_RERUNS
         if more and not final:
-            why = f"; run {len(samples)} was disturbed ({latest.disturbed}), not counted" if latest.disturbed else ""
-            return Decision.again("keep", f"baseline run {len(samples)}/{self.baseline_repeats}: {v.trusted_bpb:.6f}"
-                                  f"{why}; rerunning to measure the noise", mean, verdicts, basis=Basis.BASELINE)
+            # The counter counts the runs that count, so it never passes the repeats ("6/5"); disturbed ones are said apart.
+            counted, repeats = len([s for s in samples if s.used]), self.baseline_repeats
+            if latest.disturbed:
+                head = (f"baseline run {len(samples)} was disturbed ({latest.disturbed}), not counted: "
+                        f"{counted}/{repeats} counted so far, this one {v.trusted_bpb:.6f}")
+            else:
+                left = len(samples) - counted
+                head = (f"baseline run {counted}/{repeats}: {v.trusted_bpb:.6f}"
+                        + (f" ({left} disturbed run(s) left out)" if left else ""))
+            return Decision.again("keep", f"{head}; rerunning to measure the noise", mean, verdicts, basis=Basis.BASELINE)
         left_out = [s for s in samples if not s.used]
         reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(used)} run(s); noise sigma "
                   f"{self.band.spread:.6f} ({noise.df} df{', floor' if noise.floored else ''}"
                   f"{', one run only: no estimate yet' if noise.sigma is None else ''}); a 2-run candidate must gain "
                   + (f"{self.band.threshold:.6f}" if self.band.threshold is not None else "(unknown until a commit has 2 runs)")
-                  + (f"; {len(left_out)} disturbed run(s) left out" if left_out else ""))
+                  + (f"; {len(left_out)} run(s) no evidence, left out" if left_out else ""))
+        counted = len(samples) - len(left_out)
+        if counted < self.baseline_repeats:
+            # out of reruns short of its counted runs: kept (the tag needs a bar), never silently
+            short = (f"contested: the baseline has {counted} counted run(s) of the {self.baseline_repeats} it "
+                     f"needs after {len(samples)} run(s)"
+                     + (f" (no evidence: {left_out[-1].disturbed})" if left_out else ""))
+            jd["escalations"] = [queue_apply.escalate(ctx, "contested", short, "keep", verdicts, "")]
+            reason += f"; {short}"
         jd["reason"] = reason
         queue_apply.note(ctx, "keep", reason, verdicts)
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
@@ -213,7 +230,7 @@ class JudgeHierarchy:
                 if isinstance(inc_bpb, (int, float)) else []
         if any(s.n == ctx.n for s in inc):   # runs of the incumbent made for this decision: screened too
             evidence.screen(inc)
-        evidence.screen(samples, inc)
+        evidence.screen(samples)
         latest = samples[-1]
         noise = evidence.noise_of(store)
         cand = evidence.bar_values(ctx.commit, samples, noise, "candidate")
@@ -244,17 +261,28 @@ class JudgeHierarchy:
                                                                "; the candidate runs next"),
                                       mean, verdicts, basis=Basis.METRIC, run_next=ask)
         if (not cand or not bar) and (paired is None or paired.comparison is None or paired.comparison.t is None):
+            jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
             if len(samples) < stats.MAX_RUNS + evidence.DISTURBED_RERUNS and cand == [] and bar:
-                jd.update(status="discard", basis=Basis.METRIC.value, threshold=None)
                 ev["call"] = "more"
                 return Decision.again("discard", f"run {len(samples)} is no evidence ({latest.disturbed}); "
                                       "running it again", latest.bpb, verdicts, basis=Basis.METRIC)
-            reason = f"contested: out of reruns after {len(samples)} runs, every one disturbed by the machine " \
-                "(no evidence either way)" if bar else "no measured incumbent to compare with"
-            jd.update(status="discard", basis=Basis.METRIC.value, reason=reason, threshold=None)
-            ev["call"] = "undecided" if bar else "discard"
-            if bar:   # a decision that runs out of reruns goes to a human, never a silent discard
-                jd["escalations"] = [queue_apply.escalate(ctx, "contested", reason, "discard", verdicts, "")]
+            tries = self._memo.incumbent_tries.get(ctx.n, 0)
+            if not bar and inc_commit and not remembered and tries < INCUMBENT_TRIES:
+                # the incumbent has no counted run: measure it, never discard against nothing
+                self._memo.incumbent_tries[ctx.n] = tries + 1
+                ev.update(call="more", measure_incumbent=inc_commit)
+                return Decision.again("discard", f"the incumbent {inc_commit[:7]} has no counted run "
+                                      f"({len(inc)} no evidence); it runs again first", latest.bpb, verdicts,
+                                      basis=Basis.METRIC, run_next=inc_commit)
+            last = next((s.disturbed for s in reversed(samples + inc) if s.disturbed), None)
+            reason = (f"contested: out of reruns after {len(samples)} run(s) of the candidate, "
+                      + ("none of them evidence" if bar else f"and {len(inc)} of the incumbent, none of those "
+                                                             "evidence")
+                      + (f" (the last: {last})" if last else "") + ": no evidence either way")
+            ev["call"] = "undecided"
+            # a decision that runs out of reruns goes to a human, never a silent discard
+            jd.update(reason=reason)
+            jd["escalations"] = [queue_apply.escalate(ctx, "contested", reason, "discard", verdicts, "")]
             queue_apply.note(ctx, "discard", reason, verdicts)
             return Decision("discard", reason, latest.bpb, verdicts, basis=Basis.METRIC)
         if paired is not None:
@@ -464,6 +492,10 @@ class JudgeHierarchy:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
         source = gitops.show_file(Path(worktree), commit, "train.py")
         ctx = _MeasureCtx(commit, source, worktree, run_dir)
+        kind, over = self._over_budget(ctx, run)   # the same clock as an experiment's runs
+        if kind is not None:
+            return {"ok": False, "reason": f"{'integrity' if kind == 'cheat' else 'no evidence'}: {over}",
+                    "log": log, "clock": kind}
         v = self._verify(ctx, run, run.printed("val_bpb"))
         return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
                 "verify_seconds": v.seconds, "memory_gb": (run.printed("peak_vram_mb") or 0.0) / 1024,

@@ -33,8 +33,14 @@ from agent.judges import stats
 # process more on 2 cores is ~1.5-2x; the meter's own jitter on an idle box a few percent.
 LOAD_SAME = 1.3
 # A pair whose two runs' loads differ more than this is not comparable: the load changed between
-# them (the pair's difference would measure that change).
-PAIR_SAME = 1.5
+# them (the pair's difference would measure that change). As strict as LOAD_SAME: two runs at
+# loads x2.95 and x3.99 are no pair.
+PAIR_SAME = LOAD_SAME
+# Runs whose others' busy cores differ by more than this did not share a machine either, whatever
+# their load factors say: a single-threaded run is not time-sliced while a core stays free for it,
+# but a neighbour on the other core still slows it (shared caches, memory bandwidth), and its
+# factor reads 1.0 both ways. The meter's own jitter on an idle box is a few hundredths of a core.
+OTHER_SAME = 0.5
 # Pairs at most for one decision (as the unpaired test's runs): then undecided, contested.
 MAX_PAIRS = stats.MAX_RUNS
 # A paired keep needs this P(better): the paired rule looks more often before it gives up (see
@@ -56,6 +62,7 @@ class Run:
     value: float
     at: float            # when it ended (ordering in time)
     load: float | None   # the harness's load factor over its training (None: not measured)
+    other: float | None = None   # the others' busy cores over its training (None: not measured)
 
 
 def ratio(a: float | None, b: float | None) -> float:
@@ -65,19 +72,27 @@ def ratio(a: float | None, b: float | None) -> float:
     return max(a, b) / min(a, b)
 
 
-def comparable(a: float | None, b: float | None, limit: float = LOAD_SAME) -> str | None:
-    """Why two loads are not comparable, or None."""
+def comparable(a: float | None, b: float | None, limit: float = LOAD_SAME,
+               a_other: float | None = None, b_other: float | None = None) -> str | None:
+    """Why two runs' loads are not comparable (their factors `a`, `b`; the others' busy cores
+    `a_other`, `b_other` where measured), or None."""
     r = ratio(a, b)
-    if r <= limit:
-        return None
-    faster = "lighter" if (a or 0) < (b or 0) else "heavier"
-    return f"its load x{a:.2f} is {faster} than its comparison's x{b:.2f} ({r:.2f}x apart > {limit:g}x)"
+    if r > limit:
+        faster = "lighter" if (a or 0) < (b or 0) else "heavier"
+        return f"its load x{a:.2f} is {faster} than its comparison's x{b:.2f} ({r:.2f}x apart > {limit:g}x)"
+    if a_other is not None and b_other is not None and abs(a_other - b_other) > OTHER_SAME:
+        return (f"the rest of the machine kept {a_other:.2f} cores busy during it against {b_other:.2f} during "
+                f"its comparison (> {OTHER_SAME:g} apart)")
+    return None
 
 
-def varies(loads: list[float | None], limit: float = LOAD_SAME) -> bool:
+def varies(loads: list[float | None], limit: float = LOAD_SAME, others: list[float | None] = ()) -> bool:
     """Whether the loads of a comparison's runs are not all comparable with each other."""
     known = [x for x in loads if x]
-    return bool(known) and max(known) / min(known) > limit
+    if known and max(known) / min(known) > limit:
+        return True
+    busy = [x for x in others if x is not None]
+    return bool(busy) and max(busy) - min(busy) > OTHER_SAME
 
 
 def pairs_of(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[tuple[Run, Run, str]]]:
@@ -91,7 +106,7 @@ def pairs_of(runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[tuple[Run, Ru
             i += 1
             continue
         c, inc = (a, b) if a.side == "candidate" else (b, a)
-        why = comparable(c.load, inc.load, PAIR_SAME)
+        why = comparable(c.load, inc.load, PAIR_SAME, c.other, inc.other)
         (dropped.append((c, inc, why)) if why else out.append((c, inc)))
         i += 2
     return out, dropped
@@ -157,9 +172,8 @@ class Plan:
 
 
 def _usable(s) -> bool:
-    """A run paired evidence may use: not over its clock limit, not slowed mid-run. (Slower than
-    its commit's fastest is what pairing answers, so that flag does not count here.)"""
-    return getattr(s, "over", None) is None and getattr(s, "within", None) is None
+    """A run paired evidence may use: not over its clock limit, not disturbed while it trained."""
+    return s.over is None and s.within is None
 
 
 def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts: int = 0) -> Plan | None:
@@ -170,15 +184,18 @@ def plan(candidate: list, incumbent: list, n: int, noise: stats.Noise, attempts:
     used_c = [s for s in candidate if s.used]
     used_i = [s for s in incumbent if s.used]
     loads = [s.speed.load for s in used_c + used_i]
-    if not any(loads) or not varies(loads):
+    if not any(loads) or not varies(loads, others=[s.speed.other for s in used_c + used_i]):
         return None
     inc_loads = [s.speed.load for s in used_i if s.speed.load]
     inc_mean = statistics.fmean(s.bpb for s in used_i) if used_i else None
+    inc_others = [s.speed.other for s in used_i if s.speed.other is not None]
     if len(candidate) == 1 and used_c and inc_mean is not None and used_c[0].bpb >= inc_mean and inc_loads \
-            and (used_c[0].speed.load or 0) <= LOAD_SAME * min(inc_loads):
+            and (used_c[0].speed.load or 0) <= LOAD_SAME * min(inc_loads) \
+            and (used_c[0].speed.other or 0.0) <= min(inc_others, default=0.0) + OTHER_SAME:
         return None   # worse, and no heavier than the lightest of the bar's runs: the load did not do it
-    runs = [Run("candidate", s.bpb, s.at or 0.0, s.speed.load) for s in candidate if _usable(s)]
-    runs += [Run("incumbent", s.bpb, s.at or 0.0, s.speed.load) for s in incumbent if s.n == n and _usable(s)]
+    runs = [Run("candidate", s.bpb, s.at or 0.0, s.speed.load, s.speed.other) for s in candidate if _usable(s)]
+    runs += [Run("incumbent", s.bpb, s.at or 0.0, s.speed.load, s.speed.other)
+             for s in incumbent if s.n == n and _usable(s)]
     pairs, dropped = pairs_of(runs)
     left = [{"candidate": c.value, "incumbent": i.value, "why": w} for c, i, w in dropped]
     spent = len(candidate) + len([s for s in incumbent if s.n == n]) + attempts
