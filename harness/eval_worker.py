@@ -95,24 +95,27 @@ def main(spec_path):
         with open(spec_path) as f:
             spec = json.load(f)
         sys.path.insert(0, spec["dir"])
+        threads = int(os.environ.get("AUTORESEARCH_THREADS") or os.cpu_count() or 1)
+        rows = int(spec["rows"])
+        # the replay loads the graph while this process imports torch and the data
+        replay = R.Replay.start(spec["dir"], {"dir": spec["dir"], "artifact": spec["artifact"], "rows": rows,
+                                              "threads": threads})
         import torch
         stage("import_prepare")
         import prepare
         if spec.get("eval_tokens"):          # a proxy evaluation (screening): fewer tokens
             prepare.EVAL_TOKENS = int(spec["eval_tokens"])
-        threads = int(os.environ.get("AUTORESEARCH_THREADS") or os.cpu_count() or 1)
         torch.set_num_threads(threads)
+        tokenizer = prepare.Tokenizer.from_directory()
         stage("load_graph")
-        rows, T = int(spec["rows"]), prepare.MAX_SEQ_LEN
-        replay = R.Replay(torch, spec["dir"], {"dir": spec["dir"], "artifact": spec["artifact"], "rows": rows,
-                                               "seq_len": T, "threads": threads})
+        T = prepare.MAX_SEQ_LEN
+        replay.ready(torch, rows, T)
         out["sha_match"] = replay.sha == spec.get("train_sha")
         out["replay_mode"] = replay.mode
         steps = max(1, prepare.EVAL_TOKENS // (rows * T))      # as prepare.evaluate_bpb counts them
         checked = Checked(torch, replay, secrets.randbits(63), steps,
                           leak_tol=LEAK_TOL_CUDA if replay.device.type == "cuda" else LEAK_TOL)
         stage("evaluate")
-        tokenizer = prepare.Tokenizer.from_directory()
         with torch.no_grad():
             bpb = float(prepare.evaluate_bpb(checked, tokenizer, rows))
             checked.finish()

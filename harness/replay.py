@@ -138,33 +138,44 @@ class Lane:
 class Replay:
     """The graph as the evaluator calls it: replay(x, lane) -> logits, computed in a replay process.
 
-    Starts one replay process (fork mode) or two (pair mode: lane 0 and lane 1), waits for each to
-    load the artifact, and keeps what they reported: the artifact's train.py hash, the device, the
-    graph's input shape and digest."""
+    `Replay.start` launches the first replay process before the evaluator has even imported torch
+    (the two start side by side); `ready(torch, rows, seq_len)` waits for it to load the artifact,
+    starts the second in pair mode, and keeps what they reported: the artifact's train.py hash, the
+    device, the graph's input shape (checked against the evaluation's) and digest."""
 
-    def __init__(self, torch, folder: str, spec: dict, env: dict | None = None):
+    def __init__(self, folder: str, spec: dict, env: dict | None = None):
+        self.folder, self.spec = folder, dict(spec)
+        self.env = dict(os.environ if env is None else env)
+        self.lanes: list[Lane] = [Lane(folder, self.spec, self.env)]
+        self.torch = None
+
+    @classmethod
+    def start(cls, folder: str, spec: dict, env: dict | None = None) -> "Replay":
+        return cls(folder, spec, env)
+
+    def ready(self, torch, rows: int, seq_len: int) -> "Replay":
         self.torch = torch
-        env = dict(os.environ if env is None else env)
-        self.lanes: list[Lane] = []
         try:
-            first = Lane(folder, spec, env)
-            self.lanes.append(first)
-            ready, _ = first.ask({"op": "hello"})
-            if ready.get("ok") is not True:
-                raise ReplayError(str(ready.get("error") or "the replay could not load the graph"))
-            self.mode = ready["mode"]
+            hello, _ = self.lanes[0].ask({"op": "hello"})
+            if hello.get("ok") is not True:
+                raise ReplayError(str(hello.get("error") or "the replay could not load the graph"))
+            if [hello.get("rows"), hello.get("seq_len")] != [rows, seq_len]:
+                raise ReplayError(f"the graph takes int64 [{hello.get('rows')}, {hello.get('seq_len')}]; the "
+                                  f"evaluation feeds int64 [{rows}, {seq_len}]")
+            self.mode = hello["mode"]
             if self.mode == "pair":
-                second = Lane(folder, spec, env)
+                second = Lane(self.folder, self.spec, self.env)
                 self.lanes.append(second)
                 again, _ = second.ask({"op": "hello"})
-                if again.get("ok") is not True or again.get("digest") != ready.get("digest"):
+                if again.get("ok") is not True or again.get("digest") != hello.get("digest"):
                     raise ReplayError("the second replay process did not load the same graph")
         except BaseException:
             self.close()
             raise
-        self.device = torch.device(ready["device"])
-        self.rows, self.seq_len = int(ready["rows"]), int(ready["seq_len"])
-        self.sha, self.digest_at_load = ready.get("sha"), ready["digest"]
+        self.device = torch.device(hello["device"])
+        self.rows, self.seq_len = rows, seq_len
+        self.sha, self.digest_at_load = hello.get("sha"), hello["digest"]
+        return self
 
     # evaluate_bpb finds the model's device through parameters() or buffers()
     def parameters(self):
@@ -284,7 +295,7 @@ def serve(spec: dict, fd: int) -> None:
 
 
 def _load(spec: dict) -> dict:
-    """The artifact and its graph, checked by graph.py; spec: {"dir", "artifact", "rows", "seq_len", "threads"}."""
+    """The artifact and its graph, checked by graph.py; spec: {"dir", "artifact", "rows", "threads"}."""
     sys.path.insert(0, spec["dir"])
     import torch
     import graph as G
@@ -301,7 +312,7 @@ def _load(spec: dict) -> dict:
     if mode not in ("fork", "pair"):
         raise ValueError(f"{MODE_ENV}={mode!r}: expected fork or pair")
     graph = G.load(art["graph"], _tensors(art["state_dict"]), _tensors(art["constants"]),
-                   rows=int(spec["rows"]), seq_len=int(spec["seq_len"]), device=device)
+                   rows=int(spec["rows"]), seq_len=_seq_len(art["graph"]), device=device)
     sha = art.get("train_py_sha")
     return {"torch": torch, "graph": graph, "mode": mode, "sha": sha if isinstance(sha, str) else None,
             "threads": int(spec.get("threads") or 1)}
@@ -391,6 +402,15 @@ def _cuda_share(torch, t) -> dict:
             "storage_size": storage_size, "storage_offset": storage_offset, "requires_grad": requires_grad,
             "ref_handle": hexed(ref_handle), "ref_offset": ref_offset, "event_handle": hexed(event_handle),
             "event_sync_required": event_sync}
+
+
+def _seq_len(text) -> int:
+    """The graph's own input length (the evaluator checks it against the evaluation's)."""
+    try:
+        n = json.loads(text)["input"]["shape"][1]
+        return n if isinstance(n, int) and not isinstance(n, bool) else -1
+    except (ValueError, KeyError, IndexError, TypeError):
+        return -1
 
 
 def _graph_device(text) -> str:
