@@ -96,6 +96,14 @@ def runs_done(history: list) -> int:
     return sum(r.training_runs for r in history if isinstance(r, ExperimentRecord) and r.is_experiment)
 
 
+def run_seconds(history: list) -> float:
+    """A training run's wall time as this tag has measured it (the median of its recorded runs'),
+    0 before any: what --until keeps for the runs the night's end will make."""
+    walls = sorted(w for w in (r.timing("run") for r in history if isinstance(r, ExperimentRecord)
+                                 and r.is_experiment) if w is not None and w > 0)
+    return walls[len(walls) // 2] if walls else 0.0
+
+
 def night_lines(records: list[ExperimentRecord], cap: float | None = None) -> list[str]:
     """What the end summary and the report say about the LLM's spend and the hand-overs."""
     exps = [r for r in records if r.is_experiment]

@@ -27,6 +27,7 @@ from agent import budget
 from agent.config import NOTIFY_ENV, LoopConfig
 from agent.console import clock
 from agent.judges import stats
+from agent.judges.advance import RULES
 from agent.proposers.local import SEARCHES
 from harness import gitops
 
@@ -93,7 +94,7 @@ def validate(parser, args) -> None:
     if cap is not None and not (cap >= 0 and cap != float("inf")):
         parser.error(f"--max-cost must be a number of dollars >= 0, got {cap:g}")
     at_least = {"--max-experiments": (args.max_experiments, 1), "--max-runs": (getattr(args, "max_runs", None), 1),
-                "--baseline-repeats": (args.baseline_repeats, 1),
+                "--baseline-repeats": (args.baseline_repeats, 1), "--final-runs": (getattr(args, "final_runs", 0), 0),
                 "--screen": (args.screen, 1), "--fix-tries": (args.fix_tries, 0),
                 "--workers": (getattr(args, "workers", 1), 1), "--crash-streak": (getattr(args, "crash_streak", 0), 0)}
     for flag, (value, low) in at_least.items():
@@ -193,7 +194,7 @@ def given_options(argv=None) -> set[str]:
 # the budget is still refused if it differs: one tag never mixes budgets). Not --until: a stop
 # time belongs to one night, and the next such time could be tomorrow's.
 REMEMBERED = ("budget", "max_experiments", "proposer", "model", "max_cost", "crash_streak",
-              "fix_tries", "api_patience", "seed", "offline_search", "baseline_repeats", "reviewer",
+              "fix_tries", "api_patience", "seed", "offline_search", "baseline_repeats", "reviewer", "rule", "final_runs",
               "timeout", "sandbox", "screen", "smoke")
 
 
@@ -277,6 +278,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None,
                    help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
     p.add_argument("--max-experiments", type=int, help="stop after N experiments (baseline included)")
+    p.add_argument("--final-runs", type=int, metavar="N",
+                   help="when the night ends (--until, --max-runs, --max-experiments, Ctrl-C), re-measure the final "
+                        "on N fresh seeds against the baseline's runs: the morning report's headline and its "
+                        "confirmation (default 2, counted inside --max-runs and --until; 0: none)")
     p.add_argument("--max-runs", type=int, metavar="N",
                    help="start no experiment once N training runs are done (the baseline's repeats, confirming "
                         "runs, incumbent reruns and crashed tries count): arms compared at equal compute")
@@ -300,10 +305,16 @@ def parser() -> argparse.ArgumentParser:
                         "incumbent, chosen from the evidence) or an Optuna sampler over every knob (tpe, cmaes, random)")
     p.add_argument("--worktree-root", help="where worktrees go (default <repo>/.autoresearch)")
     p.add_argument("--baseline-repeats", type=int,
-                   help="baseline runs used by the judges to estimate noise (default %(default)s)")
+                   help="baseline runs that measure the noise (default: the rule's, 3 / 1 / 5)")
+    p.add_argument("--rule", choices=RULES,
+                   help="when a candidate becomes the incumbent, every rule sealed and on the trusted figure: "
+                        "default: advance on one run that beats the incumbent's shrunk value (a keep is the better "
+                        "bet; 'confirmed' is a claim made on runs of its own); reference: karpathy/autoresearch's "
+                        "one run, keep if lower; strict: confirm every keep (P(better) >= 0.99 on 2+ runs)")
     p.add_argument("--reviewer", choices=("hierarchy", "simple"),
                    help="hierarchy: guard + trusted metric + judges + human queue (default); simple: keep "
-                   "iff the printed val_bpb beats the best (for stand-in train.py files that save no model)")
+                   "iff the printed val_bpb beats the best, unsealed (only for stand-in train.py files that "
+                   "save no model: tests of the loop itself)")
     p.add_argument("--timeout", type=float, help="kill a run after this many seconds "
                    "(default max(2x budget, budget + 300 s))")
     p.add_argument("--repo", help="the repository (default: the current one)")

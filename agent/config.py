@@ -11,7 +11,6 @@ import argparse
 from dataclasses import dataclass, fields
 
 from agent import budget
-from agent.judges import stats
 
 # The environment variable that gives --notify's webhook URL (a secret: never on the command line
 # of a shared machine).
@@ -24,6 +23,7 @@ class Stops:
     max_experiments: int | None = None    # stop after N experiments (the baseline counts)
     max_runs: int | None = None           # stop after N training runs (repeats and confirmations count)
     until: str | None = None              # start no experiment after this local HH:MM
+    final_runs: int = 2                   # fresh runs of the final when the night ends (its headline); 0: none
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,20 @@ class LoopConfig:
     budget: float                         # training seconds per run
     repo: str = "."
     resume: bool = False
-    reviewer: str = "hierarchy"           # hierarchy | simple
-    baseline_repeats: int = stats.BASELINE_RUNS
+    reviewer: str = "hierarchy"           # hierarchy | simple (stand-in train.py files: printed figures, unsealed)
+    rule: str = "default"                 # the judge's keep rule: default | reference | strict (agent/judges/advance.py)
+    baseline_repeats: int | None = None   # None: the rule's own (advance.BASELINE_RUNS)
     smoke: bool = False                   # the smoke preset (agent/cli.py): tiny profile, fixed steps
     notify: str | None = None             # webhook URL for notifications (agent/notify.py); a secret
     stops: Stops = Stops()
     ideas: IdeasConfig = IdeasConfig()
     place: Placement = Placement()
+
+    @property
+    def repeats(self) -> int:
+        """Baseline runs: --baseline-repeats, else the rule's own (agent/judges/advance.py)."""
+        from agent.judges.advance import BASELINE_RUNS
+        return self.baseline_repeats if self.baseline_repeats is not None else BASELINE_RUNS[self.rule]
 
     @classmethod
     def of(cls, args: "LoopConfig | argparse.Namespace | dict") -> "LoopConfig":

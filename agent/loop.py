@@ -82,12 +82,13 @@ BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose bas
 EXIT_OUT_OF_SPACE = 75
 
 
-def build_reviewer(kind: str, baseline_repeats: int, tracer=None, budget: float | None = None) -> Reviewer:
-    """The reviewer the loop uses: the judge hierarchy (--reviewer hierarchy; an LLM judge only
-    with ANTHROPIC_API_KEY), or SimpleReviewer with --reviewer simple."""
+def build_reviewer(kind: str, baseline_repeats: int, tracer=None, budget: float | None = None,
+                   rule: str = "default") -> Reviewer:
+    """The reviewer the loop uses: the judge hierarchy with its keep rule (--rule; an LLM judge
+    only with ANTHROPIC_API_KEY), or SimpleReviewer with --reviewer simple (stand-in files)."""
     if kind == "simple":
         return SimpleReviewer()
-    return JudgeHierarchy.build(baseline_repeats, tracer=tracer, budget=budget)
+    return JudgeHierarchy.build(baseline_repeats, rule=rule, tracer=tracer, budget=budget)
 
 
 def make_offline(search: str = "local"):
@@ -121,7 +122,7 @@ class Loop:
         self.files = workspace.RunFiles(repo, config.tag, worktree, worktree)
         self.panel = Panel(self.files, float(config.budget), self.coord, Console(config.tag, float(config.budget)),
                            _notifier(config.notify, config.tag, lambda text: self.panel.event(text)),
-                           config.baseline_repeats)
+                           config.repeats)
         self.slot: Slot | None = None     # set in setup(): where runs go, and their fixed terms
         self.ideas: Ideas | None = None   # set in setup(): who proposes, and what they are told
         self.reviewer: Reviewer | None = None
@@ -184,7 +185,7 @@ class Loop:
         tracer = self.panel.tracer = Tracer(files.run_dir / "traces.jsonl")
         proposer = make_proposer(c.ideas.proposer, c.ideas.offline_search, model=c.ideas.model, api_patience=c.ideas.api_patience,
                                  tracer=tracer)
-        self.reviewer = build_reviewer(c.reviewer, c.baseline_repeats, tracer, self.budget)
+        self.reviewer = build_reviewer(c.reviewer, c.repeats, tracer, self.budget, rule=c.rule)
         proposers = Proposers(proposer, proposer if c.ideas.proposer == "offline" else make_offline(c.ideas.offline_search),
                               tracer, c.ideas.max_cost, c.ideas.crash_streak,
                               budget.Handovers(self.panel.event, self.reviewer_stop_llm).announce)
@@ -267,7 +268,7 @@ class Loop:
         if self.best is None and self.config.reviewer == "hierarchy":
             steps = os.environ.get("AUTORESEARCH_STEPS")
             self.panel.event(cli.eta_note(
-                baseline_repeats=self.config.baseline_repeats, max_experiments=self.config.stops.max_experiments,
+                baseline_repeats=self.config.repeats, max_experiments=self.config.stops.max_experiments,
                 budget=self.budget, eval_tokens=self.run_info.eval_tokens, steps=int(steps) if steps else None,
                 done=self.coord.next_n() - 1))
         if self.config.parallel:
@@ -290,15 +291,37 @@ class Loop:
             self.step(n)                                              # 4. propose; 5-10 in run_experiment
 
     def stop_due(self, n: int, deadline: float | None) -> str | None:
-        """Why the loop stops before experiment n (--max-experiments, --until, --max-runs), or None."""
+        """Why the loop stops before experiment n (--max-experiments, --until, --max-runs), or None.
+        The final's re-measurement at the night's end (--final-runs) is kept inside --until and
+        --max-runs: its runs are reserved."""
         c = self.config
+        final = self.final_runs()
         if c.stops.max_experiments is not None and n > c.stops.max_experiments:
             return f"reached --max-experiments {c.stops.max_experiments}"
-        if deadline is not None and time.time() >= deadline:
-            return f"reached --until {c.stops.until}"
-        if c.stops.max_runs is not None and budget.runs_done(self.history) >= c.stops.max_runs:
-            return f"reached --max-runs {c.stops.max_runs} ({budget.runs_done(self.history)} training runs)"
+        if deadline is not None and time.time() + final * budget.run_seconds(self.history) >= deadline:
+            return f"reached --until {c.stops.until}" + (f" ({final} run(s) kept for the final's re-measurement)"
+                                                        if final else "")
+        if c.stops.max_runs is not None and budget.runs_done(self.history) + final >= c.stops.max_runs:
+            return (f"reached --max-runs {c.stops.max_runs} ({budget.runs_done(self.history)} training runs"
+                    + (f", {final} kept for the final's re-measurement)" if final else ")"))
         return None
+
+    def final_runs(self) -> int:
+        """Runs the night's end re-measures its final on (0: none, or no trusted evaluation to make them)."""
+        return self.config.stops.final_runs if self.config.reviewer == "hierarchy" else 0
+
+    def finish_night(self) -> None:
+        """The night's end: the final re-measured on fresh seeds (agent/remeasure.py night_end), the
+        headline and the final's confirmation. A second Ctrl-C skips it; a failure only says so."""
+        if self.slot is None or self.slot.executor is None or not self.history:
+            return
+        from agent.remeasure import night_end
+        try:
+            night_end(self, self.final_runs(), say=self.panel.event)
+        except KeyboardInterrupt:
+            self.panel.event("night end: skipped (Ctrl-C); the headline is the recorded best's")
+        except Exception as exc:   # the night's results are recorded already: never lose them here
+            self.panel.event(f"night end: the final could not be re-measured ({type(exc).__name__}: {exc})")
 
     def step(self, n: int) -> ExperimentRecord:
         """One experiment: propose (4), then steps 5-10."""
@@ -379,10 +402,12 @@ class Loop:
     def on_signal(self, signum, frame) -> None:
         self.coord.signals.handle(signum, frame)
 
-    def stop(self) -> None:
-        """After Ctrl-C or an error: an unrecorded commit is parked under a ref (pending.json
-        stays, so --resume re-runs it) and the branch goes back to the last kept commit.
-        A loop that never got the tag's lock (refused: another loop runs it) touches nothing."""
+    def stop(self, final: bool = False) -> None:
+        """After the night, Ctrl-C or an error: an unrecorded commit is parked under a ref
+        (pending.json stays, so --resume re-runs it) and the branch goes back to the last kept
+        commit; with `final` (the night ended, or a first Ctrl-C) the final is re-measured
+        (finish_night). A loop that never got the tag's lock (refused: another loop runs it)
+        touches nothing."""
         if self.run_lock is None:
             self.panel.console.close()
             return
@@ -393,6 +418,8 @@ class Loop:
                 label = pending.n if pending else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
+        if final and self.final_runs() and not self.config.parallel:
+            self.finish_night()
         if self.slot is not None and self.slot.executor is not None:   # a run still going is ended
             with contextlib.suppress(Exception):
                 self.slot.executor.close()
@@ -451,7 +478,7 @@ def main(argv=None) -> int:
     try:
         loop.run()
     except KeyboardInterrupt:
-        loop.stop()
+        loop.stop(final=True)   # the night's end too: a second Ctrl-C skips the final's re-measurement
         if not cli.forget_unstarted(loop):
             reason = summary.interrupted_reason(loop.interim, [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
@@ -482,7 +509,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         cli.forget_unstarted(loop)
         return 2
-    loop.stop()
+    loop.stop(final=True)
     print(summary.render(summary.build(loop.run_dir, loop.tag, loop.stop_reason or "done",
                                        time.time() - loop.started_at, cap=config.ideas.max_cost)), flush=True)
     return 0

@@ -21,6 +21,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from agent.experiment import MAX_RERUNS, run_commit, seed_for
+from agent.judges.evidence import over_budget
 from harness import gitops, knobs
 
 # Re-measurement seeds start here: far above every loop seed of a night (seed_for(n, r) is
@@ -96,8 +97,10 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
         n = JOB_N_BASE + i
         run = run_commit(slot, n, commit, f"remeasure-{commit[:7]}-{seed}.log", {"AUTORESEARCH_SEED": str(seed)})
         v = run.verified
-        if run.crash_class is not None or v is None or not v.ok or v.trusted_bpb is None:
-            why = run.crash_class or (v.reason if v is not None else "no trusted evaluation")
+        kind, over = over_budget(run, slot.budget) if run.crash_class is None else (None, "")
+        if run.crash_class is not None or kind is not None or v is None or not v.ok or v.trusted_bpb is None:
+            why = run.crash_class or (f"the harness's clock: {over}" if kind else None) \
+                or (v.reason if v is not None else "no trusted evaluation")
             out.failed.append(f"seed {seed}: {why}")
         else:
             out.values.append(float(v.trusted_bpb))
@@ -106,4 +109,30 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
             say(f"re-measure {commit[:7]} seed {seed}: "
                 + (f"{out.values[-1]:.6f}" if out.seeds and out.seeds[-1] == seed else out.failed[-1]))
     out.seconds = time.monotonic() - t0
+    return out
+
+
+def night_end(loop, runs: int, *, say=print) -> dict | None:
+    """The night's headline and the final's confirmation: the final incumbent re-measured on `runs`
+    fresh seeds against the baseline's runs and its parent's (agent/judges/confirm.py), written to
+    the journal as a "claim"; None when there is nothing beyond the baseline to claim."""
+    from agent.judges import confirm
+    from harness.results import append_journal
+    history = [r for r in loop.history if r.is_experiment]
+    base = next((r for r in history if r.is_baseline and r.status == "keep"), None)
+    final = loop.best["commit"] if loop.best else None
+    if runs <= 0 or base is None or not final or final == base.commit:
+        return None
+    taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
+    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.next_n()]) + 1) | taken
+    seeds = fresh_seeds(runs, used, start=max(taken | {FRESH_SEED_BASE - 1}) + 1)
+    say(f"night end: re-measuring the final {final[:7]} on {runs} fresh seed(s) against the baseline "
+        f"{base.commit[:7]}'s runs (the headline); Ctrl-C again to skip it")
+    got = remeasure(loop, final, seeds, say=say)
+    out = confirm.claim(final, loop.history, got.values, failed=got.failed, baseline=base.commit, final=True)
+    out["seeds"] = got.seeds
+    append_journal(loop.files.journal_path, out)
+    line = confirm.headline(confirm.claims_of([out]))
+    if line:
+        say(f"headline: {line}")
     return out

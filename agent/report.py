@@ -26,7 +26,8 @@ from pathlib import Path
 
 from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
-from agent.validate import ValidateError
+from agent.judges import confirm
+from agent.validate import ValidateError, confirm_run
 from harness import gitops
 from harness.figures import bpb_figure, figure_text, fnum
 from harness.records import Measurement
@@ -81,7 +82,7 @@ def load(run: Path) -> dict:
     info = RunInfo.read(run / "run.json") or RunInfo()
     base = info.base_commit or (records[0].commit if records else None)
     return {"run": run, "records": records, "problems": problems, "info": info, "base": base,
-            "tag": info.tag or run.name, "source": source}
+            "tag": info.tag or run.name, "source": source, "claims": confirm.read_claims(run / "journal.jsonl")}
 
 
 def _run_info(data: dict) -> RunInfo:
@@ -141,7 +142,8 @@ def summarize(data: dict) -> dict:
                         "gain": (best - bpb) if best is not None and bpb is not None else None,
                         "threshold": fnum(_find(judge, "threshold")), "spread": fnum(_find(judge, "spread")),
                         "reason": rec.decision.decision_reason,
-                        "evidence": ev.summary() if ev else None, "unshown": rec.decision_bpb if bpb is None else None})   # a figure bpb_of would not show
+                        "evidence": ev.summary() if ev else None, "unshown": rec.decision_bpb if bpb is None else None,
+                        "label": confirm.label(rec, data["claims"] if "claims" in data else [])})
         if bpb is not None:
             best = bpb
     groups = defaultdict(list)
@@ -171,7 +173,8 @@ def summarize(data: dict) -> dict:
             "wall_seconds": wall, "final": final["commit"] if final else data["base"],
             "night": budget.night_lines(recs), "runs": runs_total(recs),
             "source": data["source"] if "source" in data else "journal.jsonl",
-            "final_bpb": final["bpb"] if final else (bpb_of(baseline) if baseline else None)}
+            "final_bpb": final["bpb"] if final else (bpb_of(baseline) if baseline else None),
+            "headline": confirm.headline(data["claims"] if "claims" in data else [])}
 
 
 # ---- ablation ------------------------------------------------------------------------------------
@@ -344,9 +347,11 @@ def _ablation_line(c: dict, abl: dict | None) -> str:
 
 
 def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str | None) -> str:
-    lines = [f"# Morning report: {s['tag']}", "",
-             f"{s['experiments']} experiments; baseline {_f(s['baseline_bpb'])} -> final best {_f(s['final_bpb'])} "
-             f"(commit {str(s['final'])[:7]}); {len(s['changes'])} kept change(s).", ""]
+    lines = [f"# Morning report: {s['tag']}", ""]
+    if s["headline"]:   # the final re-measured on fresh seeds: the night's figure, never a lucky run's
+        lines += [f"**Headline: {s['headline']}.**", ""]
+    lines += [f"{s['experiments']} experiments; baseline {_f(s['baseline_bpb'])} -> final {_f(s['final_bpb'])} "
+              f"as recorded (commit {str(s['final'])[:7]}); {len(s['changes'])} kept change(s).", ""]
     if s["source"] == "results.tsv":
         lines += ["Read from results.tsv alone (no journal.jsonl here): no diffs, hypotheses, judge figures or costs.", ""]
     if figure:
@@ -363,6 +368,8 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
                   f"- hypothesis: {_t(c['hypothesis']) or '-'}",
                   f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}{unshown}",
                   f"- judge: {_t(c['reason']) or '-'}",
+                  f"- claim: {c['label']}" + (" (fresh runs did not pass the test against its parent's)"
+                                               if c['label'] == "not confirmed" else ""),
                   f"- evidence: {_t(c['evidence']) or 'not recorded (a journal from before the judge recorded its runs)'}",
                   f"- leave-one-out: {_ablation_line(c, abl)}"]
         for b in branches or []:
@@ -487,7 +494,15 @@ def main(argv=None) -> int:
     p.add_argument("--branches", action="store_true", help="one branch per kept change, on the tag's base, "
                    "and exp/<hardware>/<tag> at the final best")
     p.add_argument("--validate", type=float, metavar="K", help="re-run the final best and the base at K x the budget")
+    p.add_argument("--confirm", nargs="?", const=0, type=int, metavar="N",
+                   help="confirm experiment N's keep (default: the final) on 2 fresh seeds against its parent's runs")
     args = p.parse_args(argv)
+    if args.confirm is not None:
+        try:
+            confirm_run(args.run.resolve(), args.confirm or None)
+        except ValidateError as exc:
+            print(f"report: {exc}")
+            return 1
     try:
         got = report(args.run.resolve(), args.ablate, args.branches, validate=args.validate)
     except (ReportError, ValidateError) as exc:

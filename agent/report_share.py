@@ -79,7 +79,8 @@ def extend(md: str, data: dict, s: dict, out: Path, branches: bool = False, vali
     only_imported = imported_only(data["records"])
     hw = figures_hardware(here, imported, only_imported)      # whose machine the figures are from
     lines = md.split("\n")
-    lines.insert(1, "\n" + terms_line(info, here, imported, only_imported))
+    at = 3 if len(lines) > 2 and lines[2].startswith("**Headline") else 1   # the headline stays the first line
+    lines.insert(at, "\n" + terms_line(info, here, imported, only_imported))
     section = ["", HEADING, ""]
     pts = points(run, imported.rows if imported else 0)
     on = hw["name"] if not imported or only_imported else \

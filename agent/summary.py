@@ -37,6 +37,7 @@ class EndSummary:
     unsealed: str | None = None        # why the runs had no sandbox (--sandbox none), else None
     night: list = field(default_factory=list)   # the cost cap and crash-streak hand-overs (agent/budget.py)
     imported: str | None = None        # the imported experiments, as history (None: none)
+    headline: str | None = None        # the final re-measured on fresh seeds (agent/judges/confirm.py)
 
 
 def dashboard_command(run_dir: Path, tag: str) -> str:
@@ -65,15 +66,19 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float, cap: flo
             continue
         if out.baseline is None:
             out.baseline, out.baseline_n = bpb, rec.n
-        if out.best is None or bpb < out.best["val_bpb"]:
-            out.best = {"n": rec.n, "commit": rec.commit or "", "val_bpb": bpb,
-                        "description": rec.description}
+        # the incumbent: the branch's last keep (under the default rule a later keep may have a
+        # higher figure than an earlier lucky one; the branch holds the later)
+        out.best = {"n": rec.n, "commit": rec.commit or "", "val_bpb": bpb, "description": rec.description}
+    from agent.judges.confirm import headline, read_claims
+    out.headline = headline(read_claims(Path(run_dir) / "journal.jsonl"))
     return out
 
 
 def render(s: EndSummary) -> str:
     total = sum(s.counts.values())
     lines = [f"== autoresearch {s.tag}: stopped, {s.reason}"]
+    if s.headline:
+        lines.append(f"headline      {s.headline}")
     if s.unsealed:
         lines.append(f"UNSEALED      these runs had no sandbox ({s.unsealed}): the results are NOT trusted")
     if s.best:
@@ -81,7 +86,8 @@ def render(s: EndSummary) -> str:
         if s.baseline is not None and s.best["n"] != s.baseline_n:
             gain = f" ({s.best['val_bpb'] - s.baseline:+.6f} vs the first kept {s.baseline:.6f})"
         lines.append(f"best val_bpb  {s.best['val_bpb']:.6f} at {s.best['commit'][:7]} "
-                     f"(exp {s.best['n']}: {clean_text(s.best['description'], one_line=True)}){gain}")
+                     f"(exp {s.best['n']}: {clean_text(s.best['description'], one_line=True)}){gain}"
+                     + (" (as recorded: the headline above is the re-measured figure)" if s.headline else ""))
     else:
         lines.append("best val_bpb  - (no experiment was kept" + (" here yet)" if s.imported else ")"))
     lines.append(f"experiments   {total}: {s.counts['keep']} kept, {s.counts['discard']} discarded, "

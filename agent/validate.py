@@ -140,12 +140,24 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
         raise ValidateError("AUTORESEARCH_STEPS is set: runs train a fixed number of steps, so a longer "
                             "budget changes nothing; unset it to validate")
     t = terms(run_dir)
+    env = tag_environment(t, k)
+    os.environ.update(env)
+    try:
+        return _validate(run_dir, t, k, seeds, say, make_measure)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+
+
+def tag_environment(t: dict, k: float = 1.0) -> dict:
+    """What runs of the tag after the fact need in the environment: its profile (its data, its
+    shapes; not this machine's default) and, for a --smoke tag, k x its steps and its threads."""
     profile, given = t["info"].profile, os.environ.get("AUTORESEARCH_PROFILE")
     if profile and given and given != profile:
         raise ValidateError(f"AUTORESEARCH_PROFILE is {given}, the tag ran on the {profile} profile; unset it "
-                            "to validate on the tag's")
+                            "to measure on the tag's")
     env = {}
-    if profile and not given:      # the tag's profile, not this machine's default (its data, its shapes)
+    if profile and not given:
         env["AUTORESEARCH_PROFILE"] = profile
     steps = t["steps"]
     if steps:   # a --smoke tag trained a fixed number of steps: K x the budget is K x its steps
@@ -153,12 +165,7 @@ def validate(run_dir: Path, k: float, seeds: int = DEFAULT_SEEDS, say=print, mak
         if not os.environ.get("AUTORESEARCH_THREADS"):
             from agent.cli import SMOKE_THREADS
             env["AUTORESEARCH_THREADS"] = str(SMOKE_THREADS)
-    os.environ.update(env)
-    try:
-        return _validate(run_dir, t, k, seeds, say, make_measure)
-    finally:
-        for key in env:
-            os.environ.pop(key, None)
+    return env
 
 
 def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -> dict:
@@ -203,3 +210,55 @@ def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -
     write_json_atomic(Path(run_dir) / VALIDATION_JSON, out)
     return out
 
+
+
+def confirm_run(run_dir: Path, n: int | None = None, runs: int = 2, say=print, make_measure=None) -> dict:
+    """`report --confirm [N]`: experiment N's kept commit (default: the final) run again on `runs`
+    fresh seeds, sealed and evaluated as the loop's runs are, and tested against its parent's runs
+    (agent/judges/confirm.py); the claim is appended to the journal and returned. The run must be
+    stopped (its journal is written here)."""
+    from agent.judges import confirm
+    from agent.remeasure import FRESH_SEED_BASE, fresh_seeds, loop_seeds
+    t = terms(run_dir)
+    keeps = [r for r in t["records"] if not r.ident.imported and r.status == "keep" and r.commit and not r.is_baseline]
+    rec = next((r for r in keeps if r.n == n), None) if n is not None else (keeps[-1] if keeps else None)
+    if rec is None:
+        raise ValidateError(f"{run_dir}: " + (f"experiment {n} is not a keep of this tag" if n is not None
+                                               else "nothing was kept beyond the baseline: nothing to confirm"))
+    taken = {s for c in confirm.read_claims(Path(run_dir) / "journal.jsonl") for s in c.seeds}
+    used = loop_seeds(max(r.n for r in t["records"] if r.n is not None) + 1) | taken
+    seeds = fresh_seeds(runs, used, start=max(taken | {FRESH_SEED_BASE - 1}) + 1)
+    env = tag_environment(t)
+    os.environ.update(env)
+    try:
+        return _confirm(run_dir, t, rec, seeds, say, make_measure)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+
+
+def _confirm(run_dir: Path, t: dict, rec, seeds: list[int], say, make_measure) -> dict:
+    from agent.judges import confirm
+    from harness.results import append_journal
+    scratch_root = Path(tempfile.mkdtemp(prefix="autoresearch-confirm-"))
+    scratch = scratch_root / "wt"
+    gitops.git(t["run"], "worktree", "add", "--detach", str(scratch), rec.commit)
+    values, failed, measure = [], [], None
+    try:
+        measure = (make_measure or sealed_measure)(t, scratch, float(t["info"].budget))
+        for i, seed in enumerate(seeds):
+            m = measure(rec.commit, VALIDATE_N0 + 500 + i, seed)
+            say(f"confirm: exp {rec.n} {rec.commit[:7]} seed {seed}: "
+                + (f"{m.bpb:.6f}" if m.ok and m.bpb is not None else f"no figure ({m.reason})"))
+            (values.append(m.bpb) if m.ok and m.bpb is not None else failed.append(f"seed {seed}: {m.reason}"))
+    finally:
+        if measure is not None:
+            measure.close()
+        gitops.git(t["run"], "worktree", "remove", "--force", str(scratch), check=False)
+        shutil.rmtree(scratch_root, ignore_errors=True)
+    out = confirm.claim(rec.commit, t["records"], values, failed=failed)
+    out["seeds"] = seeds[:len(values) + len(failed)]
+    append_journal(Path(run_dir) / "journal.jsonl", out)
+    say(f"confirm: exp {rec.n} {rec.commit[:7]} is " + ("CONFIRMED" if out["confirmed"] else "NOT confirmed")
+        + f": {out['why']}")
+    return out

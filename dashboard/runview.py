@@ -16,7 +16,7 @@ from dashboard import data, gitdiff
 from harness.records import (OFFLINE_SOURCE, ExperimentRecord, ResultLine, RunInfo, RunState,
                              experiment_records, finite as _finite, fnum as _fnum)
 from dashboard.runs import Run
-from harness.records import AuditRecord, SpanRecord
+from harness.records import AuditRecord, SpanRecord, claim_label, read_claims
 
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31
@@ -317,9 +317,11 @@ def experiment(run: Run, n: int) -> dict | None:
         diff = gitdiff.experiment_diff(run.git_dir, run.tag, row, rec)
     trusted, trusted_from = trusted_bpb(rec)
     ev = rec.evidence_view() if rec else None
+    claim = claim_label(rec, read_claims(run.file("journal.jsonl"))) \
+        if rec is not None and rec.status == "keep" and not baseline else None
     # What templates and /api/experiment receive: plain values, built here from the typed ones.
     return {"row": data.row_view(row), "record": displayable(rec.to_dict()) if rec else None, "baseline": baseline,
-            "trusted": trusted, "evidence": ev, "trusted_from": trusted_from,
+            "trusted": trusted, "evidence": ev, "trusted_from": trusted_from, "claim": claim,
             "verification": displayable(verification(rec)), "problems": problems + ([row.problem] if row.problem else []),
             "audits": audits, "log": log, "log_problem": log_problem, "diff": diff,
             "spans": spans_for(traces.records, rec), "traces_missing": traces.missing,

@@ -13,7 +13,7 @@ as it comes and stamps each step line with its own monotonic clock. From those s
 
 The reference is the tag's baseline: the unmodified train.py's own startup and post
 (ClockReference: the slowest of its runs, each divided by the load it ran under, so the reference
-is the idle machine's). Before one exists (the baseline's runs themselves, which run no proposed
+is the idle machine's), each stretched by JITTER for an honest start's variation. Before one exists (the baseline's runs themselves, which run no proposed
 code) the generous first-run allowances hold.
 
 **The allowances follow the run's own load** (LoadMeter, at the end of this file: the CPU the rest
@@ -60,6 +60,11 @@ CHEAT_FACTOR = 1.5
 # an unknown amount beyond it: an excess then cannot be told from the load, so it is no evidence
 # (never kept), never an integrity failure that accuses an honest run.
 SATURATED = 0.98
+# The unmodified train.py's own startup and save vary from run to run (the page cache, the
+# allocator, a neighbour's burst): its reference allowances stretch by this fraction, so a tag
+# measured on one or two baseline runs does not call an honest run's jitter training. Silent
+# training it could buy is this fraction of a startup: a few seconds of a 300 s budget.
+JITTER = 0.25
 # Allowances while no reference exists (the baseline itself): a cold GPU compile takes minutes,
 # saving a big model on a busy disk a minute.
 STARTUP_FIRST_S = 300.0
@@ -153,10 +158,10 @@ class ClockReference:
         return cls(slowest("startup_s", "load_startup"), slowest("post_s", "load_post"))
 
     def startup_allowance(self) -> float:
-        return self.startup_s if self.startup_s is not None else STARTUP_FIRST_S
+        return self.startup_s * (1 + JITTER) if self.startup_s is not None else STARTUP_FIRST_S
 
     def post_allowance(self) -> float:
-        return self.post_s if self.post_s is not None else POST_FIRST_S
+        return self.post_s * (1 + JITTER) if self.post_s is not None else POST_FIRST_S
 
 
 def reference_of(history: list) -> ClockReference:

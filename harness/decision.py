@@ -198,6 +198,41 @@ class ComparisonFigures:
 
 
 @dataclass
+class RuleFigures:
+    """What a one-run rule recorded (the evidence's "rule"): the default rule's advance on the
+    incumbent's shrunk value (agent/judges/advance.py), or the reference rule's keep-if-lower; and
+    whether the commit was confirmed since (agent/judges/confirm.py writes that in its own record)."""
+    rule: str | None = None               # default | reference
+    decided_by: str | None = None         # the rule, or "strict" where the strict judge took the decision over
+    run: float | None = None              # the candidate's trusted figure
+    bar: float | None = None              # what it was compared with (shrunk value, or best recorded)
+    bar_sd: float | None = None
+    sigma: float | None = None
+    effect_d: float | None = None         # the incumbent's shrunk value minus the run (a first-run effect)
+    effect_var: float | None = None
+    surprise: float | None = None         # P(an effect this large) under the night's prior
+    p_better: float | None = None
+    estimate_mean: float | None = None    # the commit's own shrunk value, and its variance
+    estimate_var: float | None = None
+    parent_mean: float | None = None      # the estimate of the commit it was advanced on
+    parent_var: float | None = None
+
+    @classmethod
+    def of(cls, d) -> "RuleFigures | None":
+        if not isinstance(d, dict):
+            return None
+        eff = d.get("effect") if isinstance(d.get("effect"), dict) else {}
+        est = d.get("estimate") if isinstance(d.get("estimate"), dict) else {}
+        par = est.get("parent") if isinstance(est.get("parent"), dict) else {}
+        return cls(rule=as_str(d.get("rule")), decided_by=as_str(d.get("decided_by")), run=fnum(d.get("run")),
+                   bar=fnum(d.get("bar")),
+                   bar_sd=fnum(d.get("bar_sd")), sigma=fnum(d.get("sigma")), effect_d=fnum(eff.get("d")),
+                   effect_var=fnum(eff.get("var")), surprise=fnum(d.get("surprise")), p_better=fnum(d.get("p_better")),
+                   estimate_mean=fnum(est.get("mean")), estimate_var=fnum(est.get("var")),
+                   parent_mean=fnum(par.get("mean")), parent_var=fnum(par.get("var")))
+
+
+@dataclass
 class EvidenceFigures:
     """A record's `evidence` (agent/judges/hierarchy.py), read safely: what the decision rested on.
     The candidate's runs here, the incumbent's side and the test in their parts."""
@@ -207,6 +242,7 @@ class EvidenceFigures:
     has_runs: bool = False                # the candidate's runs were recorded (a list; older journals: none)
     incumbent: BarFigures = field(default_factory=BarFigures)
     comparison: ComparisonFigures = field(default_factory=ComparisonFigures)
+    rule: RuleFigures | None = None       # a one-run rule's figures (default: the advance; reference)
 
     @classmethod
     def of(cls, ev) -> "EvidenceFigures | None":
@@ -235,7 +271,8 @@ class EvidenceFigures:
                                  erratic=[x for x in cmp.get("erratic") or [] if x in ("candidate", "incumbent")]
                                  if isinstance(cmp.get("erratic"), list) else [])
         return cls(call=as_str(ev.get("call")), why=as_str(ev.get("why")), runs=runs(cand.get("runs")),
-                   has_runs=isinstance(cand.get("runs"), list), incumbent=bar, comparison=test)
+                   has_runs=isinstance(cand.get("runs"), list), incumbent=bar, comparison=test,
+                   rule=RuleFigures.of(ev.get("rule")))
 
     def as_dict(self) -> dict:
         """The figures flat, as the dashboard's /api/experiment has always given them."""
@@ -244,7 +281,7 @@ class EvidenceFigures:
                 "incumbent_commit": inc.commit, "incumbent_runs": [asdict(r) for r in inc.runs],
                 "incumbent_mean": inc.mean, "remembered": inc.remembered, "gain": t.gain, "margin": t.margin,
                 "p_better": t.p_better, "p_keep": t.p_keep, "sigma": t.sigma, "df": t.df, "se": t.se,
-                "erratic": list(t.erratic)}
+                "erratic": list(t.erratic), "rule": asdict(self.rule) if self.rule is not None else None}
 
     def fresh_incumbent_runs(self) -> list[EvidenceRun]:
         """The incumbent's runs made for this decision (agent/judges/stats.py INCUMBENT_RUNS):
@@ -259,6 +296,16 @@ class EvidenceFigures:
 
     def summary(self) -> str:
         """One line: the runs, the bar, the noise and the test the decision used."""
+        r = self.rule
+        if r is not None and r.decided_by == "default" and r.run is not None and r.bar is not None:
+            return (f"1 run of its own {r.run:.6f} against the incumbent's shrunk value {r.bar:.6f}"
+                    + (f" (+-{r.bar_sd:.6f})" if r.bar_sd is not None else "")
+                    + (f"; its own shrunk value {r.estimate_mean:.6f}" if r.estimate_mean is not None else "")
+                    + (f"; P(better) {r.p_better:.3f}" if r.p_better is not None else "")
+                    + (f"; sigma {r.sigma:.6f}" if r.sigma is not None else ""))
+        if r is not None and r.decided_by == "reference" and r.run is not None:
+            return f"1 run of its own {r.run:.6f} against the best recorded " + \
+                (f"{r.bar:.6f}" if r.bar is not None else "(none yet)") + " (the reference rule)"
         used = [r.bpb for r in self.runs if r.used and r.bpb is not None]
         left = sum(1 for r in self.runs if not r.used)
         parts = [f"{len(used)} run(s) of its own [{', '.join(f'{v:.6f}' for v in used)}]"

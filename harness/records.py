@@ -368,6 +368,78 @@ class QueueAppliedRecord:
 
 
 @dataclass(frozen=True)
+class ClaimRecord:
+    """journal kind "claim": a commit measured again on fresh seeds (agent/judges/confirm.py):
+    "confirmed" when those runs pass the statistical test against its parent's runs; for the
+    night's final also its gain over the baseline's runs (the morning report's headline)."""
+    commit: str | None
+    n: int | None                 # the experiment that kept it
+    runs: list                    # its fresh runs (trusted val_bpb)
+    parent: str | None
+    parent_runs: list
+    p_better: float | None
+    confirmed: bool
+    final: bool                   # the night's final, measured when the night ended
+    baseline_runs: list = field(default_factory=list)
+    gain: float | None = None     # the baseline's mean minus these runs' mean
+    se: float | None = None
+    failed: list = field(default_factory=list)
+    why: str | None = None
+    seeds: list = field(default_factory=list)   # the fresh seeds its runs used
+
+    @classmethod
+    def from_dict(cls, d) -> "ClaimRecord | None":
+        """The claim, or None for any other journal object."""
+        if not isinstance(d, dict) or d.get("kind") != "claim":
+            return None
+
+        def nums(v):
+            return [float(x) for x in v if fnum(x) is not None] if isinstance(v, list) else []
+        return cls(commit=as_str(d.get("commit")), n=as_int(d.get("n")), runs=nums(d.get("runs")),
+                   parent=as_str(d.get("parent")), parent_runs=nums(d.get("parent_runs")),
+                   p_better=fnum(d.get("p_better")), confirmed=d.get("confirmed") is True, final=d.get("final") is True,
+                   baseline_runs=nums(d.get("baseline_runs")), gain=fnum(d.get("gain")), se=fnum(d.get("se")),
+                   failed=[str(x) for x in d.get("failed") or [] if isinstance(x, str)]
+                   if isinstance(d.get("failed"), list) else [], why=as_str(d.get("why")),
+                   seeds=[x for x in d.get("seeds") or [] if isinstance(x, int) and not isinstance(x, bool)]
+                   if isinstance(d.get("seeds"), list) else [])
+
+
+# A claim's runs: at least this many fresh runs of the commit (the strict judge's least runs for a keep).
+CLAIM_MIN_RUNS = 2
+
+
+def read_claims(journal_path) -> list[ClaimRecord]:
+    """Every claim in a tag's journal, in order."""
+    from harness.results import read_journal
+    return [c for c in (ClaimRecord.from_dict(d) for d in read_journal(journal_path, kind="claim")[0])
+            if c is not None]
+
+
+def confirmed_when_kept(rec) -> bool:
+    """A keep made by the strict test: at least CLAIM_MIN_RUNS runs of its own at the P(better)
+    the test required (the baseline is the bar, not a claim; a one-run rule's keep is a bet)."""
+    if rec.is_baseline or rec.status != "keep":
+        return False
+    ev = rec.evidence_view()
+    if ev is None or (ev.rule is not None and ev.rule.decided_by in ("default", "reference")):
+        return False
+    used = [r for r in ev.runs if r.used and r.bpb is not None]
+    p, need = ev.comparison.p_better, ev.comparison.p_keep
+    return len(used) >= CLAIM_MIN_RUNS and p is not None and need is not None and p >= need
+
+
+def claim_label(rec, claims: list[ClaimRecord]) -> str:
+    """"confirmed", "not confirmed" (a claim's fresh runs did not pass), or "unconfirmed" (none yet)."""
+    if confirmed_when_kept(rec):
+        return "confirmed"
+    mine = [c for c in claims if c.commit == rec.commit]
+    if any(c.confirmed for c in mine):
+        return "confirmed"
+    return "not confirmed" if mine else "unconfirmed"
+
+
+@dataclass(frozen=True)
 class Measurement:
     """A measurement of one commit outside the experiment sequence, read from the dict its maker
     returns: JudgeHierarchy.measure (trained, then the trusted evaluation; its figure is

@@ -401,7 +401,7 @@ def op_name(args, i: int) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--cases", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ops", help="comma-separated base names (default: every accepted operator)")

@@ -71,10 +71,11 @@ def test_the_meter_counts_the_others_cpu_not_the_run_s_own():
 @pytest.mark.parametrize("cores_busy", [0.0, 1.0, 1.5])
 def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores_busy):
     """At load F (the others keep `cores_busy` of 2 cores busy) an honest run starts, steps and
-    saves F times slower and is in time; one that trains silently before its first step line or
-    after its last for more than 5% of the budget's work (F x 5% x budget of slowed wall time) is
-    past the limit, and 1.75x the budget is past the integrity line (at the meter's cap: no
-    evidence, since the load can no longer be told from the excess)."""
+    saves F times slower and is in time, its start and save up to JITTER slower still; one that
+    trains silently before its first step line or after its last for more than that jitter and 5%
+    of the budget's work (F x 5% x budget of slowed wall time) is past the limit, and 1.75x the
+    budget is past the integrity line (at the meter's cap: no evidence, since the load can no
+    longer be told from the excess)."""
     f = clock_mod.factor_of(cores_busy, 2)
     ref = ClockReference(startup_s=4.0, post_s=1.0)         # the idle baseline's
     honest_startup, honest_post = ref.startup_s * f, ref.post_s * f
@@ -91,13 +92,16 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
 
     fig = run(0.0, 0.0)
     assert fig.load.train == pytest.approx(f) and over_budget(fig, budget)[0] is None
+    jitter_pre, jitter_post = clock_mod.JITTER * honest_startup, clock_mod.JITTER * honest_post
+    assert over_budget(run(jitter_pre, jitter_post), budget)[0] is None     # an honest start's and save's jitter
     extra = 0.051 * budget * f                               # just over 5% of the budget's work, slowed
-    for pre, post in ((extra, 0.0), (0.0, extra), (extra / 2, extra / 2 + 0.001 * budget)):
+    for pre, post in ((jitter_pre + extra, 0.0), (0.0, jitter_post + extra),
+                      (jitter_pre + extra / 2, jitter_post + extra / 2 + 0.001 * budget)):
         assert over_budget(run(pre, post), budget)[0] is not None
-    assert over_budget(run(0.049 * budget * f, 0.0), budget)[0] is None
+    assert over_budget(run(jitter_pre + 0.049 * budget * f, 0.0), budget)[0] is None
     # past the integrity line, except at the meter's cap, where the excess is no evidence (never kept)
     at_cap = f >= clock_mod.MAX_LOAD * clock_mod.SATURATED
-    assert over_budget(run(0.75 * budget * f, 0.0), budget)[0] == ("over" if at_cap else "cheat")
+    assert over_budget(run(jitter_pre + 0.75 * budget * f, 0.0), budget)[0] == ("over" if at_cap else "cheat")
 
 
 pytestmark = pytest.mark.skipif(not detect().sealed and not os.environ.get("CI"),

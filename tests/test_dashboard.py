@@ -76,7 +76,7 @@ def test_experiment_pages_show_git_diffs_verdicts_log_and_trace(demo):
     assert api["evidence"]["summary"].startswith("1 run(s) of its own") and api["evidence"]["p_better"] == 0.3
     assert set(api["evidence"]) == {"call", "why", "runs", "has_runs", "incumbent_commit", "incumbent_runs",
                                      "incumbent_mean", "remembered", "gain", "margin", "p_better", "p_keep", "sigma",
-                                     "df", "se", "erratic", "summary"}     # the API's evidence stays flat
+                                     "df", "se", "erratic", "rule", "summary"}     # the API's evidence stays flat
 
 
 def test_deleted_ref_and_lost_commit_are_shown_not_500(fresh):

@@ -91,11 +91,12 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     proposer = Scripted([("learning rates back", lambda s: knobs.set_knobs(s, {k: v / 2 for k, v in lrs.items()}))])
     monkeypatch.setattr(loop_mod, "make_proposer", lambda *a, **k: proposer)
-    # A 0.5 s budget (validated at 1 s): a base that cannot learn against one that trains ~60 steps
-    # (~15 on a loaded box) leaves a gain far above half the 8-step run's, so the verdict does not
-    # need longer runs.
-    lp = loop_mod.Loop(loop_mod.parse_args(["--tag", "v", "--budget", "0.5", "--repo", str(repo), "--reviewer",
-                                            "hierarchy", "--baseline-repeats", "1", "--max-experiments", "2"]))
+    # A 1 s budget (validated at 2 s, long enough for the harness's clock to tell a start's jitter
+    # from training): a base that cannot learn against one that trains ~100 steps (~25 on a loaded
+    # box) leaves a gain far above half the 8-step run's, so the verdict does not need longer runs.
+    lp = loop_mod.Loop(loop_mod.parse_args(["--tag", "v", "--budget", "1", "--repo", str(repo), "--reviewer",
+                                            "hierarchy", "--rule", "strict", "--baseline-repeats", "1",
+                                            "--max-experiments", "2", "--final-runs", "0"]))
     lp.run()
     lp.stop()
     run = repo / ".autoresearch" / "v"
@@ -104,7 +105,7 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     assert all(r.decision.trusted_bpb is not None for r in recs)
     monkeypatch.delenv("AUTORESEARCH_STEPS")
     out = validate.validate(run, 2, seeds=2)
-    assert out["sealed"] is True and out["budget"] == 1
+    assert out["sealed"] is True and out["budget"] == 2
     assert len(out["final"]["runs"]) == 2 and len(out["base"]["runs"]) == 2, out
     assert out["verdict"] == "holds" and out["gain_long"] > 0, out
     logs = sorted((run / "logs").glob("validate-*.log"))

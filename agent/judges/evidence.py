@@ -291,6 +291,7 @@ class Unrecorded:
         self.last_verify: dict = {}
         self.incumbent_tries: dict[int, int] = {}
         self.audits: list[dict] = []
+        self.rule_figures: dict[int, dict] = {}   # the one-run rule's figures of a decision the strict judge took over
 
 
 def store_of(history: list[ExperimentRecord], memo: Unrecorded, commit: str | None = None,

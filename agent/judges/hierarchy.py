@@ -26,7 +26,7 @@ import statistics
 import threading
 from pathlib import Path
 
-from agent.judges import evidence, judge, pairing, queue_apply, stats
+from agent.judges import advance, evidence, judge, pairing, queue_apply, shrink, stats
 from agent.judges.evidence import Band
 from agent.tracing import span_of
 from agent.judges.guard import diff_lines, guard as run_guard
@@ -35,7 +35,7 @@ from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
 from harness import gitops
 from harness.queue_store import QueueStore
-from harness.records import Basis, Decision, ExperimentRecord, RunInfo
+from harness.records import Basis, Decision, ExperimentRecord, RunInfo, read_claims
 from harness import pinned
 from harness.pinned import PinnedError, Seal
 from harness.verify import VerifyResult, eval_rows, verify
@@ -55,8 +55,11 @@ class JudgeHierarchy:
     # The loop runs train.py sealed for this reviewer: the trusted evaluation is the only figure.
     evaluates = True
 
-    def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS,
+    def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, rule: str = "strict",
                  llm_judge=None, tracer=None, budget: float | None = None, verify_timeout: float | None = None):
+        if rule not in advance.RULES:
+            raise ValueError(f"rule {rule!r}: expected one of {', '.join(advance.RULES)}")
+        self.rule = rule                  # default | reference | strict (agent/judges/advance.py)
         self.baseline_repeats = max(1, int(baseline_repeats))
         self.llm, self.tracer, self.budget = llm_judge, tracer, budget
         self.verify_timeout = verify_timeout
@@ -70,14 +73,16 @@ class JudgeHierarchy:
         self._decide = threading.RLock()
 
     @classmethod
-    def build(cls, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, *, tracer=None,
+    def build(cls, baseline_repeats: int | None = None, *, rule: str = advance.DEFAULT_RULE, tracer=None,
               budget: float | None = None) -> "JudgeHierarchy":
-        """The hierarchy the loop builds: LLM judge only with ANTHROPIC_API_KEY."""
+        """The hierarchy the loop builds: `rule`'s baseline runs unless `baseline_repeats` says;
+        an LLM judge only with ANTHROPIC_API_KEY."""
         llm = None
         if os.environ.get("ANTHROPIC_API_KEY"):
             from agent.judges.llm_judge import LLMJudge
             llm = LLMJudge()
-        return cls(baseline_repeats=baseline_repeats, llm_judge=llm, tracer=tracer, budget=budget)
+        repeats = baseline_repeats if baseline_repeats is not None else advance.BASELINE_RUNS[rule]
+        return cls(baseline_repeats=repeats, rule=rule, llm_judge=llm, tracer=tracer, budget=budget)
 
     # ---- guard -------------------------------------------------------------------------------
     def guard(self, ctx) -> GuardVerdict:
@@ -220,6 +225,10 @@ class JudgeHierarchy:
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
+        if self.rule != "strict":
+            d = self._one_run(ctx, v, runs)
+            if d is not None:
+                return d
         samples = self._store(ctx, runs)
         store = self._store_of(ctx, samples)
         inc_commit, inc_bpb = ctx.best["commit"], ctx.best["val_bpb"]
@@ -240,6 +249,8 @@ class JudgeHierarchy:
         ev = {"p_keep": stats.P_KEEP, "noise": noise.as_dict(),
               "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]},
               "incumbent": {"commit": inc_commit, "runs": [s.as_dict() for s in inc], "remembered": remembered}}
+        if ctx.n in self._memo.rule_figures:   # the default rule handed this decision over: its first-run figures
+            ev["rule"] = dict(self._memo.rule_figures[ctx.n], decided_by="strict")
         jd = {"best_before": statistics.fmean(bar) if bar else inc_bpb, "spread": noise.sigma,
               "runs": list(cand), "net_lines": lines["net"], "llm": None, "cost_usd": 0.0}
         verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
@@ -319,11 +330,20 @@ class JudgeHierarchy:
             ev["call"] = "more"
             jd.update(status="discard", basis=Basis.METRIC.value)
             return Decision.again("discard", why, mean, verdicts, basis=Basis.METRIC)
+        return self._conclude(ctx, op, jd, verdicts, mean)
+
+    def _conclude(self, ctx, op: Opinion, jd: dict, verdicts: dict, mean: float) -> Decision:
+        """The rule's opinion, the LLM judge's veto where there is one, the MetaJudge's audit and
+        the escalations it calls for, the git note: the decision as recorded."""
         status, basis, reason, escalate = self._combine(op, self._llm(ctx, op, jd))
         jd.update(status=status, basis=basis.value, reason=reason)
-        current = ExperimentRecord.of(n=ctx.n, status=status, trusted_bpb=mean, diff=ctx.diff, verdicts=verdicts)
+        current = ExperimentRecord.of(n=ctx.n, commit=ctx.commit, status=status, trusted_bpb=mean, diff=ctx.diff,
+                                      verdicts={k: v for k, v in verdicts.items() if k != "evidence"},
+                                      evidence=verdicts["evidence"])
         with self._span("metajudge", {"n": ctx.n}) as sp:
             audit = judge.audit(ctx.history, current)
+            if self.rule == "default":   # the one-run advances, watched (agent/judges/advance.py)
+                audit.flags += advance.audit_flags(ctx.history, current, read_claims(Path(ctx.run_dir) / "journal.jsonl"))
             sp.log(output=audit.as_dict())
         meta = audit.as_dict()
         meta["escalated"] = []
@@ -341,6 +361,50 @@ class JudgeHierarchy:
         self._memo.audits.append(scrub({"kind": "audit", "tag": ctx.tag, **meta}))
         queue_apply.note(ctx, status, reason, verdicts)
         return Decision(status, reason, mean, verdicts, basis=basis)
+
+    def _one_run(self, ctx, v: VerifyResult, runs: list) -> Decision | None:
+        """The default or the reference rule on a candidate's first run (agent/judges/advance.py);
+        None where the strict judge decides instead (a later run, a run no evidence, a load not
+        comparable with the incumbent's, a gain too good for one run, an equal result cheaper)."""
+        samples = self._store(ctx, runs)
+        if len(samples) != 1:
+            return None
+        store = self._store_of(ctx, samples)
+        inc_commit = ctx.best["commit"]
+        inc = list(store.get(inc_commit) or [])
+        evidence.screen(samples)
+        s, lines = samples[0], diff_lines(ctx.diff)
+        noise = evidence.noise_of(store)
+        sigma = noise.sigma or stats.floor_for([s.bpb])
+        ev = {"noise": noise.as_dict(), "candidate": {"commit": ctx.commit, "runs": [s.as_dict()]},
+              "incumbent": {"commit": inc_commit, "runs": [x.as_dict() for x in inc], "remembered": False}}
+        if self.rule == "reference":   # the reference protocol: its figures as they are
+            call = advance.reference(s.bpb, ctx.best["val_bpb"])
+        else:
+            bar = evidence.values(inc)
+            if s.disturbed or not bar or any(pairing.comparable(s.speed.load, x.speed.load, pairing.LOAD_SAME,
+                                                                s.speed.other, x.speed.other) for x in inc if x.used):
+                return None      # no evidence, no measured bar, or another machine in effect: the strict judge
+            prior = shrink.fit_prior(advance.effects_of(ctx.history), sigma)
+            est = advance.estimate_of(inc_commit, bar, sigma, ctx.history, prior)
+            serving = serving_savings(*self._serving_costs(ctx, v))
+            call = advance.advance(s.bpb, est, sigma, advance.effects_of(ctx.history), net_lines=lines["net"],
+                                   equal_result_ok=bool(judge.clearly_cheaper(serving))
+                                   or lines["net"] <= -judge.DELETION_LINES, big_diff_lines=judge.BIG_DIFF_LINES)
+            self._memo.rule_figures[ctx.n] = call.figures     # written with the strict judge's record too
+            if call.said == "strict":
+                return None
+        ev.update(rule=dict(call.figures, decided_by=call.figures["rule"]), call=call.said, why=call.why)
+        bar_value = call.figures["bar"]
+        gain = bar_value - s.bpb if bar_value is not None else None
+        jd = {"best_before": bar_value, "spread": sigma, "runs": [s.bpb], "net_lines": lines["net"], "llm": None,
+              "cost_usd": 0.0, "threshold": 0.0, "improvement": gain, "p_better": call.p_better}
+        verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
+        basis = Basis.SIMPLICITY if call.why.startswith("simplicity") else Basis.METRIC
+        op = Opinion("rule", call.said, call.why, call.p_better if call.p_better is not None else 0.5,
+                     {"rule": call.figures}, basis)
+        jd["rule"] = op.as_dict()
+        return self._conclude(ctx, op, jd, verdicts, s.bpb)
 
     def _combine(self, rule: Opinion, llm: Opinion | None):
         """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""

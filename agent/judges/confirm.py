@@ -1,0 +1,79 @@
+"""Confirmed: a claim made on runs of a commit's own, and the night's headline made on fresh seeds.
+
+Under the default rule a commit on the branch is the better bet on tonight's evidence, advanced on
+one run (agent/judges/advance.py). "Confirmed" is a separate claim: at least MIN_RUNS fresh runs
+of the commit (seeds no run of the loop used) that pass the strict judge's test against its
+parent's runs (agent/judges/stats.py compare, P(better) >= P_KEEP). A keep of the strict rule, or
+one the default rule handed to the strict judge, was confirmed when it was kept. Confirmations run
+on demand (`uv run agent/report.py --run DIR --confirm [N]`, the queue's "confirm" action) and for
+the night's final when the night ends, whose fresh runs also give the headline: its gain over the
+baseline's runs, with its standard error, never the minimum of noisy runs.
+
+Every claim is a journal object of kind "claim" (harness/records.py ClaimRecord).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+from agent.judges import evidence, stats
+from harness.records import CLAIM_MIN_RUNS, ClaimRecord, ExperimentRecord
+from harness.records import claim_label as label, read_claims  # noqa: F401  (the label and the claims, by name here)
+
+# Fresh runs a claim rests on at least (the strict judge's least runs for a keep).
+MIN_RUNS = CLAIM_MIN_RUNS
+
+
+def keep_record(history: list[ExperimentRecord], commit: str) -> ExperimentRecord | None:
+    return next((r for r in reversed(history) if r.is_experiment and r.status == "keep" and r.commit == commit), None)
+
+
+def claims_of(journal: list[dict]) -> list[ClaimRecord]:
+    return [c for c in (ClaimRecord.from_dict(d) for d in journal) if c is not None]
+
+
+def claim(commit: str, history: list[ExperimentRecord], fresh: list[float], *, failed: list[str] = (),
+          baseline: str | None = None, final: bool = False) -> dict:
+    """The claim journal object for `commit` on its `fresh` runs: confirmed against its parent's
+    counted runs (the journal's store); with `baseline`, the gain over the baseline's runs."""
+    rec = keep_record(history, commit)
+    store = evidence.restore(history)
+    noise = evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
+    parent = rec.ident.parent if rec is not None else None
+    parent_runs = evidence.values(store.get(parent, [])) if parent else []
+    out = {"kind": "claim", "commit": commit, "n": rec.number if rec is not None else None, "runs": list(fresh),
+           "parent": parent, "parent_runs": parent_runs, "failed": list(failed), "final": final, "at": time.time(),
+           "p_better": None, "confirmed": False, "sigma": noise.sigma}
+    if len(fresh) < MIN_RUNS:
+        out["why"] = f"{len(fresh)} fresh run(s) of its own: a claim needs {MIN_RUNS}"
+    elif not parent_runs:
+        out["why"] = "its parent has no counted run to test against"
+    else:
+        cmp = stats.compare(parent_runs, fresh, noise)
+        out["p_better"] = cmp.p_better
+        out["confirmed"] = cmp.p_better is not None and cmp.p_better >= stats.P_KEEP
+        out["why"] = (f"{len(fresh)} fresh run(s) (mean {statistics.fmean(fresh):.6f}) against its parent "
+                      f"{str(parent)[:7]}'s {len(parent_runs)} (mean {statistics.fmean(parent_runs):.6f}): "
+                      f"P(better) {cmp.p_better:.3f}" + (" >= " if out["confirmed"] else " < ") + f"{stats.P_KEEP:g}")
+    if baseline is not None:
+        base_runs = evidence.values(store.get(baseline, []))
+        out["baseline"], out["baseline_runs"] = baseline, base_runs
+        if fresh and base_runs:
+            sigma = noise.sigma or stats.floor_for(base_runs)
+            out["gain"] = statistics.fmean(base_runs) - statistics.fmean(fresh)
+            out["se"] = sigma * math.sqrt(1 / len(base_runs) + 1 / len(fresh))
+    return out
+
+
+def headline(claims: list[ClaimRecord]) -> str | None:
+    """The night's headline: its final re-measured on fresh seeds against the baseline's runs."""
+    final = next((c for c in reversed(claims) if c.final), None)
+    if final is None:
+        return None
+    if final.gain is None:
+        return (f"the final {str(final.commit)[:7]} could not be re-measured against the baseline"
+                + (f" ({'; '.join(final.failed)[:200]})" if final.failed else ""))
+    return (f"{final.gain:+.6f} +- {final.se:.6f} bpb over the baseline: the final {str(final.commit)[:7]} "
+            f"re-measured on {len(final.runs)} fresh seed(s) against the baseline's {len(final.baseline_runs)} run(s)"
+            + ("; confirmed against its parent" if final.confirmed else "; not confirmed against its parent"))
