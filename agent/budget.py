@@ -96,6 +96,12 @@ def runs_done(history: list) -> int:
     return sum(r.training_runs for r in history if isinstance(r, ExperimentRecord) and r.is_experiment)
 
 
+def device_seconds(history: list) -> float:
+    """Wall seconds of every training run the decided records made (--max-run-seconds counts these)."""
+    return sum(r.timing("runs") or r.timing("run") or 0.0 for r in history
+               if isinstance(r, ExperimentRecord) and r.is_experiment)
+
+
 def run_seconds(history: list) -> float:
     """A training run's wall time as this tag has measured it (the median of its recorded runs'),
     0 before any: what --until keeps for the runs the night's end will make."""

@@ -86,7 +86,8 @@ def validate(parser, args) -> None:
             dt.datetime.strptime(args.until, "%H:%M")
         except ValueError:
             parser.error(f"--until wants HH:MM (24-hour local time), got {args.until!r}")
-    positive = {"--budget": args.budget, "--timeout": args.timeout, "--api-patience": args.api_patience}
+    positive = {"--budget": args.budget, "--timeout": args.timeout, "--api-patience": args.api_patience,
+                "--max-run-seconds": getattr(args, "max_run_seconds", None)}
     for flag, value in positive.items():
         if value is not None and not (value > 0 and value != float("inf")):
             parser.error(f"{flag} must be a positive number of seconds, got {value:g}")
@@ -195,6 +196,7 @@ def given_options(argv=None) -> set[str]:
 # time belongs to one night, and the next such time could be tomorrow's.
 REMEMBERED = ("budget", "max_experiments", "proposer", "model", "max_cost", "crash_streak",
               "fix_tries", "api_patience", "seed", "offline_search", "baseline_repeats", "reviewer", "rule", "final_runs",
+              "early_stop",
               "timeout", "sandbox", "screen", "smoke")
 
 
@@ -278,6 +280,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None,
                    help="training seconds per run (default: AUTORESEARCH_TIME_BUDGET or 300)")
     p.add_argument("--max-experiments", type=int, help="stop after N experiments (baseline included)")
+    p.add_argument("--max-run-seconds", type=float, metavar="S",
+                   help="stop after S seconds of training runs, every run of every decision counted "
+                        "(device-seconds; the final's re-measurement kept inside)")
+    p.add_argument("--early-stop", action="store_true",
+                   help="end a candidate's run once the loss it prints is far behind the incumbent's at the same "
+                        "point of its budget (by the baseline's own spread there): it is discarded and the time "
+                        "goes to the next idea; a printed curve never keeps anything")
     p.add_argument("--final-runs", type=int, metavar="N",
                    help="when the night ends (--until, --max-runs, --max-experiments, Ctrl-C), re-measure the final "
                         "on N fresh seeds against the baseline's runs: the morning report's headline and its "

@@ -24,6 +24,7 @@ class Stops:
     max_runs: int | None = None           # stop after N training runs (repeats and confirmations count)
     until: str | None = None              # start no experiment after this local HH:MM
     final_runs: int = 2                   # fresh runs of the final when the night ends (its headline); 0: none
+    max_run_seconds: float | None = None  # stop after this many seconds of training runs (device-seconds)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class IdeasConfig:
     api_patience: float = 600.0           # seconds of API outage before the offline proposer stands in
     fix_tries: int = 2
     screen: int = 1                       # candidates per experiment (1: no screen)
+    early_stop: bool = False              # end a candidate's run early when its printed curve is far behind
 
 
 @dataclass(frozen=True)

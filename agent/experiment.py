@@ -69,6 +69,7 @@ class Slot:
     wid: int | None = None
     stop: threading.Event | None = None
     check_environment: Callable[[], None] | None = None
+    early_stop: Callable[[], list | None] | None = None   # --early-stop: a candidate's curve limits now
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Attempt:
     started_at: float = field(default_factory=time.time)
     t0: float = field(default_factory=time.monotonic)
     attempts: list = field(default_factory=list)   # crashed tries that were fixed
+    run_seconds: float = 0.0                        # wall time of every run this decision made (device-seconds)
 
     def __post_init__(self):
         if not isinstance(self.info, ProposalInfo):   # as pending.json holds it
@@ -154,6 +156,7 @@ def run_experiment(a: Attempt, tag, slot: Slot, ideas, reviewer, status, *, comm
             status.run(a, len(reruns), asked)
             try:
                 ran = _run(a, slot, status, len(reruns), incumbent)   # 7. run, 8. evaluate
+                a.run_seconds += ran.wall_seconds
                 status.phase("judging", a.n)
                 with status.span("judge", {"n": a.n, "crash_class": ran.crash_class,
                                            "incumbent": incumbent is not None}) as sp:
@@ -266,9 +269,11 @@ def _run(a: Attempt, slot: Slot, status, done: int, incumbent: str | None) -> Ru
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{done}" if done else "") + (".incumbent" if incumbent else "") + ".log"
     seed = seed_for(a.n, done)
+    # a candidate's run may be ended early on its printed curve (agent/judges/curves.py): it costs less, never counts more
+    limits = slot.early_stop() if slot.early_stop is not None and not incumbent and a.parent is not None else None
     with status.span("run", {"n": a.n, "commit": commit, "log": log_name, "incumbent": incumbent is not None}) as sp:
         run = run_commit(slot, a.n, commit, log_name, {"AUTORESEARCH_SEED": str(seed)} if seed is not None else {},
-                         parent=a.parent, status=status)
+                         parent=a.parent, status=status, stop_limits=limits)
         run.extra["seed"] = seed
         sp.log(output={"crash_class": run.crash_class, "wall": run.wall_seconds,
                        "val_bpb": run.printed("val_bpb"), "seed": seed})
@@ -276,7 +281,7 @@ def _run(a: Attempt, slot: Slot, status, done: int, incumbent: str | None) -> Ru
 
 
 def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None = None, *,
-               parent: str | None = None, status=None) -> RunResult:
+               parent: str | None = None, status=None, stop_limits: list | None = None) -> RunResult:
     """The one way a run is assembled: `commit`'s files, the seal and, for a reviewer that
     evaluates, the trusted evaluation, as a TrainJob on the slot's executor (harness/executors),
     so the evaluation runs where the model is and reaches the judge with the result. The queue's
@@ -292,7 +297,8 @@ def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None 
     seal = job_seal(slot.seal, sealed=slot.sealed, data_mode="train" if slot.sealed else "open",
                     clock_reference=vars(slot.clock_reference()))
     job = TrainJob(n=n, files=files, budget=slot.budget, run_dir=str(slot.files.run_dir), log_name=log_name,
-                   commit=commit, timeout=slot.timeout, env=dict(env or {}), seal=seal, evaluation=evaluation)
+                   commit=commit, timeout=slot.timeout, env=dict(env or {}), seal=seal, evaluation=evaluation,
+                   stop_limits=stop_limits)
     jid = slot.executor.submit(job, on_tick=status.on_log if status is not None else None)
     try:
         while (res := slot.executor.poll(jid)) is None:
@@ -405,7 +411,7 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
                                 verdicts=verdicts, evidence=evidence),
         costs=RecordCosts(
             timings={"proposal": a.info.proposal_seconds, "proposal_wait": a.info.proposal_wait,
-                     "run": wall, "training": training, "eval": eval_s,
+                     "run": wall, "runs": a.run_seconds, "training": training, "eval": eval_s,
                      "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
             tokens=dict(p.tokens), cost_usd=p.cost_usd + decision.verdict_cost(),
             started_at=a.started_at, ended_at=time.time()))

@@ -236,7 +236,8 @@ class Loop:
         self.slot = Slot(files=files, run_info=run_info, budget=self.budget,
                          timeout=c.place.timeout or timeout_for(self.budget), seal=seal, sealed=sealed,
                          executor=None if c.parallel else one_slot(files.run_dir),
-                         clock_reference=self.clock_reference, check_environment=check_environment)
+                         clock_reference=self.clock_reference, check_environment=check_environment,
+                         early_stop=self.early_stop_limits if c.ideas.early_stop else None)
         return rerun
 
     def reviewer_stop_llm(self, why: str) -> None:
@@ -304,7 +305,16 @@ class Loop:
         if c.stops.max_runs is not None and budget.runs_done(self.history) + final >= c.stops.max_runs:
             return (f"reached --max-runs {c.stops.max_runs} ({budget.runs_done(self.history)} training runs"
                     + (f", {final} kept for the final's re-measurement)" if final else ")"))
+        spent = budget.device_seconds(self.history)
+        if c.stops.max_run_seconds is not None and spent + final * budget.run_seconds(self.history) \
+                >= c.stops.max_run_seconds:
+            return f"reached --max-run-seconds {c.stops.max_run_seconds:g} ({spent:.0f} s of training runs)"
         return None
+
+    def early_stop_limits(self) -> list | None:
+        """--early-stop: the curve limits a candidate of the incumbent runs under (agent/judges/curves.py)."""
+        from agent.judges import curves
+        return curves.limits(self.history, self.last_kept)
 
     def final_runs(self) -> int:
         """Runs the night's end re-measures its final on (0: none, or no trusted evaluation to make them)."""

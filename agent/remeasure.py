@@ -31,6 +31,10 @@ FRESH_SEED_BASE = 1_000_000
 # Experiment numbers the re-measurement jobs take (their artifact and log folders): above any
 # night's experiments, so no run of the loop's is overwritten.
 JOB_N_BASE = 90_000
+# A claim's fresh seeds (the night's end, `report --confirm`) start here, apart from the
+# re-measurements' above: a bench that re-measures a final its night already claimed never replays
+# the claim's draws.
+CLAIM_SEED_BASE = 2_000_000
 
 
 class SeedClash(ValueError):
@@ -125,12 +129,12 @@ def night_end(loop, runs: int, *, say=print) -> dict | None:
         return None
     taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
     used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.next_n()]) + 1) | taken
-    seeds = fresh_seeds(runs, used, start=max(taken | {FRESH_SEED_BASE - 1}) + 1)
+    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
     say(f"night end: re-measuring the final {final[:7]} on {runs} fresh seed(s) against the baseline "
         f"{base.commit[:7]}'s runs (the headline); Ctrl-C again to skip it")
     got = remeasure(loop, final, seeds, say=say)
     out = confirm.claim(final, loop.history, got.values, failed=got.failed, baseline=base.commit, final=True)
-    out["seeds"] = got.seeds
+    out["seeds"], out["seconds"] = got.seeds, round(got.seconds, 1)
     append_journal(loop.files.journal_path, out)
     line = confirm.headline(confirm.claims_of([out]))
     if line:

@@ -218,7 +218,7 @@ def confirm_run(run_dir: Path, n: int | None = None, runs: int = 2, say=print, m
     (agent/judges/confirm.py); the claim is appended to the journal and returned. The run must be
     stopped (its journal is written here)."""
     from agent.judges import confirm
-    from agent.remeasure import FRESH_SEED_BASE, fresh_seeds, loop_seeds
+    from agent.remeasure import CLAIM_SEED_BASE, fresh_seeds, loop_seeds
     t = terms(run_dir)
     keeps = [r for r in t["records"] if not r.ident.imported and r.status == "keep" and r.commit and not r.is_baseline]
     rec = next((r for r in keeps if r.n == n), None) if n is not None else (keeps[-1] if keeps else None)
@@ -227,7 +227,7 @@ def confirm_run(run_dir: Path, n: int | None = None, runs: int = 2, say=print, m
                                                else "nothing was kept beyond the baseline: nothing to confirm"))
     taken = {s for c in confirm.read_claims(Path(run_dir) / "journal.jsonl") for s in c.seeds}
     used = loop_seeds(max(r.n for r in t["records"] if r.n is not None) + 1) | taken
-    seeds = fresh_seeds(runs, used, start=max(taken | {FRESH_SEED_BASE - 1}) + 1)
+    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
     env = tag_environment(t)
     os.environ.update(env)
     try:

@@ -35,13 +35,13 @@ line. It is never told an allowance, so it cannot size silent training to fit on
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 
 from harness.experiment_record import ExperimentRecord
+from harness.procs import MAX_LOAD, LoadMeter, Span
 
 STEP_RE = re.compile(r"^step (\d+) \|")
 # Fields of a progress line shown on the console (and kept as the run's last figures).
@@ -223,6 +223,7 @@ class ClockFigures:
     post_allowance_s: float = POST_FIRST_S
     steps: StepLines = field(default_factory=StepLines)
     load: PhaseLoads = field(default_factory=PhaseLoads)
+    curve: list = field(default_factory=list)     # the printed loss at CURVE_POINTS (untrusted: stops only)
 
     def as_dict(self) -> dict:
         s, ld = self.steps, self.load
@@ -232,7 +233,10 @@ class ClockFigures:
                 "post_allowance_s": self.post_allowance_s, "tok_s": s.tok_s, "load_startup": ld.startup,
                 "load_train": ld.train, "load_post": ld.post, "other_cores_train": ld.other_cores,
                 "load_spread": ld.spread, "own_cpu_s": ld.own_cpu_s, "accounting": "cgroup" if ld.exact else "tree"}
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in flat.items()}
+        out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in flat.items()}
+        if self.curve:
+            out["curve"] = self.curve
+        return out
 
     @classmethod
     def from_dict(cls, d) -> "ClockFigures | None":
@@ -256,9 +260,13 @@ class ClockFigures:
         load = PhaseLoads(startup=num("load_startup", 1.0), train=num("load_train", 1.0), post=num("load_post", 1.0),
                           other_cores=num("other_cores_train", 0.0), spread=num("load_spread", 1.0),
                           own_cpu_s=num("own_cpu_s"), exact=d.get("accounting") == "cgroup")
+        raw = d.get("curve")
+        curve = [[float(p[0]), float(p[1])] for p in raw if isinstance(p, list) and len(p) == 2
+                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)] \
+            if isinstance(raw, list) else []
         return cls(startup_s=num("startup_s"), train_s=num("train_s", 0.0), charged_s=num("charged_s", 0.0),
                    allowance_s=num("allowance_s", 0.0), post_s=num("post_s"),
-                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load)
+                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load, curve=curve)
 
 
 @dataclass
@@ -266,14 +274,17 @@ class LogClock:
     """Stamps step lines with the harness's monotonic clock as they arrive (feed() from the
     runner's reader thread; figures() and live_charge() from anywhere)."""
 
-    def __init__(self, started: float, reference: ClockReference | None = None, meter: LoadMeter | None = None):
+    def __init__(self, started: float, reference: ClockReference | None = None, meter: LoadMeter | None = None,
+                 budget: float | None = None, steps: int | None = None):
         self.started = started
         self.reference = reference or ClockReference()
         self.meter = meter
+        self.budget, self.steps = budget, steps     # how far along a run is (Curve): seconds, or a step count
         self.first_at = self.last_at = None
         self.first_step = self.last_step = None
         self.steps_seen, self.last_line = 0, ""
         self._tok_s: list[float] = []
+        self.losses: list[tuple[float, float]] = []   # (how far along, the loss printed there)
         self._lock = threading.Lock()
 
     def feed(self, line: str, now: float | None = None) -> None:
@@ -288,9 +299,48 @@ class LogClock:
             self.last_at, self.last_step = now, step
             self.steps_seen += 1
             self.last_line = line.strip()[:200]
-            tok = progress_fields(line).get("tok/s")
+            fields = progress_fields(line)
+            tok = fields.get("tok/s")
             if tok is not None and len(self._tok_s) < 100_000:
                 self._tok_s.append(tok)
+            done = self._along(now, step)
+            if done is not None and fields.get("loss") is not None and len(self.losses) < 100_000:
+                self.losses.append((done, fields["loss"]))
+
+    def _along(self, now: float, step: int) -> float | None:
+        """How far along its budget a step line is: its step over the count (steps mode), or the
+        harness's seconds since the first step line over the budget."""
+        if self.steps:
+            return step / self.steps
+        if self.budget and self.first_at is not None:
+            return (now - self.first_at) / self.budget
+        return None
+
+    def curve(self) -> list[list[float]]:
+        """The printed training loss at CURVE_POINTS of the budget (each the mean of the losses
+        printed since the previous point): what train.py says of itself, so it may only stop a
+        run early (spend less on an idea, agent/judges/curves.py), never decide a keep."""
+        with self._lock:
+            pts = list(self.losses)
+        return curve_of(pts)
+
+    def stop_early(self, limits: list) -> str | None:
+        """Why the run should stop now (its printed loss at a point of its budget is above that
+        point's limit: [[fraction, loss], ...]), or None."""
+        if not limits:
+            return None
+        with self._lock:
+            pts = list(self.losses)
+        if not pts:
+            return None
+        reached = max(x for x, _ in pts)
+        got = {f: v for f, v in curve_of(pts) if f <= reached + 1e-9}
+        for f, limit in limits:
+            v = got.get(round(f, 2))
+            if v is not None and v > limit:
+                return (f"its printed loss at {100 * f:.0f}% of its budget is {v:.4f}, above {limit:.4f} (the "
+                        "incumbent's at that point and the baseline's own spread): stopped early, not judged")
+        return None
 
     def live_charge(self, now: float) -> float:
         """Charged training if the run ended now, with the largest allowances any load could give
@@ -339,7 +389,24 @@ class LogClock:
             steps = StepLines(seen=self.steps_seen, first=self.first_step, last=self.last_step, silent=silent,
                               pace_s=pace, tok_s=tok, last_line=self.last_line)
             loads = PhaseLoads(ls, tr.factor, lp, tr.other_cores, spread, own, exact)
-            return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, loads)
+            pts = list(self.losses)
+        return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, loads, curve_of(pts))
+
+
+# The points of a run's budget its printed curve is kept at (fractions), and how many of them a
+# run must have passed before its loss there counts (the mean of the losses printed in the span).
+CURVE_POINTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def curve_of(points: list[tuple[float, float]]) -> list[list[float]]:
+    """[[point, mean printed loss in (previous point, point]], ...] for every point passed."""
+    out, lo = [], 0.0
+    for f in CURVE_POINTS:
+        span = [v for x, v in points if lo < x <= f + 1e-9]
+        if span:
+            out.append([f, round(sum(span) / len(span), 6)])
+        lo = f
+    return out
 
 
 def progress_fields(line: str) -> dict:
@@ -351,232 +418,3 @@ def progress_fields(line: str) -> dict:
         except ValueError:
             continue
     return out
-
-
-# ---- LoadMeter: how much of the machine the rest of it took while a run ran.
-#
-# On a wall-clock budget an honest run on a busy machine starts, steps and saves slower than the
-# tag's baseline did. The clock above scales the run's allowances by how much the machine was
-# loaded, and the judge compares runs made under comparable loads (agent/judges/pairing.py), so
-# the harness must know the load without asking the run. This meter reads /proc/stat (every CPU
-# second the machine spent busy, interrupt time left out) and the run's own CPU (its cgroup,
-# harness/procs.py CpuAccount, which counts every process the run ever started; where there is
-# none, its process tree in /proc), and keeps the difference: CPU the *others* used, sampled over
-# time. Without a cgroup the others are also counted directly (every process outside the run's
-# tree) and the smaller reading is kept: a run whose children the kernel reaps unseen (SIGCHLD
-# ignored) would otherwise pass their CPU off as the others' and widen its own allowances.
-#
-#     other cores  = the others' CPU seconds per second (0 .. ncpu)
-#     load factor  = k / (ncpu - other cores), clamped to [1, MAX_LOAD]
-#
-# where k is the cores the run wants (its AUTORESEARCH_THREADS, else every core): a run on one
-# thread is not time-sliced while a core stays free for it. It is still slowed by a neighbour on
-# the other core (shared caches, memory bandwidth), which the factor does not say: the judge
-# compares the other cores themselves too (agent/judges/pairing.py). What the run burns itself (a
-# process of its own that spins to look "loaded") is its own CPU, never the others'. Where /proc is
-# not there (not Linux) the factor is 1: the allowances are the idle ones. Limits: on a box the
-# others keep busy beyond 3/4 of its cores every run reads MAX_LOAD (saturated: no evidence); a GPU
-# run is slowed less by CPU load than the factor says; contention on a GPU itself is not seen here.
-
-# The largest slowdown the meter grants: on a box where the others take more than 3/4 of the
-# cores a run is "no evidence" territory anyway, and a bound keeps a mis-measured phase from
-# stretching an allowance without limit.
-MAX_LOAD = 4.0
-# Seconds between samples: reading every process's /proc entry costs a few milliseconds, and a
-# phase shorter than this takes its neighbours'.
-SAMPLE_EVERY_S = 0.5
-_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def ncpu() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def _busy_ticks() -> int | None:
-    """Busy CPU ticks of the whole machine since boot (see busy_of)."""
-    try:
-        with open("/proc/stat") as f:
-            return busy_of(f.readline())
-    except OSError:
-        return None
-
-
-def busy_of(line: str) -> int | None:
-    """Busy ticks in /proc/stat's `cpu` line: user, nice, system and steal. Interrupt time (irq,
-    softirq) is left out: the kernel services a run's own loopback network and disk traffic there,
-    charged to no process, so counting it would let a run raise the factor by making traffic
-    (a loopback TCP stream: about a quarter of its CPU shows up as softirq)."""
-    parts = line.split()
-    if not parts or parts[0] != "cpu":
-        return None
-    try:
-        v = [int(x) for x in parts[1:9]] + [0] * 8
-    except ValueError:
-        return None
-    return v[0] + v[1] + v[2] + v[7]
-
-
-def _processes() -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
-    """(pid -> parent pid, pid -> CPU ticks with its waited-for children's, pid -> its own ticks
-    alone) of every process."""
-    parent, ticks, own = {}, {}, {}
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return parent, ticks, own
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-            parent[pid] = int(rest[1])
-            own[pid] = int(rest[11]) + int(rest[12])
-            ticks[pid] = own[pid] + int(rest[13]) + int(rest[14])
-        except (OSError, IndexError, ValueError):
-            continue
-    return parent, ticks, own
-
-
-def _tree(root: int, parent: dict[int, int]) -> set[int]:
-    inside, grew = {root}, True
-    while grew:   # until no process joins: a tree of any depth, whatever order its pids came in
-        before = len(inside)
-        inside.update(pid for pid, pp in parent.items() if pp in inside)
-        grew = len(inside) > before
-    return inside
-
-
-def _tree_ticks(root: int) -> int | None:
-    """CPU ticks of `root` and its descendants (each with its reaped children's); None once `root`
-    is gone (its ticks then moved to whoever reaped it: no longer measurable as its own)."""
-    parent, ticks, _ = _processes()
-    if root not in parent:
-        return None
-    return sum(ticks.get(pid, 0) for pid in _tree(root, parent))
-
-
-def factor_of(other_cores: float, cores: int | None = None, wants: int | None = None) -> float:
-    """The slowdown of a run that wants `wants` cores (default: every one) while others keep
-    `other_cores` busy: none while the cores left free hold its threads."""
-    n = cores or ncpu()
-    k = max(1, min(n, wants or n))
-    free = max(n - max(0.0, other_cores), k / MAX_LOAD)
-    return min(MAX_LOAD, max(1.0, k / free))
-
-
-def threads_of(env: dict) -> int | None:
-    """The torch threads a run is given (AUTORESEARCH_THREADS, set by the harness or the user, never
-    by the run), or None: every core (runtime.setup_device)."""
-    try:
-        v = int(env.get("AUTORESEARCH_THREADS") or 0)
-    except ValueError:
-        return None
-    return v if v > 0 else None
-
-
-@dataclass(frozen=True)
-class Span:
-    """What the meter saw over a span of a run: the others' busy cores on average, the load factor
-    they make for the run, and the CPU seconds the run itself spent."""
-    other_cores: float = 0.0
-    factor: float = 1.0
-    own_cpu_s: float = 0.0
-
-
-class LoadMeter:
-    """Samples the CPU the rest of the machine used while process `root` (and everything it
-    started) ran: sample() from the runner's wait loop; span(a, b) and factor(a, b) for any span
-    of the run (monotonic times). `account`: the run's cgroup (harness/procs.py CpuAccount), which
-    makes its own CPU exact."""
-
-    def __init__(self, root: int | None = None, clock=time.monotonic, wants: int | None = None, account=None):
-        self.root, self.clock, self.account = root, clock, account
-        # the run's own CPU is its cgroup's: nothing it started escapes the count (kept after the
-        # account is closed, for the figures made once the run is over)
-        self.exact = account is not None and account.path is not None
-        self.cores = ncpu()
-        self.wants = wants   # the run's threads: a single-threaded run is not slowed by one busy core
-        self.samples: list[tuple[float, float, float]] = []   # (time, the others' CPU s so far, the run's)
-        self._base: tuple[int, float] | None = None
-        self._others: dict[int, int] = {}     # pid -> ticks at the last sample (the direct count)
-        self._direct = 0.0
-        self._lock = threading.Lock()
-
-    def sample(self, now: float | None = None, force: bool = False) -> None:
-        now = self.clock() if now is None else now
-        if self.samples and now - self.samples[-1][0] < (0.0 if force else SAMPLE_EVERY_S):
-            return
-        busy = _busy_ticks()
-        if busy is None:
-            return
-        own = self.account.used_s() if self.exact and self.account.path is not None else None
-        if own is None:
-            own = self._tree_and_others()
-            if own is None:
-                return
-        with self._lock:
-            if self._base is None:
-                self._base = (busy, own)
-                self.samples.append((now, 0.0, 0.0))
-                return
-            mine = max(0.0, own - self._base[1])
-            other = max(0.0, (busy - self._base[0]) / _HZ - mine)
-            if not self.exact:
-                other = min(other, self._direct)
-            last = self.samples[-1]
-            # never backwards (a child that exited before its parent reaped it)
-            self.samples.append((now, max(other, last[1]), max(mine, last[2])))
-
-    def _tree_and_others(self) -> float | None:
-        """Without a cgroup: the run's tree's CPU seconds, and (into self._direct) the CPU the
-        processes outside it used since the first sample, counted one by one: each process's own
-        time, between two samples that both saw it (a process that lives less than a sample
-        interval is missed, so this count errs low, never high)."""
-        parent, ticks, own_ticks = _processes()
-        if self.root is not None and self.root not in parent:
-            return None
-        inside = _tree(self.root, parent) if self.root is not None else set()
-        outside = {pid: t for pid, t in own_ticks.items() if pid not in inside}
-        if self._base is not None:
-            self._direct += sum(max(0, t - self._others[pid]) for pid, t in outside.items()
-                                if pid in self._others) / _HZ
-        self._others = outside
-        return sum(ticks.get(pid, 0) for pid in inside) / _HZ
-
-    def add(self, now: float, other_cpu_s: float, own_cpu_s: float = 0.0) -> None:
-        """A sample made elsewhere (tests, a remote node's figures)."""
-        with self._lock:
-            self.samples.append((now, other_cpu_s, own_cpu_s))
-
-    def span(self, a: float | None, b: float | None) -> Span:
-        """What the meter saw over [a, b], widened to the samples around it (a phase shorter than
-        the sampling interval takes its neighbours'); an empty Span without two samples."""
-        with self._lock:
-            s = list(self.samples)
-        if len(s) < 2 or a is None or b is None:
-            return Span()
-        lo = max((x for x in s if x[0] <= a), default=s[0], key=lambda x: x[0])
-        hi = min((x for x in s if x[0] >= b), default=s[-1], key=lambda x: x[0])
-        if hi[0] <= lo[0]:
-            i = s.index(lo)
-            lo, hi = (s[i - 1], s[i]) if i > 0 else (s[0], s[1])
-        dt = hi[0] - lo[0]
-        if dt <= 0:
-            return Span()
-        other = (hi[1] - lo[1]) / dt
-        return Span(other, factor_of(other, self.cores, self.wants), hi[2] - lo[2])
-
-    def factor(self, a: float | None, b: float | None) -> float:
-        """The load factor over [a, b]; 1.0 without two samples."""
-        return self.span(a, b).factor
-
-    def spread(self, a: float | None, b: float | None, parts: int = 4) -> float:
-        """How much the load factor changed within [a, b]: the largest of its `parts` equal spans'
-        factors over the smallest (1.0 when too short to tell)."""
-        if a is None or b is None or b - a < parts * SAMPLE_EVERY_S * 2:
-            return 1.0
-        step = (b - a) / parts
-        fs = [self.span(a + i * step, a + (i + 1) * step).factor for i in range(parts)]
-        return max(fs) / min(fs)

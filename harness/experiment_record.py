@@ -268,6 +268,13 @@ class ExperimentRecord(VerdictReads):
         """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""
         return [c for c in [self.run.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]
 
+    def own_clock_runs(self) -> list[dict]:
+        """The harness clock figures of this record's commit's own runs: its run and its reruns,
+        not the incumbent's runs its decision asked for (those carry their commit)."""
+        runs = [self.run.clock] + [r.get("clock") for r in self.reruns
+                                   if isinstance(r, dict) and r.get("commit") in (None, self.commit)]
+        return [c for c in runs if isinstance(c, dict)]
+
     def timing(self, key: str) -> float | None:
         """timings[key] (proposal, run, eval, git, overhead...) in seconds, else None."""
         return fnum(as_dict(self.costs.timings).get(key))

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import bytecode
-from harness.clock import (CHEAT_FACTOR, KILL_MARGIN_S, MAX_LOAD, ClockFigures, ClockReference, LoadMeter, LogClock,
-                           limit_for, threads_of)
-from harness.procs import TERM_GRACE_SECONDS, CpuAccount, kill_group, kill_leftover  # noqa: F401 (kill_leftover: re-exported)
+from harness.clock import CHEAT_FACTOR, KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for
+from harness.procs import (MAX_LOAD, TERM_GRACE_SECONDS, CpuAccount, LoadMeter, kill_group,  # noqa: F401
+                           kill_leftover, threads_of)   # (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
 from harness.summary import parse_summary
@@ -65,6 +65,9 @@ FAIL_PREFIX = "FAIL:"
 TIMEOUT, OOM, SEGFAULT, KILLED = "timeout", "oom", "segfault", "killed"
 SYNTAX, NAN, EXCEPTION, MISSING = "syntax_error", "nan_divergence", "exception", "missing_summary"
 OVER_BUDGET, NO_ARTIFACT, FLOOD = "over_budget", "missing_artifact", "output_flood"
+# Ended by the harness because its printed curve was far worse than the incumbent's (run_train's
+# `stop_limits`): no crash of the idea, and no evidence for it either: a discard that cost less.
+STOPPED_EARLY = "stopped_early"
 
 
 @dataclass
@@ -112,6 +115,12 @@ class RunResult:
     def steps_mode(self) -> bool:
         """Run for a fixed number of steps (AUTORESEARCH_STEPS), not the time budget."""
         return self.extra.get("steps_mode") is True
+
+    @property
+    def stopped_early(self) -> str | None:
+        """Why the harness ended it early on its printed curve (run_train's stop_limits), or None."""
+        v = self.extra.get("stopped_early")
+        return v if isinstance(v, str) and v else None
 
     @property
     def resumed(self) -> bool:
@@ -172,7 +181,8 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
               clean: bool = False, pid_name: str = PID_FILE, stand_ins: dict | None = None,
               eval_rows: int | None = None, log_path: Path | None = None, out_dir: Path | None = None,
               extra_readonly: list | None = None, extra_writable: list | None = None,
-              compile_cache: str = "read", cache_work: Path | None = None, own_session: bool = True) -> RunResult:
+              compile_cache: str = "read", cache_work: Path | None = None, own_session: bool = True,
+              stop_limits: list | None = None) -> RunResult:
     """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
 
     folder: the run's own files (harness/executors materialise a commit's train.py and the fixed
@@ -197,6 +207,9 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     `cache_work` (published by the caller); "off".
     own_session: the child leads its own process group (default). False keeps it in the caller's
     group (scripts/gpu_check.py: killing a step's group then ends its train.py too).
+    stop_limits: [[fraction of the budget, loss], ...]: the run is ended (crash class stopped_early)
+    once the loss it prints at that point of its budget is above the limit (harness/clock.py
+    LogClock.stop_early): what it prints may make it cost less, never count for more.
     KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
     child's whole process group before propagating.
     """
@@ -243,10 +256,11 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     before = set(os.listdir(folder)) if clean else set()
 
     t0 = time.monotonic()
-    clock = LogClock(t0, reference)
+    steps_env = child_env.get("AUTORESEARCH_STEPS")
+    clock = LogClock(t0, reference, budget=budget, steps=int(steps_env) if steps_env and steps_env.isdigit() else None)
     kill_at = CHEAT_FACTOR * limit_for(budget, MAX_LOAD) + KILL_MARGIN_S   # past what any load explains
     timed_out = over_budget = False
-    flood = None
+    flood = stopped = None
     account = CpuAccount(f"{n}-{log_path.stem}")   # every CPU second of the run, counted by the kernel
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, enter=account.enter, stdout=subprocess.PIPE,
@@ -277,6 +291,9 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 flood = reader.flood or _out_flood(out_dir)
                 if flood:
                     break
+                stopped = clock.stop_early(stop_limits)
+                if stopped:
+                    break
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
         except BaseException:
@@ -299,17 +316,17 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     wall = time.monotonic() - t0
     if private_cache:
         shutil.rmtree(private_cache, ignore_errors=True)
-    stopped = timed_out or over_budget or bool(flood)
-    figures = clock.figures(ended if not stopped else None)
+    ended_by_us = timed_out or over_budget or bool(flood) or bool(stopped)
+    figures = clock.figures(ended if not ended_by_us else None)
     if clean:
         _clean_folder(folder, before)
 
     text = _read_capped(log_path)
     summary = parse_summary(text)
-    returncode = None if stopped else _exit_status(proc.returncode, box.sealed)
-    crash = FLOOD if flood else OVER_BUDGET if over_budget else \
+    returncode = None if ended_by_us else _exit_status(proc.returncode, box.sealed)
+    crash = FLOOD if flood else OVER_BUDGET if over_budget else STOPPED_EARLY if stopped else \
         classify(returncode, timed_out, text, summary, sealed=sealed, artifact=artifact.exists())
-    note = _runner_note(crash, returncode, wall, timeout, budget, flood)
+    note = _runner_note(crash, returncode, wall, timeout, budget, flood or stopped)
     if note:   # a killed process says nothing itself: the log (and the proposer) must still know why
         with open(log_path, "a") as log:
             log.write(f"\n[runner] {note}\n")
@@ -319,7 +336,8 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                      artifact=artifact if artifact.exists() else None, log_tail=tail,
                      started_at=started, ended_at=time.time(),
                      extra={"clock": figures.as_dict(), "sealed": sealed, "sandbox": box.kind,
-                            "steps_mode": steps_mode, "resumed": bool(child_env.get("AUTORESEARCH_RESUME_STATE"))})
+                            "steps_mode": steps_mode, "resumed": bool(child_env.get("AUTORESEARCH_RESUME_STATE")),
+                            "stopped_early": stopped})
 
 
 def _end(proc: subprocess.Popen, own_session: bool) -> None:
@@ -473,9 +491,11 @@ def _clean_folder(folder: Path, keep: set) -> None:
             target.unlink(missing_ok=True)
 
 
-def _runner_note(crash, returncode, wall, timeout, budget, flood=None) -> str | None:
+def _runner_note(crash, returncode, wall, timeout, budget, why=None) -> str | None:
     if crash == FLOOD:
-        return f"ended after {wall:.1f}s: {flood} (a flood; the run's limits are in docs/contracts.md)"
+        return f"ended after {wall:.1f}s: {why} (a flood; the run's limits are in docs/contracts.md)"
+    if crash == STOPPED_EARLY:
+        return f"ended after {wall:.1f}s: {why}"
     if crash == TIMEOUT:
         return f"killed after {wall:.1f}s: timeout {timeout:.0f}s (budget {budget:g}s)"
     if returncode is not None and returncode < 0:

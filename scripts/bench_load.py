@@ -3,7 +3,7 @@ on a random schedule while the bench runs on a wall-clock budget, and the figure
 under it (nulls kept, gains kept, gains discarded without going to the human queue).
 
 The burners are plain `python -c "while True: pass"` processes, outside the runs' process trees:
-what the harness's load meter (harness/clock.py LoadMeter) sees as the machine's load, and what slows a
+what the harness's load meter (harness/procs.py LoadMeter) sees as the machine's load, and what slows a
 run's steps on a wall-clock budget. The bench's own process ends them (also on Ctrl-C).
 """
 from __future__ import annotations

@@ -56,7 +56,10 @@ from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
 from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
 from harness import knobs  # noqa: E402
 
-REVIEWERS = ("simple", "hierarchy")
+RULES = ("reference", "default", "strict")
+# The night's end re-measures the default rule's final on this many fresh seeds inside its runs
+# (its headline); the reference and the strict rule headline their recorded figure, as they always have.
+FINAL_RUNS = {"default": 2, "reference": 0, "strict": 0}
 SEARCHES = ("local", "tpe")
 BASES = ("tuned", "handicapped")
 # A night's runs and the re-measurement's seeds by default: the issue's protocol (30 runs, 4 seeds).
@@ -85,16 +88,24 @@ def _key(source: str) -> str:
 
 def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: int, max_runs: int,
           budget_s: float, seeds: list[int], cache: dict[str, Remeasured], baseline_repeats: int | None = None,
-          say=print, load_procs: int = 0) -> dict:
-    """One night of the real loop until `max_runs` training runs, then its final incumbent and its
-    base re-measured on `seeds` (`cache`: train.py hash -> Remeasured, shared across nights).
-    `load_procs`: burners that come and go while the loop runs (not while it re-measures)."""
+          say=print, load_procs: int = 0, early_stop: bool = False, device_seconds: float = 0.0) -> dict:
+    """One night of the real loop with keep rule `reviewer` (a --rule) until `max_runs` training
+    runs (the default rule's night end inside them: its final re-measured on fresh seeds, its
+    headline), then its final incumbent and its base re-measured on `seeds` (`cache`: train.py
+    hash -> Remeasured, shared across nights). `load_procs`: burners that come and go while the
+    loop runs (not while it re-measures)."""
     from agent import loop as loopmod
     from agent.console import Console
+    from agent.remeasure import night_end
     from harness import gitops
     repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
-    argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", reviewer,
+    argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", "hierarchy",
+            "--rule", reviewer, "--final-runs", str(FINAL_RUNS[reviewer]),
             "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}", "--max-runs", str(max_runs)]
+    if early_stop and reviewer == "default":   # the reference protocol has no early stop
+        argv += ["--early-stop"]
+    if max_runs <= 0:                             # equal device-seconds: the budget is seconds of runs
+        argv = argv[:argv.index("--max-runs")] + ["--max-run-seconds", f"{device_seconds:g}"]
     if baseline_repeats is not None:
         argv += ["--baseline-repeats", str(baseline_repeats)]
     loop = loopmod.Loop(loopmod.parse_args(argv))
@@ -107,6 +118,7 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
             load = bench_load.BackgroundLoad(load_procs, seed=seed).start()
         try:
             loop.run()
+            claim = night_end(loop, FINAL_RUNS[reviewer], say=lambda m: say(f"  {m}"))
         finally:
             if load is not None:
                 load.stop()
@@ -119,17 +131,20 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
             measured[role] = cache[key]
     finally:
         loop.stop()
-    out = summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs)
+    out = summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs, claim)
     if load is not None:
         out["load"] = {"procs": load_procs, "on_fraction": load.fraction_on(), "events": load.events}
     return out
 
 
-def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: float, max_runs: int) -> dict:
+def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: float, max_runs: int,
+                    claim: dict | None = None) -> dict:
     recs = [r for r in loop.history if r.is_experiment]
     exps = [r for r in recs if r.proposer != "baseline"]
     b, f = measured["base"], measured["final"]
     recorded = loop.best["val_bpb"] if loop.best else None
+    claimed = statistics.fmean(claim["runs"]) if claim and claim["runs"] else None
+    headline = claimed if claimed is not None else recorded   # what the night says its final scores
     same = b.values == f.values   # no keep (or a keep of the base's train.py): one figure, gain 0
     se = 0.0 if same else math.hypot(b.se or 0.0, f.se or 0.0)
     exp_runs = sum(r.training_runs for r in exps)
@@ -141,13 +156,23 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
         "one_run_decisions": sum(1 for r in exps if r.training_runs == 1),
         "recorded_best": recorded, "base_true": b.mean, "final_true": f.mean,
         "gain_true": (b.mean - f.mean) if b.mean is not None and f.mean is not None else None,
-        "gain_se": se, "honesty_gap": (recorded - f.mean) if recorded is not None and f.mean is not None else None,
+        "gain_se": se, "honesty_gap": (headline - f.mean) if headline is not None and f.mean is not None else None,
+        "recorded_gap": (recorded - f.mean) if recorded is not None and f.mean is not None else None,
+        "headline": headline, "claim_runs": len(claim["runs"]) if claim else 0,
+        "confirmed": bool(claim and claim["confirmed"]),
+        "device_seconds": sum((r.timing("runs") or r.timing("run") or 0.0) for r in recs) + claim_seconds(claim),
+        "stopped_early": sum(1 for r in exps if r.decision.decision_reason.startswith("stopped early")),
         "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
         "stop_reason": loop.stop_reason,
         "decisions": [{"n": r.n, "description": r.description, "status": r.status, "runs": r.training_runs,
                        "val_bpb": r.decision.trusted_bpb if r.decision.trusted_bpb is not None else r.printed_bpb,
                        "reason": r.decision.decision_reason} for r in recs],
     }
+
+
+def claim_seconds(claim: dict | None) -> float:
+    """Wall seconds of the night end's runs (its claim records them)."""
+    return float(claim["seconds"]) if claim and isinstance(claim.get("seconds"), (int, float)) else 0.0
 
 
 def _mean_se(xs: list[float]) -> tuple[float | None, float | None]:
@@ -164,9 +189,11 @@ def regime(n: dict) -> str:
 
 
 def regime_of(args) -> str:
-    if not args.wall_clock:
-        return f"steps {args.steps}"
-    return f"wall {args.wall_clock:g}s" + (f" load {args.load_procs}" if args.load_procs else "")
+    how = f"steps {args.steps}" if not args.wall_clock else \
+        f"wall {args.wall_clock:g}s" + (f" load {args.load_procs}" if args.load_procs else "")
+    if args.device_seconds:
+        how += f", {args.device_seconds:g} device-s"
+    return how + (", early stop" if args.early_stop else "")
 
 
 def table(nights: list[dict]) -> list[dict]:
@@ -199,8 +226,9 @@ def parting(nights: list[dict]) -> list[dict]:
     by = {(n["base"], n["search"], regime(n), n["seed"], n["reviewer"]): n for n in nights}
     out = []
     for (base, search, how, seed, reviewer), ref in sorted(by.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        judged = by.get((base, search, how, seed, "hierarchy"))
-        if reviewer != "simple" or judged is None or "decisions" not in ref or "decisions" not in judged:
+        judged = by.get((base, search, how, seed, "default")) or by.get((base, search, how, seed, "hierarchy"))
+        if reviewer not in ("reference", "simple") or judged is None or "decisions" not in ref \
+                or "decisions" not in judged:
             continue
         a = [d for d in ref["decisions"] if d["description"] != BASELINE_DESCRIPTION]
         b = [d for d in judged["decisions"] if d["description"] != BASELINE_DESCRIPTION]
@@ -251,7 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--first-night", type=int, default=0,
                    help="the first night's search seed (a bench split over processes or sessions)")
     p.add_argument("--max-runs", type=int, default=MAX_RUNS, help="training runs per night (the loop's --max-runs)")
-    p.add_argument("--reviewers", default=",".join(REVIEWERS))
+    p.add_argument("--rules", default=",".join(RULES), help="the keep rules compared (the loop's --rule)")
     p.add_argument("--searches", default=",".join(SEARCHES))
     p.add_argument("--bases", default=",".join(BASES))
     p.add_argument("--steps", type=int, default=bj.STEPS, help="fixed optimizer steps per run (AUTORESEARCH_STEPS)")
@@ -259,6 +287,10 @@ def main(argv=None) -> int:
     p.add_argument("--load-procs", type=int, default=0, metavar="N",
                    help="with --wall-clock: N CPU burners come and go while the loop runs (scripts/bench_load.py)")
     p.add_argument("--remeasure-seeds", type=int, default=REMEASURE_SEEDS)
+    p.add_argument("--early-stop", action="store_true", help="the default rule's nights with --early-stop")
+    p.add_argument("--device-seconds", type=float, default=0.0, metavar="S",
+                   help="equal device-seconds instead of equal runs: each night stops after S seconds of "
+                        "training runs (the loop's --max-run-seconds)")
     p.add_argument("--baseline-repeats", type=int, default=None, help="the judge's (default: the loop's own)")
     p.add_argument("--out", default=str(REPO / "out" / "bench_research"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repositories and print where")
@@ -278,7 +310,7 @@ def main(argv=None) -> int:
             print(render_parting(parted))
         return 0
     pick = lambda s, allowed: [x for x in s.split(",") if x in allowed]   # noqa: E731
-    reviewers, searches, bases = pick(args.reviewers, REVIEWERS), pick(args.searches, SEARCHES), pick(args.bases, BASES)
+    reviewers, searches, bases = pick(args.rules, RULES), pick(args.searches, SEARCHES), pick(args.bases, BASES)
     env, sources = base_sources(None if args.wall_clock else args.steps, bases)
     budget_s = args.wall_clock or FIXED_STEPS_BUDGET
     seeds = fresh_seeds(args.remeasure_seeds, set())
@@ -296,8 +328,10 @@ def main(argv=None) -> int:
                     for search in searches:
                         print(f"night {k + 1 - args.first_night}/{args.nights} (seed {k}): {base} base, {reviewer}, {search} search, "
                               f"{args.max_runs} runs", flush=True)
-                        n = night(root, base, sources[base], reviewer, search, k, args.max_runs, budget_s, seeds,
-                                  caches[base], args.baseline_repeats, load_procs=args.load_procs)
+                        n = night(root, base, sources[base], reviewer, search, k,
+                                  0 if args.device_seconds else args.max_runs, budget_s, seeds, caches[base],
+                                  args.baseline_repeats, load_procs=args.load_procs, early_stop=args.early_stop,
+                                  device_seconds=args.device_seconds)
                         n["regime"] = regime_of(args)
                         nights.append(n)
                         print(f"  {n['experiments']} experiments, {n['runs']} runs, {n['keeps']} keeps; recorded "

@@ -11,25 +11,26 @@ import socket
 import time
 import threading
 
-from harness import clock as clock_mod
+
+from harness import procs
 
 #          user nice system idle iowait irq softirq steal guest guest_nice
 LINE = "cpu  100  20   30    900  40     7   11      5     0     0"
 
 
 def test_busy_is_user_nice_system_and_steal():
-    assert clock_mod.busy_of(LINE) == 100 + 20 + 30 + 5
+    assert procs.busy_of(LINE) == 100 + 20 + 30 + 5
 
 
 def test_interrupt_time_raises_nothing():
     more_irq = LINE.replace(" 7   11 ", " 7000   11000 ")
-    assert clock_mod.busy_of(more_irq) == clock_mod.busy_of(LINE)
+    assert procs.busy_of(more_irq) == procs.busy_of(LINE)
 
 
 def test_malformed_lines_read_as_unknown():
-    assert clock_mod.busy_of("") is None
-    assert clock_mod.busy_of("intr 1 2 3") is None
-    assert clock_mod.busy_of("cpu  1 2 x 4") is None
+    assert procs.busy_of("") is None
+    assert procs.busy_of("intr 1 2 3") is None
+    assert procs.busy_of("cpu  1 2 x 4") is None
 
 
 def test_the_machine_line_reads_and_a_loopback_stream_is_counted_only_as_its_own_cpu():
@@ -58,7 +59,7 @@ def test_the_machine_line_reads_and_a_loopback_stream_is_counted_only_as_its_own
     srv.close()
     line1, v1 = fields()
     d = [b - a for a, b in zip(v0, v1)]
-    assert clock_mod.busy_of(line1) - clock_mod.busy_of(line0) == d[0] + d[1] + d[2] + d[7]
+    assert procs.busy_of(line1) - procs.busy_of(line0) == d[0] + d[1] + d[2] + d[7]
 
 
 REAPED = '''
@@ -94,10 +95,10 @@ def test_children_the_kernel_reaps_are_the_run_s_own_cpu_never_the_others(tmp_pa
     script.write_text(REAPED)
     account = CpuAccount("test-reaped")
     proc = subprocess.Popen(account.enter + [sys.executable, str(script), str(out)], start_new_session=True)
-    exact = clock_mod.LoadMeter(proc.pid, account=account)          # the cgroup (where one could be made)
-    tree = clock_mod.LoadMeter(proc.pid)                            # the fallback: tree and direct count
-    naive = clock_mod.LoadMeter(proc.pid)                           # total minus the tree, as before
-    naive._tree_and_others = lambda: (clock_mod._tree_ticks(proc.pid) or 0) / clock_mod._HZ
+    exact = procs.LoadMeter(proc.pid, account=account)          # the cgroup (where one could be made)
+    tree = procs.LoadMeter(proc.pid)                            # the fallback: tree and direct count
+    naive = procs.LoadMeter(proc.pid)                           # total minus the tree, as before
+    naive._tree_and_others = lambda: (procs._tree_ticks(proc.pid) or 0) / procs._HZ
     naive._direct = float("inf")                                    # no direct count to bound it
     while proc.poll() is None:
         for m in (exact, tree, naive):
@@ -122,7 +123,7 @@ def test_a_cgroup_counts_every_child_where_one_can_be_made(tmp_path):
     made = account.path is not None
     assert made or os.geteuid() != 0, "as root (CI, most GPU clouds) the run gets a cgroup of its own"
     proc = subprocess.Popen(account.enter + [sys.executable, str(script), str(out)], start_new_session=True)
-    meter = clock_mod.LoadMeter(proc.pid, account=account)
+    meter = procs.LoadMeter(proc.pid, account=account)
     while proc.poll() is None:
         meter.sample(force=True)
         time.sleep(0.1)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from harness import clock as clock_mod
+from harness import procs
 from harness.clock import ClockReference, LogClock, over_budget
 from harness.sandbox import detect
 from tests.test_cheats import GIT_ENV, SRC, commit, ctx_for, make_wt, repo  # noqa: F401  (fixture)
@@ -37,7 +38,7 @@ def ticks(pid: int) -> int:
     return int(rest[11]) + int(rest[12])
 
 
-class Fed(clock_mod.LoadMeter):
+class Fed(procs.LoadMeter):
     """A meter whose samples the test gives (the others' CPU seconds at each time)."""
 
     def __init__(self, cores, samples):
@@ -51,20 +52,20 @@ def test_the_meter_counts_the_others_cpu_not_the_run_s_own():
     """A burner outside the run's tree is the machine's load; the same burner inside the tree
     (the run's own child: a cheat that spins to look loaded) is not."""
     outside = burners(1)[0]
-    own = clock_mod.LoadMeter(os.getpid())      # the test process's tree holds the burner as its child
-    everyone = clock_mod.LoadMeter(None)        # counts every busy tick as the others'
+    own = procs.LoadMeter(os.getpid())      # the test process's tree holds the burner as its child
+    everyone = procs.LoadMeter(None)        # counts every busy tick as the others'
     t0 = ticks(outside.pid)
     own.sample(0.0)
     everyone.sample(0.0)
     time.sleep(2.0)
     own.sample(2.0)
     everyone.sample(2.0)
-    burned = (ticks(outside.pid) - t0) / clock_mod._HZ
+    burned = (ticks(outside.pid) - t0) / procs._HZ
     stop([outside])
     assert burned > 0.2
     assert everyone.samples[-1][1] - own.samples[-1][1] >= 0.8 * burned   # the child is the run's own
-    assert clock_mod.factor_of(0.0, 2) == 1.0 and clock_mod.factor_of(1.0, 2) == 2.0
-    assert clock_mod.factor_of(50.0, 2) == clock_mod.MAX_LOAD                       # bounded
+    assert procs.factor_of(0.0, 2) == 1.0 and procs.factor_of(1.0, 2) == 2.0
+    assert procs.factor_of(50.0, 2) == procs.MAX_LOAD                       # bounded
 
 
 @pytest.mark.parametrize("budget", [1.0, 10.0, 60.0, 300.0])
@@ -76,7 +77,7 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
     of the budget's work (F x 5% x budget of slowed wall time) is past the limit, and 1.75x the
     budget is past the integrity line (at the meter's cap: no evidence, since the load can no
     longer be told from the excess)."""
-    f = clock_mod.factor_of(cores_busy, 2)
+    f = procs.factor_of(cores_busy, 2)
     ref = ClockReference(startup_s=4.0, post_s=1.0)         # the idle baseline's
     honest_startup, honest_post = ref.startup_s * f, ref.post_s * f
 
@@ -100,7 +101,7 @@ def test_silent_training_buys_at_most_five_percent_at_every_budget(budget, cores
         assert over_budget(run(pre, post), budget)[0] is not None
     assert over_budget(run(jitter_pre + 0.049 * budget * f, 0.0), budget)[0] is None
     # past the integrity line, except at the meter's cap, where the excess is no evidence (never kept)
-    at_cap = f >= clock_mod.MAX_LOAD * clock_mod.SATURATED
+    at_cap = f >= procs.MAX_LOAD * clock_mod.SATURATED
     assert over_budget(run(jitter_pre + 0.75 * budget * f, 0.0), budget)[0] == ("over" if at_cap else "cheat")
 
 
@@ -206,7 +207,7 @@ def test_at_the_meter_s_cap_an_excess_is_no_evidence_never_a_cheat():
     same excess under a load the meter measured stays an integrity failure."""
     from dataclasses import replace
     from harness.clock import ClockFigures, PhaseLoads, StepLines
-    from harness.clock import MAX_LOAD
+    from harness.procs import MAX_LOAD
     budget = 5.0
     base = ClockFigures(startup_s=2.0, train_s=5.0, charged_s=3 * budget, allowance_s=2.0, post_s=0.5,
                         post_allowance_s=1.0, steps=StepLines(seen=10, first=1, last=10, pace_s=0.5),
@@ -222,12 +223,12 @@ def test_a_single_threaded_run_is_not_slowed_by_a_core_left_free():
     """A run on one thread (AUTORESEARCH_THREADS=1, the smoke preset) beside one busy core of two
     is not slowed: its factor stays 1, so its baseline's startup is not divided into an allowance
     that the same run, alone on a quiet machine, then overruns (every honest run 'over')."""
-    assert clock_mod.factor_of(1.0, 2, wants=1) == 1.0
-    assert clock_mod.factor_of(1.5, 2, wants=1) == pytest.approx(2.0)        # half a core left: 2x
-    assert clock_mod.factor_of(50.0, 2, wants=1) == clock_mod.MAX_LOAD              # bounded the same
-    assert clock_mod.factor_of(1.0, 2) == 2.0                                   # every core wanted: as before
-    assert clock_mod.threads_of({"AUTORESEARCH_THREADS": "1"}) == 1
-    assert clock_mod.threads_of({}) is None and clock_mod.threads_of({"AUTORESEARCH_THREADS": "x"}) is None
+    assert procs.factor_of(1.0, 2, wants=1) == 1.0
+    assert procs.factor_of(1.5, 2, wants=1) == pytest.approx(2.0)        # half a core left: 2x
+    assert procs.factor_of(50.0, 2, wants=1) == procs.MAX_LOAD              # bounded the same
+    assert procs.factor_of(1.0, 2) == 2.0                                   # every core wanted: as before
+    assert procs.threads_of({"AUTORESEARCH_THREADS": "1"}) == 1
+    assert procs.threads_of({}) is None and procs.threads_of({"AUTORESEARCH_THREADS": "x"}) is None
 
     def startup_run(others_busy, startup):
         meter = Fed(2, [(0.0, 0.0), (20.0, others_busy * 20.0)])

@@ -69,15 +69,15 @@ def test_fresh_seeds_are_never_a_loop_seed():
 
 
 def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
-    """The real loop, real train.py at 2 steps: a simple-rule night and a judge night of 2 runs each,
-    the finals and the base re-measured sealed on 2 fresh seeds; the table reads the nights."""
+    """The real loop, real train.py at 2 steps: a reference-rule night and a default-rule night of 2
+    runs each, the finals and the base re-measured sealed on 2 fresh seeds; the table reads the nights."""
     monkeypatch.setenv("AUTORESEARCH_STEPS", "2")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     tuned, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
     seeds = fresh_seeds(2, set())
     cache: dict = {}
     said: list[str] = []
-    simple = bench_research.night(tmp_path / "n", "tuned", tuned, "simple", "local", 0, 2, 60.0, seeds, cache,
+    simple = bench_research.night(tmp_path / "n", "tuned", tuned, "reference", "local", 0, 2, 60.0, seeds, cache,
                                   say=said.append)
     assert simple["runs"] == 2 and simple["experiments"] == 1 and simple["stop_reason"].startswith("reached --max-runs 2")
     b = simple["base_remeasure"]
@@ -86,14 +86,14 @@ def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
     assert simple["gain_true"] == pytest.approx(simple["base_true"] - simple["final_true"])
     assert simple["honesty_gap"] == pytest.approx(simple["recorded_best"] - simple["final_true"])
     assert any("re-measure" in m for m in said)
-    judged = bench_research.night(tmp_path / "n", "tuned", tuned, "hierarchy", "local", 0, 2, 60.0, seeds, cache,
+    judged = bench_research.night(tmp_path / "n", "tuned", tuned, "default", "local", 0, 2, 60.0, seeds, cache,
                                   baseline_repeats=2)
     assert judged["runs"] == 2 and judged["baseline_runs"] == 2 and judged["experiments"] == 0
     assert judged["gain_true"] == 0.0 and judged["base_remeasure"] == b, "the same train.py: one re-measurement"
     rows = bench_research.table([simple, judged])
-    assert [(r["reviewer"], r["nights"]) for r in rows] == [("simple", 1), ("hierarchy", 1)]
+    assert [(r["reviewer"], r["nights"]) for r in rows] == [("reference", 1), ("default", 1)]
     text = bench_research.render(rows)
-    assert "simple" in text and "hierarchy" in text and "one night" in text
+    assert "reference" in text and "default" in text and "one night" in text
 
 
 def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):

@@ -61,8 +61,11 @@ def claim(commit: str, history: list[ExperimentRecord], fresh: list[float], *, f
         out["baseline"], out["baseline_runs"] = baseline, base_runs
         if fresh and base_runs:
             sigma = noise.sigma or stats.floor_for(base_runs)
+            # the fresh runs' own spread where it is wider than the tag's noise (a recipe that makes
+            # training erratic): the headline's error is never narrower than its own runs say
+            own = statistics.stdev(fresh) if len(fresh) > 1 else sigma
             out["gain"] = statistics.fmean(base_runs) - statistics.fmean(fresh)
-            out["se"] = sigma * math.sqrt(1 / len(base_runs) + 1 / len(fresh))
+            out["se"] = math.sqrt(sigma * sigma / len(base_runs) + max(sigma, own) ** 2 / len(fresh))
     return out
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from agent.judges import pairing, stats
 from agent.judges.judge import Opinion
 from harness import clock as harness_clock
+from harness.procs import MAX_LOAD
 from harness.records import Basis, ExperimentRecord, finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
@@ -34,7 +35,7 @@ WALL_GRACE_S = 90.0
 
 @dataclass
 class RunSpeed:
-    """What the harness measured of the machine while a run trained (harness/clock.py LoadMeter):
+    """What the harness measured of the machine while a run trained (harness/procs.py LoadMeter):
     what pairing compares (None: not measured: steps mode, or a record written before). pace_s
     is shown, never compared: it divides the harness's time by step numbers train.py printed."""
     pace_s: float | None = None          # seconds per printed step, by the harness clock (shown only)
@@ -99,7 +100,7 @@ def disturbed_by_machine(clock) -> str | None:
     reached the meter's cap (how much it slowed the run is then unknown), or it changed by more
     than WITHIN_SLOW within the run (the run is then like neither a quiet run nor a loaded one)."""
     ld = clock.load
-    if ld.train >= harness_clock.MAX_LOAD * harness_clock.SATURATED:
+    if ld.train >= MAX_LOAD * harness_clock.SATURATED:
         return (f"the rest of the machine kept {ld.other_cores:.1f} cores busy while it trained: its load "
                 f"reached the meter's cap (x{ld.train:.2f}), so how much it slowed the run is unknown")
     if ld.spread > WITHIN_SLOW:

@@ -38,6 +38,7 @@ from harness.queue_store import QueueStore
 from harness.records import Basis, Decision, ExperimentRecord, RunInfo, read_claims
 from harness import pinned
 from harness.pinned import PinnedError, Seal
+from harness.runner import STOPPED_EARLY
 from harness.verify import VerifyResult, eval_rows, verify
 
 # The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
@@ -90,6 +91,12 @@ class JudgeHierarchy:
 
     # ---- judge -------------------------------------------------------------------------------
     def judge(self, ctx, run) -> Decision:
+        if run.crash_class == STOPPED_EARLY:   # ended on its printed curve: a discard that cost less
+            why = run.stopped_early or "its printed curve was far behind the incumbent's"
+            jd = {"status": "discard", "basis": Basis.METRIC.value, "reason": f"stopped early: {why}",
+                  "best_before": _best_bpb(ctx), "stopped_early": why}
+            queue_apply.note(ctx, "discard", jd["reason"], {"judge": jd})
+            return Decision("discard", jd["reason"], None, {"judge": jd}, basis=Basis.METRIC)
         if run.crash_class is not None and self._store_of(ctx).get(ctx.commit) and ctx.commit in self._memo.last_verify:
             with self._decide:
                 return self._crashed_repeat(ctx, run)

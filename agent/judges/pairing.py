@@ -1,7 +1,7 @@
 """Measure the edit, not the machine: runs paired in time when the machine's load varies.
 
 On a wall-clock budget a run's val_bpb moves with the load it ran under (fewer steps). The
-harness measures that load for every run (harness/clock.py LoadMeter, the clock's `load_train`), so the
+harness measures that load for every run (harness/procs.py LoadMeter, the clock's `load_train`), so the
 judge can tell when its runs were made on different machines in effect:
 
 - **Comparable** runs: load factors within LOAD_SAME of each other, in either direction. A

@@ -82,6 +82,7 @@ class TrainJob:
     evaluation: EvalSpec | None = None
     fetch: tuple = ("model.pt",)         # output files a remote node sends back into run_dir/artifacts
     meta: dict = field(default_factory=dict)   # the caller's own tags; returned untouched
+    stop_limits: list | None = None      # [[fraction, loss], ...]: end it early past them (run_train)
 
     @property
     def log_file(self) -> str:

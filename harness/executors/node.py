@@ -111,7 +111,7 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     run = run_train(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, log_name=job.log_name,
                     on_tick=on_tick, sandbox=box, data=data, sealed=seal.sealed, data_mode=seal.data_mode,
                     clock_reference=ClockReference(**(seal.clock_reference or {})), stand_ins=seal.stand_ins,
-                    eval_rows=rows, pid_name=f"child-{slot}.pid", out_dir=staging)
+                    eval_rows=rows, pid_name=f"child-{slot}.pid", out_dir=staging, stop_limits=job.stop_limits)
     run = swap_in(run, staging, out_dir)
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
                        timed_out=run.timed_out,

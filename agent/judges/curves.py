@@ -1,0 +1,60 @@
+"""Early stopping (`--early-stop`): spend less on an idea whose printed curve is already far behind.
+
+train.py prints its training loss at every step; the harness keeps it at points of the run's
+budget (harness/clock.py CURVE_POINTS). That curve is the candidate's own claim, so it may only
+make the harness spend *less* on an idea, never keep one: a candidate whose printed loss at a
+point of its budget is above the incumbent's there by more than the baseline's own runs disagree
+there (STOP_SPREADS of their spread, at least STOP_FLOOR of the loss) is ended (harness/runner.py
+stopped_early) and discarded, and the time it would have taken goes to the next idea. A candidate
+that prints a better curve than it trains gains nothing by it: it runs to the end and is judged
+on the trusted evaluation like any other.
+
+What a stop costs is measured, not assumed: scripts/bench_judge.py counts the gains it stopped
+(the false-stop rate) and scripts/bench_research.py the true gain at equal device-seconds.
+"""
+from __future__ import annotations
+
+import statistics
+
+from harness.clock import ClockFigures
+from harness.records import ExperimentRecord
+
+# The points of the budget a candidate is checked at: late enough that the early steps' noise
+# has settled, early enough to save a run's worth of time every two or three stops.
+STOP_POINTS = (0.3, 0.5)
+# How far behind the incumbent's printed loss a candidate must be there: this many of the
+# baseline's own runs' spread at that point (seed noise of a curve), and never less than this
+# fraction of the incumbent's loss (two baseline runs can agree by chance).
+STOP_SPREADS = 4.0
+STOP_FLOOR = 0.01
+
+
+def _curves(rec: ExperimentRecord) -> list[dict[float, float]]:
+    """The printed curves of the record's own commit's runs."""
+    out = []
+    for c in rec.own_clock_runs():
+        fig = ClockFigures.from_dict(c)
+        if fig is not None and fig.curve:
+            out.append({round(f, 2): v for f, v in fig.curve})
+    return out
+
+
+def limits(history: list[ExperimentRecord], incumbent: str | None) -> list[list[float]] | None:
+    """[[point, loss limit], ...] for a candidate of `incumbent`, or None while the baseline has no
+    two curves (no spread to calibrate on) or the incumbent none."""
+    base = next((r for r in history if r.is_experiment and r.is_baseline and r.status == "keep"), None)
+    inc = next((r for r in reversed(history) if r.is_experiment and r.status == "keep" and r.commit == incumbent), None)
+    if base is None or inc is None or not isinstance(base.commit, str):
+        return None
+    base_curves, inc_curves = _curves(base), _curves(inc)
+    if len(base_curves) < 2 or not inc_curves:
+        return None
+    out = []
+    for f in STOP_POINTS:
+        b = [c[f] for c in base_curves if f in c]
+        i = [c[f] for c in inc_curves if f in c]
+        if len(b) < 2 or not i:
+            continue
+        bar = statistics.fmean(i)
+        out.append([f, bar + max(STOP_SPREADS * statistics.stdev(b), STOP_FLOOR * abs(bar))])
+    return out or None
