@@ -60,7 +60,7 @@ from agent.status import Panel
 from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment
 from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
 from agent.proposers.base import Proposal
-from agent.proposers.local import LocalProposer
+from agent.proposers.local import FINE_SCALE, LocalProposer
 from agent.proposing import Ideas, Prefetch, Proposers
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
@@ -93,8 +93,8 @@ def build_reviewer(kind: str, baseline_repeats: int, tracer=None, budget: float 
 
 def make_offline(search: str = "local"):
     """The offline proposer: local steps from the incumbent, or an Optuna sampler (tpe, cmaes, random)."""
-    if search == "local":
-        return LocalProposer()
+    if search in ("local", "local-fine"):
+        return LocalProposer(FINE_SCALE if search == "local-fine" else 1.0)
     from agent.proposers.offline import OfflineProposer   # Optuna, only for the samplers
     return OfflineProposer(search)
 

@@ -60,7 +60,7 @@ RULES = ("reference", "default", "strict")
 # The night's end re-measures the default rule's final on this many fresh seeds inside its runs
 # (its headline); the reference and the strict rule headline their recorded figure, as they always have.
 FINAL_RUNS = {"default": 2, "reference": 0, "strict": 0}
-SEARCHES = ("local", "tpe")
+SEARCHES = ("local", "tpe", "local-fine")
 BASES = ("tuned", "handicapped")
 # A night's runs and the re-measurement's seeds by default: the protocol (30 runs, 4 seeds).
 MAX_RUNS = 30

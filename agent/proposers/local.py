@@ -46,6 +46,10 @@ from harness.results import MAX_DESCRIPTION
 # to resolve, since it keeps nothing below ~3 sigma.
 STEP_FACTOR = 2.0
 LIN_STEPS = 4
+# The fine search (--offline-search local-fine): half a step, x1.41 and 1/8 of a range: steps of
+# ~1-2 sigma of the seed noise, which a rule that confirms every keep rarely resolves and a
+# one-run rule can still climb.
+FINE_SCALE = 0.5
 # A momentum move takes this many steps at once.
 JUMP_STEPS = 2
 # Two unproven single steps are combined when each had at least this P(better).
@@ -78,9 +82,10 @@ def _inward(out: list, value, lo, hi) -> list:
     return list(dict.fromkeys(keep))
 
 
-def step(name: str, value, spec: list | None, comment: str, k: int = 1) -> list:
+def step(name: str, value, spec: list | None, comment: str, k: int = 1, scale: float = 1.0) -> list:
     """Values k steps away from `value` (down first), inside the knob's search range; from a value
-    outside the range, the move toward it lands on its edge at most."""
+    outside the range, the move toward it lands on its edge at most. `scale`: the size of a step
+    of a log or linear knob against the default's (FINE_SCALE: the fine search's)."""
     if spec is None:
         return []
     kind = spec[0]
@@ -93,9 +98,9 @@ def step(name: str, value, spec: list | None, comment: str, k: int = 1) -> list:
         return [int(v) for v in _inward([value - k * q, value + k * q], value, lo, hi)]
     lo, hi = float(spec[1]), float(spec[2])
     if kind == "log" and value > 0:
-        out = [value / STEP_FACTOR ** k, value * STEP_FACTOR ** k]
+        out = [value / STEP_FACTOR ** (k * scale), value * STEP_FACTOR ** (k * scale)]
     else:
-        d = k * (hi - lo) / LIN_STEPS
+        d = k * scale * (hi - lo) / LIN_STEPS
         out = [value - d, value + d]
     return [knobs.normalize(v) for v in _inward(out, value, lo, hi)]
 
@@ -167,8 +172,9 @@ class LocalProposer:
     name = "offline"
     cheap_redo = True
 
-    def __init__(self):
+    def __init__(self, scale: float = 1.0):
         self.sampler = OfflineProposer("tpe")   # its study: the space, the journal's trials, the jump draws
+        self.scale = scale                      # a step's size against the default's (FINE_SCALE: fine)
 
     def propose(self, req: ProposalRequest) -> Proposal:
         if req.fix_of is not None:
@@ -212,7 +218,7 @@ class LocalProposer:
             d = _direction(old, new)
             if k in space and d:
                 for kk in dict.fromkeys((JUMP_STEPS, 1)):   # one step where the jump leaves the range
-                    ahead = [v for v in step(k, base[k], space[k], current[k].comment, kk)
+                    ahead = [v for v in step(k, base[k], space[k], current[k].comment, kk, self.scale)
                              if _direction(base[k], v) == d]
                     for v in ahead:
                         yield {k: v}, (f"momentum: exp {kept_into['n']} was kept for moving {k} "
@@ -232,7 +238,7 @@ class LocalProposer:
             if m["status"] == "discard" and len(m["moved"]) == 1 and worse:
                 (k, (old, new)), = m["moved"].items()
                 if k in space:
-                    for v in step(k, base[k], space[k], current[k].comment):
+                    for v in step(k, base[k], space[k], current[k].comment, 1, self.scale):
                         if _direction(base[k], v) == -_direction(old, new) != 0:
                             yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
                                            f"{knobs.format_literal(new)} and was discarded"
@@ -246,7 +252,7 @@ class LocalProposer:
             (k, (old, new)), = m["moved"].items()
             d = _direction(old, new)
             if k in space and d:
-                for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS):
+                for v in step(k, base[k], space[k], current[k].comment, JUMP_STEPS, self.scale):
                     if _direction(base[k], v) == d:
                         yield {k: v}, (f"exp {m['n']} moved {k} {knobs.format_literal(old)} -> "
                                        f"{knobs.format_literal(new)} and looked better (P(better) "
@@ -271,7 +277,7 @@ class LocalProposer:
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]
         rng = random.Random(f"{req.seed}:{req.n}")
         for k in order:                                   # 5. untried single steps
-            vals = step(k, base[k], space[k], current[k].comment)
+            vals = step(k, base[k], space[k], current[k].comment, 1, self.scale)
             rng.shuffle(vals)
             for v in vals:
                 yield {k: v}, f"one step of {k}, untried from this incumbent"
@@ -297,4 +303,4 @@ class LocalProposer:
                         notes=f"local search ({', '.join(change)}); seed {req.seed}")
 
 
-SEARCHES = ("local",) + SAMPLERS   # --offline-search: this step search (default) or an Optuna sampler
+SEARCHES = ("local", "local-fine") + SAMPLERS   # --offline-search: this step search (default; fine: half steps) or a sampler
