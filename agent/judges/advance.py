@@ -109,7 +109,9 @@ def advance(y: float, inc: Estimate, sigma: float, effects: list[tuple[float, fl
     d = inc.mean - y
     prior = shrink.fit_prior(effects + [(d, var_d)], sigma)
     est, p_better = shrink.posterior(inc, [y], sigma, prior)
-    tail = surprise(d, var_d, prior)
+    # how surprising this run is, under what the night showed before it (itself left out: a prior
+    # fitted on it would find its own luck plausible)
+    tail = surprise(d, var_d, shrink.fit_prior(effects, sigma))
     figures = {"rule": "default", "run": y, "bar": inc.mean, "bar_sd": inc.sd, "sigma": sigma,
                "effect": {"d": d, "var": var_d}, "surprise": tail, "p_better": p_better,
                "estimate": {"mean": est.mean, "var": est.var, "parent": {"mean": inc.mean, "var": inc.var}},

@@ -293,6 +293,7 @@ class Unrecorded:
         self.incumbent_tries: dict[int, int] = {}
         self.audits: list[dict] = []
         self.rule_figures: dict[int, dict] = {}   # the one-run rule's figures of a decision the strict judge took over
+        self.handed: dict[int, str] = {}          # and why it handed it over
 
 
 def store_of(history: list[ExperimentRecord], memo: Unrecorded, commit: str | None = None,

@@ -232,10 +232,19 @@ class JudgeHierarchy:
         return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
-        if self.rule != "strict":
-            d = self._one_run(ctx, v, runs)
-            if d is not None:
-                return d
+        if self.rule == "strict":
+            return self._strict(ctx, v, runs)
+        d = self._one_run(ctx, v, runs)
+        if d is not None:
+            return d
+        d = self._strict(ctx, v, runs)
+        why = self._memo.handed.get(ctx.n)
+        if why and len(runs) == 1:   # say why the one run was not enough
+            d.reason = f"{why}; {d.reason}"
+        return d
+
+    def _strict(self, ctx, v: VerifyResult, runs: list) -> Decision:
+        """The strict judge: the sequential test (agent/judges/stats.py), paired where the load varied."""
         samples = self._store(ctx, runs)
         store = self._store_of(ctx, samples)
         inc_commit, inc_bpb = ctx.best["commit"], ctx.best["val_bpb"]
@@ -399,6 +408,7 @@ class JudgeHierarchy:
                                    equal_result_ok=bool(judge.clearly_cheaper(serving))
                                    or lines["net"] <= -judge.DELETION_LINES, big_diff_lines=judge.BIG_DIFF_LINES)
             self._memo.rule_figures[ctx.n] = call.figures     # written with the strict judge's record too
+            self._memo.handed[ctx.n] = call.why
             if call.said == "strict":
                 return None
         ev.update(rule=dict(call.figures, decided_by=call.figures["rule"]), call=call.said, why=call.why)
