@@ -39,7 +39,7 @@ import graph_export as gx  # the fixed model-graph plumbing beside this file
 # ---------------------------------------------------------------------------------------------
 # Profile knobs. train.py's CAPS constants are the values that run on a GPU (the reference
 # recipe). The cpu and tiny profiles run a smaller model: knob -> (train.py's value, theirs). A
-# tag on those profiles starts with a commit that writes their values in (harness/knobs.py
+# tag on those profiles starts with a commit that writes their values in (search/knobs.py
 # for_profile), so the file always shows what runs; a knob already moved off train.py's value
 # keeps the value it has. These are the cpu/tiny values the recorded CPU baseline ran with.
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from agent.console import clock
 from agent.judges import stats
 from agent.judges.advance import RULES
 from agent.proposers.local import SEARCHES
-from harness import gitops
+from agent import gitops
 
 DESCRIPTION = "The research loop: propose an edit of train.py, commit it, train, judge, keep or reset. Forever."
 DEFAULT_BUDGET = 300.0  # seconds of training per experiment (the seed's 5 minutes)
@@ -201,8 +201,9 @@ REMEMBERED = ("budget", "max_experiments", "proposer", "model", "max_cost", "cra
 
 
 def settings_of(config: LoopConfig) -> dict:
-    """What run.json records of the command line (REMEMBERED)."""
-    return {name: config.value(name) for name in REMEMBERED}
+    """What run.json records of the command line (REMEMBERED), and whether it posted to a webhook
+    ("notified": the URL itself is a secret, never written; a --resume without one says so)."""
+    return {name: config.value(name) for name in REMEMBERED} | {"notified": bool(config.notify)}
 
 
 def resumed(config: LoopConfig, given: set[str], saved: dict | None) -> LoopConfig:
@@ -220,7 +221,7 @@ def resumed_config(config: LoopConfig, argv=None) -> LoopConfig:
     if not config.resume:
         return config
     from agent import workspace  # the tag's folder, as the loop will find it
-    from harness.records import RunInfo
+    from runfiles.run import RunInfo
     try:
         repo = gitops.toplevel(Path(config.repo).resolve())
     except gitops.GitError:
@@ -396,7 +397,11 @@ RUN_WALL_PER_BUDGET = 1.1
 # The trusted evaluation, in tokens per second on 2 busy cores (prepare.py's cpu profile note:
 # ~7.3K tok/s) plus its own process start; a GPU evaluates far faster (then this overestimates).
 EVAL_TOKENS_PER_S = 7300.0
+EVAL_RATE_THREADS = 2      # the threads EVAL_TOKENS_PER_S was measured with
 EVAL_START_S = 8.0
+# The most of a CPU run's budget its trusted evaluation may take (fewer tokens on fewer free cores):
+# at 300 s and one free core the cpu profile evaluates ~80K of its 128K tokens in ~30 s.
+EVAL_SHARE = 0.10
 # Tokens of the trusted evaluation at the reference budget; shorter budgets evaluate on a share of
 # them (eval_tokens_for), never fewer than EVAL_TOKENS_MIN: a 30 s run is not measured for 3 minutes.
 REFERENCE_BUDGET = 300.0
@@ -412,21 +417,26 @@ def apply_environment(smoke: bool) -> None:
         os.environ.setdefault("AUTORESEARCH_THREADS", str(SMOKE_THREADS))
 
 
-def eval_tokens_for(profile_tokens: int | None, budget: float) -> int | None:
+def eval_tokens_for(profile_tokens: int | None, budget: float, threads: int | None = None) -> int | None:
     """Tokens of a tag's trusted evaluation: the profile's EVAL_TOKENS at the reference budget,
-    a proportional share below it (at least EVAL_TOKENS_MIN); None: the profile's own."""
-    if not profile_tokens or budget >= REFERENCE_BUDGET:
+    a proportional share below it (at least EVAL_TOKENS_MIN); on a CPU (`threads`: its runs' torch
+    threads) no more than EVAL_SHARE of the budget takes at EVAL_TOKENS_PER_S; None: the profile's own."""
+    if not profile_tokens:
         return None
-    share = int(profile_tokens * budget / REFERENCE_BUDGET)
-    tokens = max(EVAL_TOKENS_MIN, share)
+    tokens = profile_tokens if budget >= REFERENCE_BUDGET else max(EVAL_TOKENS_MIN, int(profile_tokens * budget / REFERENCE_BUDGET))
+    if threads:
+        rate = EVAL_TOKENS_PER_S * threads / EVAL_RATE_THREADS
+        tokens = min(tokens, max(EVAL_TOKENS_MIN, int((EVAL_SHARE * budget - EVAL_START_S) * rate)))
     return None if tokens >= profile_tokens else tokens
 
 
-def run_seconds(budget: float, eval_tokens: int | None, steps: int | None = None) -> float:
+def run_seconds(budget: float, eval_tokens: int | None, steps: int | None = None,
+                threads: int | None = None) -> float:
     """The wall time of one run with its evaluation, as estimated before any was measured."""
     if steps:
         return steps * SMOKE_STEP_S + SMOKE_OVERHEAD_S
-    return budget * RUN_WALL_PER_BUDGET + EVAL_START_S + (eval_tokens or 0) / EVAL_TOKENS_PER_S
+    rate = EVAL_TOKENS_PER_S * (threads / EVAL_RATE_THREADS if threads else 1.0)
+    return budget * RUN_WALL_PER_BUDGET + EVAL_START_S + (eval_tokens or 0) / rate
 
 
 def runs_needed(baseline_repeats: int, experiments: int | None) -> tuple[int, int]:
@@ -440,19 +450,22 @@ def runs_needed(baseline_repeats: int, experiments: int | None) -> tuple[int, in
 
 
 def eta_note(*, baseline_repeats: int, max_experiments: int | None, budget: float,
-             eval_tokens: int | None, steps: int | None, done: int = 0) -> str:
-    """The startup line: what the first row costs, and (with --max-experiments) the whole session.
+             eval_tokens: int | None, steps: int | None, done: int = 0, threads: int | None = None,
+             machine: str | None = None) -> str:
+    """The startup line: what the first row costs, and (with --max-experiments) the whole session,
+    on `machine` (the state it assumes: agent/hardware.py MachineNow.said; None: an idle one).
     `done`: experiments the tag already has (an imported tag's rows): --max-experiments counts them."""
-    per = run_seconds(budget, eval_tokens, steps)
+    per = run_seconds(budget, eval_tokens, steps, threads)
     what = f"{steps} steps" if steps else f"{budget:g}s of training"
     first = (f"estimate: one run is about {clock(per)} ({what}, startup and the trusted evaluation); the "
              f"first row of results.tsv needs {baseline_repeats} baseline run(s), about {clock(per * baseline_repeats)}")
+    where = f" on {machine}" if machine else " on an idle machine"
     if max_experiments is None:
-        return first
+        return first + where
     low, high = runs_needed(baseline_repeats, max(0, max_experiments - done - 1))
     had = f" ({done} already recorded)" if done else ""
     return (f"{first}; --max-experiments {max_experiments}{had}: {low} to {high} runs as the judge asks for "
-            f"reruns, about {clock(per * low)} to {clock(per * high)} on an idle machine")
+            f"reruns, about {clock(per * low)} to {clock(per * high)}{where}")
 
 
 def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: float) -> str | None:

@@ -20,7 +20,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.records import DataInfo, ExperimentRecord, RunState
+from runfiles.run import DataInfo
+from harness.records import ExperimentRecord
+from runfiles.state import RunState
 from harness.secrets import clean_text
 
 # Redraws per second of the live panel: enough to watch a clock, cheap for the loop.

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from agent.proposers.base import Proposal
-from harness import knobs
-from harness.figures import as_str
-from harness.records import Best, ExperimentRecord, best_of
+from search import knobs
+from harness.results_table import as_str
+from runfiles.run import Best, best_of
+from harness.records import ExperimentRecord
 from harness.results import read_json, write_json_atomic
 from harness.secrets import scrub
 
@@ -45,7 +46,7 @@ class InFlight:
     commit: str | None = None
     description: str = BEING_PROPOSED
     config: dict | None = None        # knob values of the proposed train.py, once there is one
-    code: str | None = None           # its code fingerprint (harness/knobs.code_fingerprint)
+    code: str | None = None           # its code fingerprint (search/knobs.code_fingerprint)
     proposer: str | None = None
     worker: int | None = None         # --workers: which worker carries it (0: queued for the first free)
     handover: str | None = None       # agent/budget.py: why the offline proposer made it

@@ -20,9 +20,9 @@ import shutil
 from pathlib import Path
 
 from agent.errors import EnvironmentStop
-from harness import gitops
-from harness.executors.base import FIXED_SOURCES
-from harness.records import OFFLINE_SOURCE
+from agent import gitops
+from harness.job import FIXED_SOURCES
+from runfiles.run import OFFLINE_SOURCE
 from harness.sandbox import DataView
 
 # Exit status of a stop for the environment (EX_CONFIG: fix the setup, then --resume).
@@ -135,9 +135,10 @@ def check(tag: str, worktree: Path, view: DataView | None, recorded: dict | None
 KEEP_LAST_ARTIFACTS = 3
 # Room for records, state, traces, notes and git objects of one experiment (they are small).
 RECORDS_MARGIN_BYTES = 8 * 1024 * 1024
-# The next run's artifact and log are assumed this much larger than the largest recent one
-# (a proposal may widen the model).
-GROWTH_FACTOR = 2
+# The next run's artifact and log are assumed this much larger than the largest that runs of this
+# tag wrote (a proposal may widen the model). A run that writes more still loses nothing: a full
+# disk mid-run stops the loop cleanly and --resume runs that experiment again.
+GROWTH_FACTOR = 1.25
 ARTIFACT_RE = re.compile(r"^exp-(\d+)$")   # a run's output folder: artifacts/exp-NNNN/model.pt
 
 
@@ -156,7 +157,7 @@ def bytes_needed(run_dir: Path) -> int:
     run_dir = Path(run_dir)
     artifact = _largest(run_dir / "artifacts", "exp-*/*.pt")
     log = _largest(run_dir / "logs", "exp-*.log")
-    return GROWTH_FACTOR * (artifact + log) + RECORDS_MARGIN_BYTES
+    return int(GROWTH_FACTOR * (artifact + log)) + RECORDS_MARGIN_BYTES
 
 
 def free_bytes(path: Path) -> int:

@@ -21,14 +21,17 @@ from agent.proposers.base import Proposal
 from agent.proposing import ProposalInfo, same_edit
 from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
-from harness import gitops, knobs
+from agent import gitops
+from search import knobs
 from harness.clock import ClockReference
-from harness.executors.base import Executor
-from harness.pinned import Seal
-from harness.records import (Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal,
-                             RecordRun, RunInfo)
+from harness.job import Executor
+from harness.verify import Seal
+from harness.records import Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun
+from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
-from harness.executors import CANCELLED, LocalExecutor, SharedExecutor, TrainJob, eval_spec, job_seal, sources_at
+from harness.job import CANCELLED, TrainJob, eval_spec, job_seal
+from executors import LocalExecutor, SharedExecutor
+from agent.gitops import sources_at
 from harness.runner import RunResult
 from harness.secrets import scrub
 
@@ -283,7 +286,7 @@ def _run(a: Attempt, slot: Slot, status, done: int, incumbent: str | None) -> Ru
 def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None = None, *,
                parent: str | None = None, status=None, stop_limits: list | None = None) -> RunResult:
     """The one way a run is assembled: `commit`'s files, the seal and, for a reviewer that
-    evaluates, the trusted evaluation, as a TrainJob on the slot's executor (harness/executors),
+    evaluates, the trusted evaluation, as a TrainJob on the slot's executor (executors/),
     so the evaluation runs where the model is and reaches the judge with the result. The queue's
     re-measurements, the ablations and --validate use it too. A stop (Ctrl-C, the slot's stop
     event) cancels the job."""

@@ -51,11 +51,12 @@ if __package__ in (None, ""):   # run as a script: the project root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent import cli, workspace   # noqa: E402
-from harness import gitops, knobs   # noqa: E402
-from harness.records import ExperimentRecord   # noqa: E402
+from agent import gitops   # noqa: E402
+from search import knobs   # noqa: E402
+from harness.records import ExperimentRecord  # noqa: E402
 from harness.results import RESULTS_HEADER, append_journal, rewrite_results, write_json_atomic   # noqa: E402
 from harness.results_table import ResultRow, parse_results   # noqa: E402
-from harness.shared_results import IMPORTED_JSON, ImportedInfo, clean_hardware   # noqa: E402
+from runfiles.shared_results import IMPORTED_JSON, ImportedInfo, clean_hardware   # noqa: E402
 
 PROPOSER = "imported"
 # The proposer of the resumed tag's first experiment: the imported tip's train.py, as a candidate.

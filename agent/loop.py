@@ -51,9 +51,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import budget, cli, envcheck
+from agent import budget, cli, envcheck, hardware
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
-from agent.config import LoopConfig
+from agent.config import LoopConfig, NOTIFY_ENV
 from agent.coordinator import Coordinator, PendingFile
 from agent.console import Console, data_warning
 from agent.status import Panel
@@ -65,19 +65,23 @@ from agent.proposing import Ideas, Prefetch, Proposers
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
-from agent import import_run, workspace
+from agent import workspace
+from harness.procs import threads_of
 from agent.workspace import SealError, clear_leftovers, make_seal
-from harness.pinned import PinnedError
-from harness import gitops
+from harness.verify import PinnedError
+from agent import gitops
 from harness.results import is_out_of_space
 from harness.clock import ClockReference, reference_of
-from harness.records import DataInfo, ExperimentRecord
+from runfiles.run import DataInfo
+from runfiles.shared_results import ImportedInfo
+from harness.records import ExperimentRecord
 from harness.sandbox import DataView
 from harness.runner import kill_leftover, timeout_for
-from harness.executors.node import clear_staging
+from harness.job import clear_staging
 
 BASELINE_DESCRIPTION = "baseline (unmodified train.py)"   # the baseline's description in every record
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
+CPU_PROFILES = ("cpu", "tiny")   # profiles whose runs train on the CPU: their threads follow the free cores
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
 EXIT_OUT_OF_SPACE = 75
 
@@ -126,6 +130,8 @@ class Loop:
         self.slot: Slot | None = None     # set in setup(): where runs go, and their fixed terms
         self.ideas: Ideas | None = None   # set in setup(): who proposes, and what they are told
         self.reviewer: Reviewer | None = None
+        self.machine: str | None = None   # the machine's state the opening estimate assumes (setup)
+        self.eval_tokens: int | None = None   # tokens of one trusted evaluation (setup)
         self.stop_reason: str | None = None
         self.run_lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.tag_lock = None   # the tag's own lock (workspace.tag_lock), taken by main before anything exists
@@ -198,13 +204,27 @@ class Loop:
         if not base:   # resuming: the base commit is in run.json (or the branch tip if never written)
             base = "" if (files.run_dir / "run.json").exists() else gitops.head(files.worktree)
         if base:   # run.json not written yet: on cpu/tiny the tag's base writes in that profile's knobs
-            import_run.check_resumable(files.worktree)   # an imported tag's base is this project's own code
+            if ImportedInfo.read(files.worktree) is not None:   # an imported tag's base is this project's own code
+                from agent import import_run
+                import_run.check_resumable(files.worktree)
             base = workspace.commit_profile_knobs(files.worktree, data.profile, base)
+        # a CPU tag's runs get the cores other work leaves free (agent/hardware.py), fixed in run.json
+        given = threads_of(os.environ)
+        now = hardware.machine_now(given=given) if data.profile in CPU_PROFILES else None
+        threads = now.threads if now is not None and not given else None
         run_info = workspace.write_or_check_run_json(
             files.run_dir / "run.json", tag=self.tag, budget=self.budget, info=info,
             base_commit=base, resume=c.resume, settings=cli.settings_of(c),
             inventory=envcheck.inventory(files.worktree, view),
-            eval_tokens=cli.eval_tokens_for(data.eval_tokens, self.budget))
+            eval_tokens=cli.eval_tokens_for(data.eval_tokens, self.budget, threads or given if now is not None else None),
+            threads=threads)
+        if c.resume and run_info.notified and not c.notify:
+            self.panel.event(f"resume: this tag posted to a webhook when it began; its URL is a secret run.json does "
+                             f"not keep, so this night posts nothing: give --notify URL (or {NOTIFY_ENV}) again to post")
+        if run_info.threads and not os.environ.get("AUTORESEARCH_THREADS"):
+            os.environ["AUTORESEARCH_THREADS"] = str(run_info.threads)   # every run and evaluation inherits it
+        self.machine = now.said(threads_of(os.environ) or now.cores) if now is not None else None
+        self.eval_tokens = run_info.eval_tokens or data.eval_tokens   # what one evaluation takes (the estimate)
 
         def check_environment() -> None:
             """EnvironmentStop when data, tokenizer or a fixed file is missing or corrupt
@@ -213,9 +233,7 @@ class Loop:
         check_environment()   # at start and on --resume: a broken environment costs no idea
         seal = make_seal(files.run_dir, info, run_info, c.place.sandbox, self.panel.event)
         workspace.warm_compile_cache(files.repo, files.run_dir, run_info, seal, self.budget, self.panel.event)
-        sealed = bool(getattr(self.reviewer, "evaluates", False))
-        if hasattr(self.reviewer, "seal"):
-            self.reviewer.seal = seal
+        sealed = self.reviewer.evaluates
         workspace.start_results(files.results_path)
         self.panel.event(f"tag {self.tag}: worktree {files.worktree}, budget {self.budget:g}s, "
                          f"data {data.fingerprint} ({data.source or '?'}), proposer {proposer.name}")
@@ -242,9 +260,7 @@ class Loop:
 
     def reviewer_stop_llm(self, why: str) -> None:
         """A hand-over to the offline proposer stops the LLM judge too (a spend cap, a crash streak)."""
-        stop = getattr(self.reviewer, "stop_llm", None)
-        if stop is not None:
-            stop(why)
+        self.reviewer.stop_llm(why)
 
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what
@@ -258,7 +274,7 @@ class Loop:
         if rerun is not None:
             self.check_space()
             self.experiment(rerun, committed=True)
-        if not self.config.parallel:
+        if not self.config.parallel and any(self.run_dir.glob("pending-w*.json")):   # workers.PENDING_GLOB
             from agent import workers   # a parallel run's experiments in flight, resumed by one loop
             for a, origin in workers.pending_attempts(self):
                 self.panel.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
@@ -268,10 +284,11 @@ class Loop:
                 self.experiment(a, committed=True)
         if self.best is None and self.config.reviewer == "hierarchy":
             steps = os.environ.get("AUTORESEARCH_STEPS")
-            self.panel.event(cli.eta_note(
-                baseline_repeats=self.config.repeats, max_experiments=self.config.stops.max_experiments,
-                budget=self.budget, eval_tokens=self.run_info.eval_tokens, steps=int(steps) if steps else None,
-                done=self.coord.next_n() - 1))
+            note = dict(baseline_repeats=self.config.repeats, budget=self.budget, eval_tokens=self.eval_tokens,
+                        steps=int(steps) if steps else None, threads=threads_of(os.environ) if self.machine else None)
+            self.panel.pace.estimate_s = cli.run_seconds(note["budget"], note["eval_tokens"], note["steps"], note["threads"])
+            self.panel.event(cli.eta_note(max_experiments=self.config.stops.max_experiments,
+                                          done=self.coord.next_n() - 1, machine=self.machine, **note))
         if self.config.parallel:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
@@ -367,8 +384,11 @@ class Loop:
             self.experiment(self.baseline())
         # An imported tag's first experiment, once: the imported tip's train.py, a candidate like any
         # proposal (guarded, sealed, on the clock, judged against this baseline), never the baseline
-        p = import_run.tip_proposal(self.repo, self.worktree, self.history, self.run_info.profile,
-                                    self.run_info.base_commit)
+        p = None
+        if ImportedInfo.read(self.worktree) is not None:
+            from agent import import_run
+            p = import_run.tip_proposal(self.repo, self.worktree, self.history, self.run_info.profile,
+                                        self.run_info.base_commit)
         if p is not None and not self.stop_due(self.coord.next_n(), deadline):
             self.check_space()
             self.experiment(Attempt(n=self.coord.next_n(), parent=self.last_kept, proposal=p))

@@ -26,7 +26,7 @@ from agent import budget
 from agent.config import IdeasConfig
 from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
-from harness import gitops
+from agent import gitops
 from harness.record_parts import INFO_KEYS, TIMING_KEYS, ProposalInfo  # noqa: F401  (the loop's name for it)
 from harness.records import ExperimentRecord
 
@@ -178,7 +178,7 @@ class Prefetch:
         if self.parent == parent:
             return proposal, info
         info.prefetch.stale_parent = self.parent
-        if getattr(self.proposers.proposer, "cheap_redo", False) or proposal.proposer == "offline":
+        if self.proposers.proposer.cheap_redo or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or not same_edit(self.parent_source, proposal.source, parent_source, merged):

@@ -22,10 +22,11 @@ from agent.experiment import Attempt
 from agent.workspace import RunFiles
 from agent.coordinator import PendingFile
 from agent.proposing import ProposalInfo
-from harness import gitops
-from harness.matching import match_rows
-from harness.records import QueueAppliedRecord
-from harness.records import ExperimentRecord, ResultRow, best_of
+from agent import gitops
+from runfiles.matching import match_rows
+from runfiles.journal import QueueAppliedRecord
+from harness.records import ExperimentRecord, ResultRow
+from runfiles.run import best_of
 from harness.results import (append_journal, is_json_object, read_journal, read_results, repair_torn,
                              rewrite_results)
 from harness.runner import kill_leftover

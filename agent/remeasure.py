@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 
 from agent.experiment import MAX_RERUNS, run_commit, seed_for
 from agent.judges.evidence import over_budget
-from harness import gitops, knobs
+from agent import gitops
+from search import knobs
 
 # Re-measurement seeds start here: far above every loop seed of a night (seed_for(n, r) is
 # 1000 + 16 (n - 1) + r - 1, so this is experiment ~62,000), and above the benches' own seed

@@ -27,13 +27,13 @@ from pathlib import Path
 from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
 from agent.judges import confirm
-from agent.validate import ValidateError, confirm_run
-from harness import gitops
-from harness.figures import bpb_figure, figure_text, fnum
-from harness.records import Measurement
-from harness.records import ExperimentRecord, RunInfo
+from agent import gitops
+from harness.results_table import bpb_figure, figure_text, fnum
+from runfiles.journal import Measurement
+from harness.records import ExperimentRecord
+from runfiles.run import RunInfo
 from harness.results import read_journal, write_json_atomic
-from harness.shared_results import ImportedInfo, Validation
+from runfiles.shared_results import ImportedInfo, Validation
 from harness.secrets import clean_text
 
 REPORT_DIR = "report"
@@ -54,7 +54,7 @@ class ReportError(Exception):
 
 def bpb_of(rec: ExperimentRecord) -> float | None:
     """The figure a decision rested on: trusted when verified, else the printed val_bpb; None
-    when it cannot be a val_bpb (negative, or beyond harness/figures.py MAX_BPB: an imported
+    when it cannot be a val_bpb (negative, or beyond harness/results_table.py MAX_BPB: an imported
     1e308 is no result, and the report neither prints nor draws it as one)."""
     return bpb_figure(rec.decision_bpb)
 
@@ -236,8 +236,8 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     info = workspace.describe_data(scratch.path, env, data["run"] / REPORT_DIR / "prepare.log")
     judge = JudgeHierarchy(budget=budget)
     mode = "none" if run_info.sandbox_kind == "none" else "auto"
-    judge.seal = make_seal(data["run"], info, RunInfo.from_dict(run_info.to_dict()), mode, print)
-    slot = _slot(scratch.path, data["run"], budget, judge.seal, data)
+    seal = make_seal(data["run"], info, RunInfo.from_dict(run_info.to_dict()), mode, print)
+    slot = _slot(scratch.path, data["run"], budget, seal, data)
     try:
         out = judge.measure(commit, worktree=scratch.path, run_dir=data["run"],
                             train=lambda c: run_commit(slot, n, c, f"queue-{c[:7]}.log"))
@@ -497,6 +497,7 @@ def main(argv=None) -> int:
     p.add_argument("--confirm", nargs="?", const=0, type=int, metavar="N",
                    help="confirm experiment N's keep (default: the final) on 2 fresh seeds against its parent's runs")
     args = p.parse_args(argv)
+    from agent.validate import ValidateError, confirm_run   # the re-runs (--confirm, --validate)
     if args.confirm is not None:
         try:
             confirm_run(args.run.resolve(), args.confirm or None)

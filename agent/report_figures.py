@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.figures import fnum
+from harness.results_table import fnum
 from harness.records import ExperimentRecord, read_table
 
 

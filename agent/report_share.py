@@ -10,10 +10,11 @@ from pathlib import Path
 
 from agent import hardware
 from agent.report_progress import points, write_png
-from harness import gitops
-from harness.figures import bpb_figure
-from harness.records import ExperimentRecord, RunInfo
-from harness.shared_results import CostPerGain, ImportedInfo, Validation
+from agent import gitops
+from harness.results_table import bpb_figure
+from harness.records import ExperimentRecord
+from runfiles.run import RunInfo
+from runfiles.shared_results import CostPerGain, ImportedInfo, Validation
 
 HEADING = "## Results to share"
 PNG = "progress.png"

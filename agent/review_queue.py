@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.queue_store import QueueError, QueueStore
+from runfiles.queue_store import QueueError, QueueStore
 
 QUEUE_FILE = "queue.sqlite"
 RUNS_ROOT = ".autoresearch"

@@ -1,12 +1,12 @@
 """`--screen K`: the proposer makes K candidate edits, a short successive-halving screen picks one.
 
 Only the winner gets the loop's full wall-clock run (and the judges). The screen trains each
-candidate for a few hundred steps at most through harness/search/halving.py (step budgets, checkpoint
+candidate for a few hundred steps at most through search/halving.py (step budgets, checkpoint
 promotion, a short cool-down branch before each rung's evaluation), so it costs a fraction of one
 full run. Every screened candidate is journaled (kind "screen", with its experiment number), so
 the losers are never lost: their sources sit under the run folder's screen/NNNN/candidates/.
 Sealed, each rung is scored by the trusted evaluator on a proxy split held out from every
-candidate (harness/proxy.py), never by a figure a candidate printed.
+candidate (search/proxy.py), never by a figure a candidate printed.
 
 The screen never sees the loop: it gets a `Screen`, what it reads and calls, built by the loop
 for one experiment (the tag's files, the seal, the tag's state at that moment, the proposers,
@@ -24,8 +24,8 @@ from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposing import Proposers, call_proposer
 from agent.workspace import RunFiles
-from harness import gitops
-from harness.proxy import make_proxy
+from agent import gitops
+from search.proxy import make_proxy
 from harness.record_parts import ScreenInfo
 from harness.results import append_journal
 from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
@@ -103,7 +103,7 @@ def guarded(s: Screen, n: int, source: str, candidates: list[tuple[Proposal, dic
 
 def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[Proposal, dict]:
     """Screen K candidates and return the winner (with the screen's summary in its info)."""
-    from harness.search.halving import screen   # imported lazily: only --screen runs need the pool
+    from search.halving import screen   # imported lazily: only --screen runs need the pool
 
     run_dir = s.files.run_dir
     s.set_phase("proposing", n)

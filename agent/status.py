@@ -27,7 +27,8 @@ from pathlib import Path
 from agent.console import one_line, read_tail, run_progress, run_text
 from agent.judges import stats
 from agent.tracing import span_of
-from harness.records import ExperimentRecord, RunningExperiment, RunState, SessionTally, WorkerState
+from harness.records import ExperimentRecord
+from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
 from harness.results import write_state
 
 # The training progress line of train.py: "... | trained 12.3s" (shows the evaluating phase).
@@ -74,6 +75,34 @@ class Spend:
         self.cost_usd += rec.cost()
 
 
+# Runs whose wall time the pace line takes the median of (the latest ones: a proposal that grows
+# the model makes later runs slower, and the machine's load changes through a night).
+PACE_RUNS = 5
+
+
+@dataclass
+class RunPace:
+    """What a run costs on this machine, measured: the wall time of each run from its start to its
+    judgement (training, the trusted evaluation, the judge), against the opening estimate."""
+    walls: list = field(default_factory=list)
+    began: float | None = None
+    estimate_s: float | None = None     # the opening estimate of one run (agent/cli.py run_seconds)
+
+    def line(self, n: int, decision, wall: float, now: float | None = None) -> str:
+        """The eta line said after every run: the measured pace, and when what comes next ends."""
+        import statistics
+        from agent.console import clock
+        self.walls.append(wall)
+        recent = self.walls[-PACE_RUNS:]
+        per = statistics.median(recent)
+        said = f"; the opening estimate said {clock(self.estimate_s)}" if self.estimate_s else ""
+        head = f"eta: a run takes about {clock(per)} here (the median of the last {len(recent)} measured{said})"
+        if not decision.is_again:
+            return head
+        ends = time.strftime("%H:%M", time.localtime((now or time.time()) + per))
+        return f"{head}; exp {n}'s next run should end about {ends}"
+
+
 class Panel:
     """The tag's panel and state.json; the single loop's status sink."""
 
@@ -84,6 +113,7 @@ class Panel:
         self.started_at = time.time()
         self.workers: list[WorkerStatus] = []   # --workers N: one row each in state.json
         self.tracer = None   # agent/tracing.py Tracer, once the loop opened traces.jsonl
+        self.pace = RunPace()
 
     def span(self, name: str, input: dict):
         """A traced span (traces.jsonl) of a step: the guard, a run, a judge call."""
@@ -109,16 +139,23 @@ class Panel:
         for it): run k of (at most) `of`, and why it runs again (k > 1)."""
         k, of, why = run_label(self.baseline_repeats, a, done, asked)
         self.shown.run_of = {"k": k, "of": of, "why": why}
+        self.pace.began = time.monotonic()
         if k > 1:
             self.console.event(f"exp {a.n}: run {run_text(self.shown.run_of)}")
 
-    def judged(self, n: int, decision) -> None:
-        """A judge call as it is made; an interim one ("again") is a note, not a verdict."""
+    def judged(self, n: int, decision, wall: float | None = None) -> None:
+        """A judge call as it is made; an interim one ("again") is a note, not a verdict. Then the
+        eta line, from the run's measured wall time (`wall`: a worker's own; else since run())."""
+        if wall is None and self.pace.began is not None:
+            wall = time.monotonic() - self.pace.began
+        self.pace.began = None
         if decision.is_again:
             self.shown.interim = (n, decision.reason)
             self.console.event(f"exp {n}: not decided yet: {one_line(decision.reason)}")
         else:
             self.shown.last_decision = f"exp {n} {decision.status}: {decision.reason}"
+        if wall is not None:
+            self.console.event(self.pace.line(n, decision, wall))
         self.tick(force=True)
 
     def on_log(self, elapsed: float, log_path) -> None:
@@ -174,6 +211,7 @@ class WorkerStatus:
         self.now = Phase(name="idle")
         self.done = 0
         self.gpu = None   # the executor's slot decides (LocalExecutor: slot K's GPU; Ray: its own)
+        self.began: float | None = None   # when its current run started (the pace line)
 
     def phase(self, name: str, n: int | None = None, run_started_at: float | None = None) -> None:
         self.now.set(name, n, run_started_at)
@@ -195,11 +233,13 @@ class WorkerStatus:
 
     def run(self, a, done: int, asked) -> None:
         k, of, why = run_label(self.panel.baseline_repeats, a, done, asked)
+        self.began = time.monotonic()
         if k > 1:
             self.panel.event(f"exp {a.n} (worker {self.wid}): run {run_text({'k': k, 'of': of, 'why': why})}")
 
     def judged(self, n: int, decision) -> None:
-        self.panel.judged(n, decision)
+        wall, self.began = (time.monotonic() - self.began if self.began is not None else None), None
+        self.panel.judged(n, decision, wall)
 
     def on_log(self, elapsed: float, log_path) -> None:
         if self.now.name == "training" and trained_all(log_path, self.panel.budget):

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from agent import budget
 from agent.console import clock
-from harness.records import RunInfo, experiment_records
+from runfiles.run import RunInfo
+from harness.records import experiment_records
 from harness.results import read_journal
 from harness.secrets import clean_text
-from harness.shared_results import ImportedInfo
+from runfiles.shared_results import ImportedInfo
 
 
 @dataclass

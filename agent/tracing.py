@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import append_line, is_json_object, is_out_of_space
-from harness.records import SpanRecord
+from runfiles.journal import SpanRecord
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import gitops
-from harness.records import Measurement
-from harness.records import RunInfo, experiment_records
+from agent import gitops
+from runfiles.journal import Measurement
+from runfiles.run import RunInfo
+from harness.records import experiment_records
 from harness.results import read_journal, write_json_atomic
-from harness.shared_results import VALIDATION_JSON
+from runfiles.shared_results import VALIDATION_JSON
 
 # Experiment numbers of validation runs (logs/validate-*.log, artifacts/exp-95NNN/).
 VALIDATE_N0 = 95000
@@ -103,8 +104,8 @@ def sealed_measure(t: dict, scratch: Path, budget: float):
     described = workspace.describe_data(scratch, env, t["run"] / "report" / "prepare.log")
     judge = JudgeHierarchy(budget=budget)
     mode = "none" if info.sandbox_kind == "none" else "auto"
-    judge.seal = make_seal(t["run"], described, RunInfo.from_dict(info.to_dict()), mode, print)
-    slot = _slot(scratch, t, budget, judge.seal)
+    seal = make_seal(t["run"], described, RunInfo.from_dict(info.to_dict()), mode, print)
+    slot = _slot(scratch, t, budget, seal)
 
     def measure(commit: str, n: int, seed: int) -> Measurement:
         gitops.git(scratch, "checkout", "-q", "--detach", commit)

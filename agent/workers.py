@@ -3,7 +3,7 @@
 Every worker is a thread that carries one experiment at a time through the same pipeline as the
 single loop (agent/experiment.py: guard, commit, sealed run, trusted evaluation, judges, record):
 its own worktree (<worktree-root>/<tag>.workers/wK, detached at the experiment's parent) and its
-own pending file (pending-wK.json). Its runs go to the shared executor (harness/executors) as
+own pending file (pending-wK.json). Its runs go to the shared executor (executors/) as
 jobs: the commit's files, the seal and the trusted evaluation. --executor local runs them on this
 machine, one slot (and GPU, CUDA_VISIBLE_DEVICES) each; --executor ray as Ray tasks with a GPU
 each where the cluster has GPUs, on any node, from the files alone. What is shared goes through
@@ -33,9 +33,9 @@ from agent.experiment import TRAIN, Attempt, Slot, run_experiment, write_pending
 from agent.coordinator import PendingFile
 from agent.proposing import ProposalInfo
 from agent.status import WorkerStatus
-from harness import gitops
-from harness.executors import LocalExecutor
-from harness.executors import SharedExecutor  # noqa: F401  (the workers' executor)
+from agent import gitops
+from executors import LocalExecutor
+from executors import SharedExecutor  # noqa: F401  (the workers' executor)
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5
@@ -185,7 +185,7 @@ def open_executor(kind: str, count: int, *, ray_address: str | None = None, gpus
     run. `gpus`: --gpus (local slots)."""
     if kind == "ray":
         import ray
-        from harness.executors.ray_exec import RayExecutor, start_ray
+        from executors.ray_exec import RayExecutor, start_ray
         # a local runtime gets a CPU per worker at least: the slots, not the cores, bound the jobs
         started = start_ray(ray_address, num_cpus=None if ray_address else max(count, os.cpu_count() or 1))
         gpus = float(ray.cluster_resources().get("GPU", 0))

@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import gitops, knobs, pinned
-from harness.pinned import PinnedError, Seal
-from harness.records import DataInfo, RunInfo
+from agent import gitops
+from harness import verify as pinned_inputs
+from search import knobs
+from harness.verify import PinnedError, Seal
+from runfiles.run import DataInfo, RunInfo
 from harness.results import init_results, write_json_atomic
 from harness.sandbox import DataView, detect, refusal, warning
 
@@ -35,7 +37,7 @@ PREPARE_PID_FILE = "child-prepare.pid"
 
 # The files a run writes at the top of its worktree (docs/contracts.md) and the loop's own
 # bookkeeping (lock, pending experiment, child pid, temp files of atomic writes, torn tails).
-RUN_FILE_PATTERNS = tuple(f"/{name}" for name in gitops.RUN_FILES)   # one list: harness/gitops.py
+RUN_FILE_PATTERNS = tuple(f"/{name}" for name in gitops.RUN_FILES)   # one list: agent/gitops.py
 RUN_FILES_MARK = "# autoresearch run files (written by agent/workspace.py)"
 
 
@@ -229,7 +231,7 @@ def _looks_ready(stdout: str) -> bool:
 
 def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
     """A new tag on the cpu or tiny profile: commit train.py with that profile's knob values written
-    in (runtime.PROFILE_KNOBS, harness/knobs.for_profile), so what runs is what the file says and
+    in (runtime.PROFILE_KNOBS, search/knobs.for_profile), so what runs is what the file says and
     every diff after it shows a real change. Returns the tag's base commit: this one, or `base`
     where nothing changes (the gpu profile; a train.py whose knobs are already the profile's).
     An imported tag's base is this project's own train.py too (agent/import_run.py): the imported
@@ -248,11 +250,11 @@ def commit_profile_knobs(worktree: Path, profile: str | None, base: str) -> str:
 
 
 def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budget: float, say=print) -> dict:
-    """The tag's trusted compile cache (harness/compile_cache.py): its base train.py compiled once,
+    """The tag's trusted compile cache (harness/compiled.py): its base train.py compiled once,
     sealed, before the first run; every later run copies it into its own private cache. A no-op
     when published already, unsealed, or when the base train.py does not compile (cpu, tiny)."""
-    from harness import compile_warm
-    from harness.executors import sources_at
+    from agent import compile_warm
+    from agent.gitops import sources_at
     from harness.verify import eval_rows
     files = sources_at(repo, run_info.base_commit)
     return compile_warm.warm(files, run_dir, budget, sandbox=getattr(seal, "sandbox", None),
@@ -261,7 +263,7 @@ def warm_compile_cache(repo: Path, run_dir: Path, run_info: RunInfo, seal, budge
 
 def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, base_commit: str,
                             resume: bool, settings: dict | None = None, inventory: dict | None = None,
-                            eval_tokens: int | None = None) -> RunInfo:
+                            eval_tokens: int | None = None, threads: int | None = None) -> RunInfo:
     """Write run.json for a new tag; on --resume refuse a different budget or data fingerprint.
     `info` is prepare.describe()'s (DataInfo)."""
     data = DataInfo.of(info)
@@ -278,7 +280,7 @@ def write_or_check_run_json(path: Path, *, tag: str, budget: float, info: dict, 
         return fixed
     fixed = RunInfo(tag=tag, budget=budget, fingerprint=data.fingerprint, profile=data.profile,
                     base_commit=base_commit, created_at=time.time(), source=data.source,
-                    settings=settings, inventory=inventory, eval_tokens=eval_tokens)
+                    settings=settings, inventory=inventory, eval_tokens=eval_tokens, threads=threads)
     write_json_atomic(path, fixed.to_dict())
     return fixed
 
@@ -293,7 +295,7 @@ def start_results(path: Path) -> None:
 # Called once by the loop after the data is ready and run.json exists. Without a working sandbox
 # the tag does not start unless the user asked for --sandbox none (then run.json, the console, the
 # end summary and the dashboard say the results are unsealed). A new tag pins the inputs
-# (harness/pinned.py) and records their hashes and the sandbox in run.json; a resumed tag checks
+# (harness/verify.py (the pinned inputs)) and records their hashes and the sandbox in run.json; a resumed tag checks
 # that its pinned copy still holds what run.json recorded, restoring it from the shared cache if
 # it can, and refusing to go on if it cannot (one tag is never measured on two versions of data).
 
@@ -325,18 +327,18 @@ def make_seal(run_dir: Path, info: dict, run_info: RunInfo | dict, mode: str, sa
         if run_info.seal.sandbox:
             say(f"note: this tag's runs were sandboxed as {run_info.sandbox_kind}; now {box.kind}")
     if view is not None:
-        target = Path(run_dir) / pinned.PINNED_DIR / "cache"
+        target = Path(run_dir) / pinned_inputs.PINNED_DIR / "cache"
         recorded = run_info.seal.inputs
         try:
             if not recorded:
-                seal.eval_cache, seal.inputs = pinned.pin(run_dir, view)
+                seal.eval_cache, seal.inputs = pinned_inputs.pin(run_dir, view)
                 changed["inputs"] = seal.inputs
             else:
                 seal.eval_cache, seal.inputs = target, dict(recorded)
-                bad = pinned.check(target, seal.inputs)
+                bad = pinned_inputs.check_pinned(target, seal.inputs)
                 if bad:
                     say(f"resume: pinned evaluation inputs: {'; '.join(bad[:4])}; "
-                        + pinned.repair(target, view, seal.inputs))
+                        + pinned_inputs.repair_pinned(target, view, seal.inputs))
         except PinnedError as exc:
             raise SealError(str(exc)) from None
     if changed:

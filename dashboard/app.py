@@ -32,7 +32,7 @@ from werkzeug.serving import make_server
 from dashboard import chart, data, human_queue, live, runview, serving, shared
 from dashboard.runs import RunIndex, git_toplevel
 from dashboard.scrub import Scrubber
-from harness.shared_results import ImportedInfo
+from runfiles.shared_results import ImportedInfo
 
 # Rows per page of the results table (a tag with thousands of experiments stays fast).
 PAGE_SIZE = 100

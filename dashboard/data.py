@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.matching import match_rows
+from runfiles.matching import match_rows
 from harness.records import ExperimentRecord, ResultLine, ResultTable, experiment_records, read_table
 
 # Lines of a log shown on an experiment's page.
@@ -74,7 +74,7 @@ def read_results(path: Path) -> ResultTable:
 
 def numbered(table: ResultTable, records: list[ExperimentRecord]) -> ResultTable:
     """The table with each line's `n` the experiment it stands for, so a hand-corrupted line never
-    shifts the numbers after it. A line matched to a journal record (harness/matching.py, as
+    shifts the numbers after it. A line matched to a journal record (dashboard/matching.py, as
     recovery matches them) takes that record's place among the rows the loop writes; a line
     between two matched ones takes the next number when there is room for it, and otherwise
     (a corrupted line left beside the row recovery wrote back for its experiment, a line split in

@@ -21,10 +21,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness import knobs
-from harness.queue_store import QueueStore
-from harness.records import (Basis, Decision, ExperimentRecord, RunningExperiment, RunState, SessionTally,
-                             WorkerState)
+from search import knobs
+from runfiles.queue_store import QueueStore
+from harness.records import Basis, Decision, ExperimentRecord
+from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
 from harness.results import append_journal, append_result, init_results, write_state
 
 # The synthetic baseline val_bpb, run-to-run spread, and the Judge's multiple k.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from harness.queue_store import QueueError, QueueItem, QueueStore
+from runfiles.queue_store import QueueError, QueueItem, QueueStore
 
 from dashboard.runs import Run
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.figures import bpb_figure
+from harness.results_table import bpb_figure
 from harness.results_table import ResultLine
 
 # Room above and below the kept points' range, as a share of that range (as the reference's
@@ -32,7 +32,7 @@ MIN_SPAN = 1e-4
 
 
 def plottable(v) -> bool:
-    """A value the y scale may use: one that can be a val_bpb (harness/figures.py bpb_figure: finite,
+    """A value the y scale may use: one that can be a val_bpb (harness/results_table.py bpb_figure: finite,
     not negative, not absurd), so 1e308 or -3.5 is clipped to an edge, never the scale."""
     return bpb_figure(v) is not None
 

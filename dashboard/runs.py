@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboard.data import read_json
-from harness.records import RunInfo
+from runfiles.run import RunInfo
 
 # Where the loop puts its worktrees inside a repo (contract).
 RUNS_SUBDIR = ".autoresearch"

@@ -11,12 +11,13 @@ import re
 import os
 import time
 
-from harness.matching import match_rows
+from runfiles.matching import match_rows
 from dashboard import data, gitdiff
-from harness.records import (OFFLINE_SOURCE, ExperimentRecord, ResultLine, RunInfo, RunState,
-                             experiment_records, finite as _finite, fnum as _fnum)
+from runfiles.run import OFFLINE_SOURCE, RunInfo
+from harness.records import ExperimentRecord, ResultLine, experiment_records, finite as _finite, fnum as _fnum
+from runfiles.state import RunState
 from dashboard.runs import Run
-from harness.records import AuditRecord, SpanRecord, claim_label, read_claims
+from runfiles.journal import AuditRecord, SpanRecord, claim_label, read_claims
 
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31
@@ -27,7 +28,7 @@ STALE_STATE_S = 120
 
 
 def match_journal(rows: list[ResultLine], records: list) -> dict[int, object]:
-    """Row number -> its journal record, as given (harness/matching.py, the matcher recovery uses too)."""
+    """Row number -> its journal record, as given (dashboard/matching.py, the matcher recovery uses too)."""
     return {rows[i].n: records[j] for i, j in match_rows(rows, records, loose=True).items()}
 
 

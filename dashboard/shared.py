@@ -1,10 +1,10 @@
-"""The run page's lines about results to share (harness/shared_results.py): where imported
+"""The run page's lines about results to share (dashboard/shared_results.py): where imported
 experiments came from, the final best checked at a longer budget, and the cost per bpb gained."""
 from __future__ import annotations
 
 from dashboard import data
 from dashboard.runs import Run
-from harness.shared_results import CostPerGain, ImportedInfo, Validation
+from runfiles.shared_results import CostPerGain, ImportedInfo, Validation
 
 
 def notes(run: Run) -> list[tuple[str, str]]:

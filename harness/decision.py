@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from harness.figures import as_dict, as_int, as_str, fnum
+from harness.results_table import as_dict, as_int, as_str, fnum
 
 # The judge's figures a reviewer is shown (the LLM judge's prompt, a queue item's payload).
 FIGURE_KEYS = ("best_before", "threshold", "spread", "runs", "improvement", "net_lines")

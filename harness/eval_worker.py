@@ -1,8 +1,8 @@
 """The trusted evaluation, in a clean process: python -I eval_worker.py SPEC.json
 
 It never executes code of the experiment, and it never runs the experiment's graph either.
-harness/verify.py copies five trusted files into a fresh folder (this one, replay.py, graph.py,
-graph_ops.py from harness/, and prepare.py as committed at the tag's base), and runs this in a
+harness/verify.py copies six trusted files into a fresh folder (this one, replay.py, graph.py,
+graph_ops.py, graph_calls.py from harness/, and prepare.py as committed at the tag's base), and runs this in a
 sandbox that sees that folder, the pinned evaluation inputs and the artifact:
 
 1. the graph runs in a separate replay process (harness/replay.py): this process sends it the

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from harness.decision import (  # noqa: F401  (the record's verdicts and evidence are read the decision's way)
     AGAIN, DECIDED, FIGURE_KEYS, BarFigures, Basis, ComparisonFigures, Decision, EvidenceFigures, EvidenceRun,
     VerdictReads)
-from harness.figures import as_dict, as_str, finite, fnum
+from harness.results_table import as_dict, as_str, finite, fnum
 from harness.record_parts import (  # noqa: F401  (re-exported: the record's parts)
     INFO_KEYS, INFO_PATHS, TIMING_KEYS, FixInfo, PrefetchInfo, ProposalInfo, RecordCosts, RecordDecision,
     RecordIdentity, RecordProposal, RecordRun, ScreenInfo, flat, get_path, set_path)
@@ -281,7 +281,7 @@ class ExperimentRecord(VerdictReads):
 
     @property
     def knob_values(self) -> dict | None:
-        """The knob values of the record's train.py (harness/knobs.values); None when not a dict,
+        """The knob values of the record's train.py (search/knobs.values); None when not a dict,
         or when the journal object it was read from had none."""
         if self._keys is not None and "config" not in self._keys:
             return None
@@ -289,7 +289,7 @@ class ExperimentRecord(VerdictReads):
 
     @property
     def code_id(self) -> str | None:
-        """The code fingerprint of its train.py (harness/knobs.code_fingerprint), None when not a string."""
+        """The code fingerprint of its train.py (search/knobs.code_fingerprint), None when not a string."""
         return self.run.code if isinstance(self.run.code, str) and self.run.code else None
 
     def text(self, name: str) -> str:

@@ -16,7 +16,7 @@ Every call is a pure function of its input (docs/contracts.md "The trust boundar
 - an in-place operator may write only into storage that an earlier node of the same call
   allocated (checked by storage identity before each write; an empty storage has one too);
 - every tensor a node returns lies inside its storage (sizes, strides, offset: graph_ops.within_storage);
-- before each operator runs, its arguments meet what its native kernel assumes (graph_ops.check_call:
+- before each operator runs, its arguments meet what its native kernel assumes (graph_calls.check_call:
   size-1 strides reset, shapes, index ranges, sizes, contiguous copies where a kernel needs them);
 - after the call every weight and constant still has its sizes, strides, offset, storage and
   bytes (compared with a private copy the graph cannot reach); sha256 digests of the same bytes
@@ -33,8 +33,9 @@ import re
 import torch
 
 if __package__:           # harness.graph, or graph beside graph_ops in the evaluator's folder
-    from . import graph_ops as ops
+    from . import graph_calls as calls, graph_ops as ops
 else:
+    import graph_calls as calls
     import graph_ops as ops
 
 GraphError = ops.GraphError
@@ -145,7 +146,7 @@ class Graph(torch.nn.Module):
                         raise GraphError(f"node {node['name']} ({node['op']}) writes into the input, a weight or a "
                                          "constant (storage this call did not allocate): a model may not "
                                          "keep state between batches")
-                args, kwargs = ops.check_call(node, op, args, kwargs)   # the kernel's preconditions
+                args, kwargs = calls.check_call(node, op, args, kwargs)   # the kernel's preconditions
                 result = op(*args, **kwargs)
                 for t in ops.tensors_in(result):
                     if not ops.within_storage(t):

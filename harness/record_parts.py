@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.figures import fnum
+from harness.results_table import fnum
 
 
 @dataclass
@@ -147,7 +147,7 @@ class RecordRun:
     crash_class: str | None = None
     log: str | None = None
     memory_gb: float = 0.0
-    config: dict = field(default_factory=dict)   # the knob values of its train.py (harness/knobs.py)
+    config: dict = field(default_factory=dict)   # the knob values of its train.py (search/knobs.py)
     code: str | None = None                      # the code fingerprint of its train.py
     attempts: list = field(default_factory=list)  # crashed tries a fix replaced
 

@@ -14,19 +14,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import bytecode
+from harness import compiled
 from harness.clock import CHEAT_FACTOR, KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for
 from harness.procs import (MAX_LOAD, TERM_GRACE_SECONDS, CpuAccount, LoadMeter, kill_group,  # noqa: F401
                            kill_leftover, threads_of)   # (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
 from harness.secrets import known_values, scrub_text
-from harness.summary import parse_summary
+from harness.clock import parse_summary
 
 # A run may take this many times the training budget (startup + eval fit easily) before it is
 # killed; the seed's program.md says ">10 minutes" for a 5-minute budget, i.e. 2x.
@@ -88,7 +87,7 @@ class RunResult:
     def ok(self) -> bool:
         return self.crash_class is None
 
-    # Typed reads of the run: `summary` is what train.py printed (harness/summary.py), `extra` the
+    # Typed reads of the run: `summary` is what train.py printed (harness/clock.py (the summary block)), `extra` the
     # harness's notes on the run (runner, executors, the loop). Readers use these, not the dicts.
     def printed(self, key: str) -> float | None:
         """A figure train.py printed in its summary (val_bpb, peak_vram_mb, ...), None when absent
@@ -135,7 +134,7 @@ class RunResult:
     @property
     def verified(self):
         """The trusted evaluation an executor already made where the model was
-        (harness/executors/node.py), a harness.verify.VerifyResult, or None."""
+        (harness/job.py), a harness.verify.VerifyResult, or None."""
         return self.extra.get("verify_result")
 
 
@@ -185,7 +184,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
               stop_limits: list | None = None) -> RunResult:
     """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
 
-    folder: the run's own files (harness/executors materialise a commit's train.py and the fixed
+    folder: the run's own files (executors/ materialise a commit's train.py and the fixed
     files beside it there): with a sandbox it is all of the project the run sees, read-only.
     sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode` ("train",
     "open"; `stand_ins` replace training shards, for screening); the only writable place is the
@@ -201,7 +200,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     worker or executor slot when several runs share a run folder: child.pid, child-w2.pid, ...).
     log_path, out_dir: instead of run_dir/logs/exp-NNNN.log and run_dir/artifacts/exp-NNNN/;
     extra_readonly, extra_writable: more of the view (a Hyperband state to resume, a folder to save one).
-    compile_cache: "read" (default): the tag's trusted compile cache (harness/compile_cache.py,
+    compile_cache: "read" (default): the tag's trusted compile cache (harness/compiled.py,
     run_dir/.sealed/compile-cache), when published, is copied into the run's private cache before
     train.py starts; "write": only the harness's warm-up of the base train.py, whose caches go to
     `cache_work` (published by the caller); "off".
@@ -216,7 +215,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     folder, run_dir = Path(folder), Path(run_dir)
     # once per process: without .pyc files every run compiles torch from source (its group recorded
     # in the run folder, so --resume ends it after a kill -9 of the loop)
-    bytecode.ensure(pid_dir=run_dir)
+    compiled.ensure(pid_dir=run_dir)
     log_path = Path(log_path) if log_path is not None else run_dir / "logs" / (log_name or f"exp-{n:04d}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "artifacts" / f"exp-{n:04d}"
@@ -232,7 +231,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
                       "PYTHONDONTWRITEBYTECODE": "1",
-                      # the source already carries its profile's knob values (harness/knobs.for_profile)
+                      # the source already carries its profile's knob values (search/knobs.for_profile)
                       "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"})
     if eval_rows:
         child_env["AUTORESEARCH_EVAL_BATCH"] = str(eval_rows)
@@ -252,7 +251,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 hide=hide + [run_dir.resolve()] + ([data.cache] if data is not None else []),
                 gpus=gpus_of(child_env))
     argv = [sys.executable, script]
-    argv, private_cache = _compile_cache(compile_cache, run_dir, cache_work, box, view, child_env, argv)
+    argv, private_cache = compiled.run_cache(compile_cache, run_dir, cache_work, box, view, child_env, argv)
     before = set(os.listdir(folder)) if clean else set()
 
     t0 = time.monotonic()
@@ -352,32 +351,6 @@ def _end(proc: subprocess.Popen, own_session: bool) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
     proc.wait()
-
-
-def _compile_cache(mode: str, run_dir: Path, work: Path | None, box: Sandbox, view: View, env: dict,
-                   argv: list[str]) -> tuple[list[str], Path | None]:
-    """Show the run the tag's trusted compile cache (mode "read") or give the warm-up its folders
-    (mode "write"); returns (argv, a private cache folder to remove afterwards, or None)."""
-    from harness import compile_cache as cc
-    if mode == "write":
-        if work is None:
-            raise ValueError("compile_cache='write' needs cache_work")
-        binds = cc.writable_binds(work)
-        if box.sealed:
-            view.rw_binds += binds
-        else:
-            env.update(TORCHINDUCTOR_CACHE_DIR=str(binds[0][0]), TRITON_CACHE_DIR=str(binds[1][0]))
-        return argv, None
-    trusted = cc.published(run_dir) if mode == "read" else None
-    if trusted is None:
-        return argv, None
-    if box.sealed:                        # read-only inside; copied into its own /tmp by the run
-        view.binds.append((trusted, Path(cc.INSIDE)))
-        return cc.read_argv(argv), None
-    private = Path(tempfile.mkdtemp(prefix="compile-cache-"))   # unsealed: a private copy per run
-    shutil.copytree(trusted, private, dirs_exist_ok=True)
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(private / "inductor-cache"), TRITON_CACHE_DIR=str(private / "triton-cache"))
-    return argv, private
 
 
 class OutputReader(threading.Thread):

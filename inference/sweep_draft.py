@@ -43,7 +43,7 @@ def survivors(sweep: Path) -> list[dict]:
 
 
 def candidate_file(sweep: Path, config: dict) -> Path:
-    from harness.search.space import config_id
+    from search.space import config_id
     return sweep / "candidates" / f"cand_{config_id(config)}.py"
 
 

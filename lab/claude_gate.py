@@ -8,7 +8,7 @@ failed call abstains (counted as keep: the gate never loses data because the API
 """
 from __future__ import annotations
 
-from harness.llm import LLMClient, LLMError, RetryPolicy
+from llm.client import LLMClient, LLMError, RetryPolicy
 
 BATCH = 12  # samples per call: a few thousand tokens of context, few calls
 SAMPLE_CHARS = 600  # characters of a sample shown (seed tail + continuation)

@@ -202,7 +202,7 @@ def run(a) -> dict:
     print(f"generated {len(samples)}, survivors {len(survivors)}, rejected {rejected}", flush=True)
     real = stream(tok, docs[half:])
     synth = stream(tok, [s["seed"] + s["text"] for s in survivors])
-    from harness.knobs import load_train
+    from search.knobs import load_train
     train_mod = load_train(prepare.PROFILE)  # train.py with the profile's knob values (runtime.PROFILE_KNOBS)
     cfg = train_mod.model_config(tok.get_vocab_size(), prepare.MAX_SEQ_LEN)
     steps = TRAIN_STEPS[quick]

@@ -1,5 +1,5 @@
 """
-Cold vs warm compile through the tag's trusted compile cache (harness/compile_cache.py), measured
+Cold vs warm compile through the tag's trusted compile cache (harness/compiled.py), measured
 the way the loop runs: train.py with the profile's knob values and COMPILE = True, sealed in
 bubblewrap, steps mode. Three runs: the harness's warm-up (writes the cache, compiles cold), a run
 with the cache off (cold), a run reading it (warm). Startup is the harness clock's (process start
@@ -20,9 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import compile_warm, knobs  # noqa: E402
-from harness.executors.base import FIXED_SOURCES  # noqa: E402
-from harness.executors.node import materialise  # noqa: E402
+from agent import compile_warm  # noqa: E402
+from search import knobs  # noqa: E402
+from harness.job import FIXED_SOURCES  # noqa: E402
+from harness.job import materialise  # noqa: E402
 from harness.runner import run_train  # noqa: E402
 from harness.sandbox import DataView, detect  # noqa: E402
 from harness.verify import eval_rows  # noqa: E402

@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import prepare  # noqa: E402
 import runtime  # noqa: E402
-from harness.knobs import load_train  # noqa: E402
+from search.knobs import load_train  # noqa: E402
 
 train = load_train(prepare.PROFILE)  # train.py with the profile's knob values (runtime.PROFILE_KNOBS)
 

@@ -1,4 +1,4 @@
-"""Jobs per hour of the executors (harness/executors/) at N = 1, 2, 4, 8 slots.
+"""Jobs per hour of the executors (executors/) at N = 1, 2, 4, 8 slots.
 
 Each job is a stand-in train.py that holds its "GPU" for a fixed budget (sleeps) and prints a
 synthetic val_bpb, run through the real path: files materialised, harness.runner.run_train with
@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.executors import LocalExecutor, TrainJob, wait  # noqa: E402
+from harness.job import TrainJob, wait  # noqa: E402
+from executors import LocalExecutor  # noqa: E402
 
 STANDIN = '''
 import os, time
@@ -48,7 +49,7 @@ def run_round(ex, n_jobs: int, budget: float, run_dir: Path) -> tuple[float, int
 def make(kind: str, slots: int, root: Path):
     if kind == "local":
         return LocalExecutor(slots, root=root / f"slots-{slots}")
-    from harness.executors.ray_exec import RayExecutor
+    from executors.ray_exec import RayExecutor
     return RayExecutor(slots=slots, num_cpus_per_job=1)
 
 
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
                      "load_avg_start": os.getloadavg()}
     try:
         if "ray" in kinds:
-            from harness.executors.ray_exec import start_ray
+            from executors.ray_exec import start_ray
             t0 = time.monotonic()
             start_ray(num_cpus=max(slots))
             figures["ray_start_s"] = round(time.monotonic() - t0, 1)

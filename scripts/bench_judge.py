@@ -57,8 +57,8 @@ sys.path.insert(0, str(REPO))
 
 from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
 from scripts import bench_load  # noqa: E402
-from harness.executors.base import FIXED_SOURCES  # noqa: E402
-from harness import knobs  # noqa: E402
+from harness.job import FIXED_SOURCES  # noqa: E402
+from search import knobs  # noqa: E402
 from harness.records import ExperimentRecord  # noqa: E402
 
 CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
@@ -287,7 +287,7 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
     that moment. Returns the records and the unit ({"sigma", "df"})."""
     from agent import loop as loopmod
     from agent.console import Console
-    from harness import gitops
+    from agent import gitops
     args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
                                "--reviewer", "hierarchy", "--budget", f"{budget:g}",
                                "--max-experiments", str(last),

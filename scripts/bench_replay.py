@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import attention as attn  # noqa: E402
 import prepare  # noqa: E402
 import runtime  # noqa: E402
-from harness import knobs  # noqa: E402
+from search import knobs  # noqa: E402
 
 REPEATS = 3
 

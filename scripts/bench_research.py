@@ -54,7 +54,7 @@ import bench_load  # noqa: E402
 from agent import budget  # noqa: E402
 from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
 from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
-from harness import knobs  # noqa: E402
+from search import knobs  # noqa: E402
 
 RULES = ("reference", "default", "strict")
 # The night's end re-measures the default rule's final on this many fresh seeds inside its runs
@@ -97,7 +97,7 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     from agent import loop as loopmod
     from agent.console import Console
     from agent.remeasure import night_end
-    from harness import gitops
+    from agent import gitops
     repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
     argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", "hierarchy",
             "--rule", reviewer, "--final-runs", str(FINAL_RUNS[reviewer]),

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.executors.base import FIXED_SOURCES  # noqa: E402
+from harness.job import FIXED_SOURCES  # noqa: E402
 from harness.runner import run_train  # noqa: E402
 from harness.verify import eval_rows, tolerance, verify  # noqa: E402
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="training steps of the run (AUTORESEARCH_STEPS)")
     ap.add_argument("--repeats", type=int, default=2, help="verify runs to time")
     args = ap.parse_args(argv)
-    from harness import knobs
+    from search import knobs
     profile = os.environ.get("AUTORESEARCH_PROFILE")
     import prepare
     profile = profile or prepare.PROFILE

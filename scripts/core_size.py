@@ -1,9 +1,14 @@
-"""How big the core is: what one reader has to hold to audit the loop.
+"""How big the trust boundary is: what one reader has to hold to believe a recorded val_bpb.
 
-Prints the loop's module-level import closure (project modules and their lines: imports inside
-functions are not followed, they run only when their option is used), the classes in agent/,
-harness/ and dashboard/ with more than 12 attributes, the .py files over 500 lines (train.py and
-prepare.py are single files by contract), and the import circles, `__main__` blocks included.
+Prints harness/ (the sandbox, one run and its clock, one evaluation and the graph replay, the
+journal's records and writers: docs/architecture.md "The trust path"): its modules and their code
+lines (not blank, not comment, not docstring, by Python's tokenizer), and every import of it from
+outside the standard library, torch, numpy, pyarrow, prepare.py and harness itself (there should
+be none). Then, for the whole project: the classes in agent/, harness/ and dashboard/ with more
+than 12 attributes, the .py files over 500 lines (train.py and prepare.py are single files by
+contract), the import circles (`__main__` blocks included), and the loop's module-level import
+closure (project modules: imports inside functions are not followed, they run only when their
+option is used).
 
     uv run scripts/core_size.py [--entry agent/loop.py] [--json]
 """
@@ -16,7 +21,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "harness", "dashboard", "lab", "inference", "scripts")
+PACKAGES = ("agent", "harness", "dashboard", "executors", "llm", "search", "runfiles", "lab", "inference", "scripts")
+# What harness/ may import: the trust boundary runs on these and itself alone (tests/test_layout.py).
+HARNESS_MAY_IMPORT = {"torch", "numpy", "pyarrow", "prepare", "harness", "__future__",
+                      "graph", "graph_ops", "graph_calls", "replay"}   # the evaluator's own folder
 ROOT_MODULES = ("train", "prepare", "runtime", "attention", "graph_export")
 MAX_ATTRIBUTES = 12      # a class one reader can hold
 MAX_LINES = 500          # a file one reader can hold
@@ -201,6 +209,43 @@ def class_attributes(path: Path) -> list[tuple[str, int]]:
     return out
 
 
+def code_lines(path: Path) -> int:
+    """Lines of `path` that hold code: not blank, not a comment, not a docstring."""
+    import io
+    import tokenize
+    src = path.read_text()
+    tree = ast.parse(src)
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docs.update(range(first.lineno, first.end_lineno + 1))
+    lines = set()
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type not in skip:
+            lines.update(n for n in range(tok.start[0], tok.end[0] + 1) if n not in docs)
+    return len(lines)
+
+
+def harness_size() -> dict:
+    """{"modules": {path: code lines} (modules with code), "total", "foreign": [(path, line, module)]}."""
+    mods, foreign = {}, []
+    for p in sorted((REPO / "harness").rglob("*.py")):
+        n = code_lines(p)
+        if n:
+            mods[p.relative_to(REPO).as_posix()] = n
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in HARNESS_MAY_IMPORT:
+                    foreign.append((p.relative_to(REPO).as_posix(), node.lineno, name))
+    return {"modules": mods, "total": sum(mods.values()), "foreign": foreign}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--entry", default="agent/loop.py")
@@ -214,11 +259,18 @@ def main(argv=None) -> int:
     big_files = [(p.relative_to(REPO).as_posix(), len(p.read_text().splitlines())) for p in project_files()
                  if p.name not in SINGLE_FILES and len(p.read_text().splitlines()) > MAX_LINES]
     circ = circles()
+    h = harness_size()
     if a.json:
-        print(json.dumps({"closure_modules": len(mods), "closure_lines": lines,
+        print(json.dumps({"harness": h, "closure_modules": len(mods), "closure_lines": lines,
                           "closure": [p.relative_to(REPO).as_posix() for p in mods],
                           "big_classes": big_classes, "big_files": big_files, "circles": circ}, indent=1))
         return 0
+    print(f"harness/ (the trust boundary): {len(h['modules'])} modules, {h['total']} code lines")
+    for f, n in sorted(h["modules"].items(), key=lambda kv: -kv[1]):
+        print(f"  {n:5d}  {f}")
+    print(f"imports of harness/ from outside the standard library, torch, numpy, pyarrow, prepare: {len(h['foreign'])}")
+    for f, line, name in h["foreign"]:
+        print(f"  {f}:{line}: {name}")
     print(f"import closure of {a.entry}: {len(mods)} project modules, {lines} lines")
     for p in mods:
         print(f"  {p.relative_to(REPO).as_posix()}")

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import knobs  # noqa: E402
+from search import knobs  # noqa: E402
 from harness.results import read_journal, read_results  # noqa: E402
 
 FILES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py", "train.py", "program.md")

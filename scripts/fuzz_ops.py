@@ -60,7 +60,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from harness import graph as G  # noqa: E402
-from harness import graph_ops  # noqa: E402
+from harness import graph_calls, graph_ops  # noqa: E402
 from fuzz_cases import Case, build  # noqa: E402  (beside this file)
 
 PAGE = mmap.PAGESIZE
@@ -192,7 +192,7 @@ def run_graph(case: Case, canary: int):
     spec = {"format": G.GRAPH_FORMAT, "device": "cpu", "input": {"shape": [1, 1], "dtype": "int64"}, "nodes": nodes,
             "output": {"ref": f"n{out}", "index": 0} if multi(case.op) else {"ref": f"n{out}"}}
     seen = {}
-    real = graph_ops.check_call
+    real = graph_calls.check_call
 
     def check_call(node, op, args, kwargs):
         if node["name"] == f"n{out}":        # the values before the kernel runs (an in-place op changes them)
@@ -200,7 +200,7 @@ def run_graph(case: Case, canary: int):
         return real(node, op, args, kwargs)
 
     consts = {k: materialise(s, case.at_end, canary) for k, s in case.specs.items()}
-    graph_ops.check_call = check_call
+    graph_calls.check_call = check_call
     try:
         g = G.load(json.dumps(spec), {}, consts, rows=1, seq_len=1, device="cpu")
         g.ops[out] = Capture(g.ops[out], seen)
@@ -210,7 +210,7 @@ def run_graph(case: Case, canary: int):
         if "result" not in seen or not all(graph_ops.within_storage(t) for t in graph_ops.tensors_in(seen["result"])):
             return refusal(e), None, None
     finally:
-        graph_ops.check_call = real
+        graph_calls.check_call = real
     return "ran", [logical(t) for t in graph_ops.tensors_in(seen["result"])], seen["args"]
 
 

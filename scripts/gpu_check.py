@@ -12,7 +12,7 @@ $AUTORESEARCH_CACHE, else it is prepared offline. Steps run in the order of what
     data         the data cache in use
     recipe       train.py as the loop runs it (harness.runner.run_train) + the trusted evaluation:
                  val_bpb, startup, compile, steady ms/step, tok/s, MFU, post, verify seconds, duty cycle
-                 of a 300 s experiment; it also writes the trusted compile cache (harness/compile_cache.py)
+                 of a 300 s experiment; it also writes the trusted compile cache (harness/compiled.py)
     graph        the recorded graph replayed on the device: run-to-run and prefix (causality) bitwise
     recipe-warm  the same run again, reading that cache as every loop run does: warm startup
     fallback     a few steps with compile forced to fail (a ptxas / C++ compiler that is /bin/false)

@@ -115,7 +115,7 @@ def setup():
     import torch
     import prepare
     import runtime
-    from harness.knobs import load_train
+    from search.knobs import load_train
     train = load_train(prepare.PROFILE, REPO / "train.py", name="train_gpu_check")
     device, autocast = runtime.setup_device()
     return torch, train, prepare, runtime, device, autocast
@@ -185,8 +185,8 @@ def step_data(rec, spec, _):
 
 def run_files(prepare, overrides=None):
     """train.py as a tag on this profile commits it (its knob values written in), plus `overrides`."""
-    from harness import knobs
-    from harness.executors.base import FIXED_SOURCES
+    from search import knobs
+    from harness.job import FIXED_SOURCES
     source, _ = knobs.for_profile((REPO / "train.py").read_text(), prepare.PROFILE)
     if overrides:
         source = knobs.set_knobs(source, {k: v for k, v in overrides.items() if k in knobs.values(source)})
@@ -205,8 +205,8 @@ def train_run(rec, spec, label, n, files, *, budget, env, compile_cache="off"):
     """train.py through harness.runner.run_train, sealed where bubblewrap exists, its log streamed
     into OUT/<label>.log, in this step's process group. Returns (RunResult, run_dir, sandbox)."""
     import prepare
-    from harness import compile_cache as cc
-    from harness.executors.node import materialise
+    from harness import compiled as cc
+    from harness.job import materialise
     from harness.runner import run_train
     from harness.sandbox import DataView, detect
     from harness.verify import eval_rows
@@ -226,7 +226,7 @@ def step_recipe(rec, spec, label):
     """`recipe` compiles cold and writes the trusted compile cache; `recipe-warm` reads it."""
     import prepare
     import runtime
-    from harness import compile_cache as cc
+    from harness import compiled as cc
     from harness.verify import eval_rows, verify
     budget = spec["budget"]
     files = run_files(prepare)
@@ -237,7 +237,7 @@ def step_recipe(rec, spec, label):
     text = Path(res.log_path).read_text(errors="replace")
     s = res.summary or {}
     dts, flops_per_token, tokens_per_step = log_figures(text)
-    from harness.knobs import values
+    from search.knobs import values
     startup_steps = values(files["train.py"]).get("STARTUP_STEPS", 10)
     steady = dts[startup_steps:] or dts[1:]
     clock = (res.extra or {}).get("clock") or {}

@@ -7,7 +7,7 @@
 #   scripts/pipeline.sh --full                # also: speculative decoding, the winner drafted by
 #                                             # the sweep's smallest survivor
 #
-# The sweep searches train.py's knobs (harness/search/space.py) with Hyperband + the cheap prior, through
+# The sweep searches train.py's knobs (search/space.py) with Hyperband + the cheap prior, through
 # the throughput harness; the winner's train.py is then trained for the full wall-clock budget
 # (AUTORESEARCH_TIME_BUDGET, default 300 s) like any loop experiment, and its result is written
 # as a run folder the dashboard shows. Everything lands in $OUT (git-ignored).
@@ -55,11 +55,11 @@ PORT=${PORT:-8000}
 echo "== install"; uv sync
 echo "== prepare"; uv run prepare.py
 if [ ! -f harness_profile.json ]; then
-    echo "== tune (once per machine)"; uv run python -m harness.search.throughput tune
+    echo "== tune (once per machine)"; uv run python -m search.throughput tune
 fi
 mkdir -p "$OUT"
 echo "== sweep"
-uv run python -m harness.search sweep --max-steps "$SWEEP_MAX_STEPS" --min-steps "$SWEEP_MIN_STEPS" \
+uv run python -m search sweep --max-steps "$SWEEP_MAX_STEPS" --min-steps "$SWEEP_MIN_STEPS" \
     --eta "$SWEEP_ETA" --policy prior --warm-prior "$PRIOR_STORE" --out "$OUT/sweep" $SWEEP_ARGS
 
 echo "== benchmark the winner (full wall-clock budget)"
@@ -73,7 +73,7 @@ PYTHONPATH=".:${PYTHONPATH:-}" AUTORESEARCH_ARTIFACT="$RUN/artifacts/exp-0001/mo
 uv run python - "$RUN" <<'PY'
 import sys
 from pathlib import Path
-from harness.summary import parse_summary
+from harness.clock import parse_summary
 run = Path(sys.argv[1])
 s = parse_summary((run / "logs" / "exp-0001.log").read_text(errors="replace"))
 row = ("sweep", f"{s['val_bpb']:.6f}", f"{s['peak_vram_mb'] / 1024:.1f}", "keep",

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.executors.base import RUN_SOURCES
+from harness.job import RUN_SOURCES
 
 REPO = Path(__file__).resolve().parent.parent
 GIT_ID = ["-c", "user.name=tester", "-c", "user.email=tester@example.com"]
@@ -158,3 +158,43 @@ def fake_run(*, wall_seconds: float = 1.0, crash_class=None, summary=None, extra
     return RunResult(returncode=None if crash_class else 0, summary=summary, crash_class=crash_class,
                      log_path=Path(log_path) if log_path else None, wall_seconds=wall_seconds,
                      timed_out=False, artifact=None, extra=dict(extra or {}))
+
+
+# `python agent/loop.py ARGS` as a user runs it, watched: at exit it writes SPY_OUT (JSON) with the
+# modules the process had loaded, every answer of the trusted evaluator (the worker's JSON) with
+# the id of the VerifyResult harness/verify.py made of it, and the id of every VerifyResult the
+# judge decided on. Nothing in the loop changes: two functions are wrapped, their results passed on.
+SPY = r'''
+import atexit, json, os, runpy, sys
+out, repo, script, *args = sys.argv[1:]
+sys.argv, sys.path[0] = [script, *args], os.path.dirname(os.path.abspath(script))
+sys.path.insert(1, repo)
+seen = {"answers": [], "judged": []}
+def dump():
+    seen["modules"] = sorted(sys.modules)
+    with open(out, "w") as f:
+        json.dump(seen, f, default=str)
+atexit.register(dump)
+import harness.verify as verify
+def watch_answer(real):
+    def inner(answer, *a, **kw):
+        v = real(answer, *a, **kw)
+        seen["answers"].append({"answer": answer, "id": id(v), "ok": v.ok})
+        return v
+    return inner
+verify.judge_worker_output = watch_answer(verify.judge_worker_output)
+import agent.judges.hierarchy as hierarchy
+def watch_judged(real):
+    def inner(self, ctx, run):
+        v = real(self, ctx, run)
+        seen["judged"].append({"id": id(v), "commit": ctx.commit, "trusted_bpb": v.trusted_bpb})
+        return v
+    return inner
+hierarchy.JudgeHierarchy._verify = watch_judged(hierarchy.JudgeHierarchy._verify)
+runpy.run_path(script, run_name="__main__")
+'''
+
+
+def spied_loop_cmd(spy_out: Path, *args) -> list[str]:
+    """The loop's command line exactly as a user types it, run under SPY (above)."""
+    return [sys.executable, "-c", SPY, str(spy_out), str(REPO), str(REPO / "agent" / "loop.py"), *args]

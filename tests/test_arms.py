@@ -7,14 +7,14 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from harness.search.arms import (ClaudePolicy, best_at, console_summary, headline, parse_seeds, quality_table,
+from search.arms import (ClaudePolicy, best_at, console_summary, headline, parse_seeds, quality_table,
                           run_arms, summarize, trajectory, write_reports)
-from harness.search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
-from harness.search.arms_stats import (chance_level, compare, completed_brackets, describe_pairs, fair_budget,
+from search.arms_screen import SCREEN_K, pick_fidelity, round_bracket, screen_k
+from search.arms_stats import (chance_level, compare, completed_brackets, describe_pairs, fair_budget,
                                 fairness, format_headline, headline_stats, hyperband_cycle, pairwise,
                                 planned_brackets)
-from harness.search.hyperband import bracket_cost
-from harness.search.space import SMALL_BASE, Space
+from search.hyperband import bracket_cost
+from search.space import SMALL_BASE, Space
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
 F = FakeAnthropic
@@ -239,14 +239,14 @@ class InstantExecutor:
         self.pending.append(task)
 
     def next_result(self):
-        from harness.search.hyperband import TaskResult
+        from search.hyperband import TaskResult
         t = self.pending.pop(0)
         return TaskResult(t, 3.0 + (hash(t.cand) % 100) / 1000, None, 0.0)
 
 
 @pytest.mark.parametrize("budget", [50, 100, 113, 150, 226, 300])
 def test_planned_brackets_match_what_the_scheduler_starts(tmp_path, budget):
-    from harness.search.hyperband import Candidate, hyperband_brackets, run_schedule
+    from search.hyperband import Candidate, hyperband_brackets, run_schedule
     plan = hyperband_brackets(9, 1, 3)
 
     def make(i, bracket):
@@ -297,7 +297,7 @@ def test_completed_brackets_sees_crashes_and_seeds_parse():
 
 
 def test_html_report_shows_unreached_seeds_spread_and_fairness():
-    from harness.search.arms_html import render_html
+    from search.arms_html import render_html
     runs = {s: {"random": recs([(100, 3.0), (110, 2.9)]), "hyperband": recs([(40, 2.8 if s else 3.1)])}
             for s in (0, 1)}
     rep = summarize(runs, 113)
@@ -317,12 +317,12 @@ def test_html_report_shows_unreached_seeds_spread_and_fairness():
     assert "2.9500 <small>[2.8000&ndash;3.1000]</small>" in page       # mean [min-max] final quality
 
 
-# ---- the Optuna arms and the hybrid (harness/search/optuna_arm.py, hybrid.py, arms_llm.py) ----
+# ---- the Optuna arms and the hybrid (search/optuna_arm.py, hybrid.py, arms_llm.py) ----
 
 def test_tpe_sampler_beats_random_search_on_a_synthetic_objective():
     import math
     import numpy as np
-    from harness.search.optuna_arm import KnobSampler
+    from search.optuna_arm import KnobSampler
     space = Space({"X": ("lin", 0.0, 1.0), "Y": ("log", 0.001, 1.0), "D": ("int", 1, 8)})
 
     def f(c):                                     # known optimum 0 at X 0.3, Y 0.1, D 5
@@ -343,7 +343,7 @@ def test_tpe_sampler_beats_random_search_on_a_synthetic_objective():
 
 def test_optuna_arm_spends_exactly_randoms_budget(tmp_path):
     import numpy as np
-    from harness.search.optuna_arm import STARTUP, run_optuna_arm
+    from search.optuna_arm import STARTUP, run_optuna_arm
     source = knobs_source()
     space = Space.for_source(source)
     recs, study = run_optuna_arm(source, space, InstantExecutor(), tmp_path, seed=3, max_steps=9,
@@ -361,12 +361,12 @@ def test_optuna_arm_spends_exactly_randoms_budget(tmp_path):
 
 
 def knobs_source():
-    from harness import knobs
+    from search import knobs
     return knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], SMALL_BASE)
 
 
 def test_hybrid_is_skipped_without_an_llm(monkeypatch):
-    from harness.search.hybrid import hybrid_setup
+    from search.hybrid import hybrid_setup
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     lines = []
@@ -421,7 +421,7 @@ def test_tiny_optuna_and_hybrid_arms_against_the_local_messages_api(tiny_cache, 
 
 
 def test_hybrid_keeps_only_ideas_that_make_a_fair_runnable_train_py():
-    from harness.search.hybrid import Idea, IdeaBatch, usable
+    from search.hybrid import Idea, IdeaBatch, usable
     source = knobs_source()
     space = Space.for_source(source)
     ideas = [Idea("ok", "shorter cool-down", [("WARMDOWN_RATIO = 0.5  #", "WARMDOWN_RATIO = 0.3  #")]),

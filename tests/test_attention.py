@@ -8,7 +8,7 @@ import torch
 
 import attention as attn
 import train
-from harness import knobs
+from search import knobs
 
 CPU = torch.device("cpu")
 CPU_BACKENDS = ["sdpa", "naive", "flex"]  # fa3 needs CUDA; gpu_check.py covers it on a device

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness import knobs
+from search import knobs
 from harness.results import read_results
 from tests.loop_fixtures import copy_real, git, loop_cmd, make_repo, run_loop
 

@@ -6,7 +6,8 @@ import importlib.util
 
 from agent import loop as loop_mod
 from agent.proposers.scripted import Edit, ScriptedProposer
-from harness import gitops, knobs
+from agent import gitops
+from search import knobs
 from tests.loop_fixtures import REPO, fake_repo
 
 spec = importlib.util.spec_from_file_location("bench_judge", REPO / "scripts" / "bench_judge.py")

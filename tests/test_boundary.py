@@ -292,9 +292,9 @@ def test_screening_scores_are_the_trusted_evaluator_s_on_a_split_no_candidate_sa
     """A --screen candidate that prints a fantastic val_bpb and tries to read the proxy split:
     its score is the trusted evaluation of its saved model on the held-out tail, which it never saw."""
     import prepare
-    from harness.proxy import make_proxy
-    from harness.search.hyperband import Task, TaskState
-    from harness.search.pool import Pool, run_tasks
+    from search.proxy import make_proxy
+    from search.hyperband import Task, TaskState
+    from search.pool import Pool, run_tasks
     view = DataView.from_describe({"paths": prepare.data_paths()})
     proxy = make_proxy(view, tmp_path / "proxy")
     shard = view.training_shards()[-1]

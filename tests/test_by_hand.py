@@ -11,8 +11,8 @@ import sys
 from agent import loop as loop_mod
 from agent.experiment import seed_for
 from agent.proposers.base import Proposal
-from harness import knobs
-from harness.executors.base import RUN_SOURCES
+from search import knobs
+from harness.job import RUN_SOURCES
 from harness.results import read_journal
 from tests.loop_fixtures import copy_real, git, make_repo
 
@@ -26,6 +26,7 @@ LRS = ("EMBEDDING_LR", "UNEMBEDDING_LR", "MATRIX_LR", "SCALAR_LR")
 class OneEdit:
     """Experiment 2 restores the learning rates and moves ASPECT_RATIO to the gpu recipe's 64."""
     name = "scripted"
+    cheap_redo = False   # as an LLM: a stale proposal is rebased, not asked again
 
     def __init__(self, rates):
         self.rates = rates

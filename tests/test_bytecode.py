@@ -1,4 +1,4 @@
-"""harness/bytecode.py on a real package directory: missing bytecode is found without importing
+"""harness/compiled.py on a real package directory: missing bytecode is found without importing
 the package, compiled once with compileall, and a second call does nothing."""
 import importlib
 import json
@@ -10,7 +10,7 @@ import time
 
 from harness import procs
 
-from harness import bytecode
+from harness import compiled as bytecode
 
 
 def _package(root):
@@ -78,7 +78,7 @@ def test_a_compile_left_by_a_killed_loop_is_ended_by_the_leftover_sweep(tmp_path
         (src / f"m{i}.py").write_text("".join(f"x{j} = ({j} + 1) * 2 - {j}\n" for j in range(60000)))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    code = ("import sys; from pathlib import Path; from harness import bytecode; "
+    code = ("import sys; from pathlib import Path; from harness import compiled as bytecode; "
             f"bytecode.compile_dirs([Path({str(src)!r})], pid_dir=Path({str(run_dir)!r}))")
     loop = subprocess.Popen([sys.executable, "-c", code], cwd=str(bytecode.Path(__file__).parent.parent))
     pid_file = run_dir / bytecode.PID_FILE

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
-from harness import knobs
-from harness.executors.base import FIXED_SOURCES
-from harness.queue_store import QueueStore
+from search import knobs
+from harness.job import FIXED_SOURCES, EvalSpec, JobSeal, TrainJob, evaluate
+from harness.sandbox import detect
+from runfiles.queue_store import QueueStore
 from harness.runner import RunResult, run_train
 from tests.test_verify import NON_CAUSAL, make_artifact
 
@@ -65,6 +66,16 @@ def ctx_for(wt, base, new_source, n=2, commit=None):
                            proposal=SimpleNamespace(description="cheat", hypothesis="better numbers"))
 
 
+def evaluated(run, wt, base, source, *, sealed=False):
+    """`run` with the trusted evaluation the executor adds to a job that carries an EvalSpec
+    (harness/job.py evaluate, the one place it is made): what the judge decides on."""
+    spec = EvalSpec(prepare_source=git(wt, "show", f"{base}:prepare.py") + "\n", batch_size=8, train_source=source)
+    job = TrainJob(n=2, files={"train.py": source}, budget=5, run_dir=str(wt), seal=JobSeal(sealed=sealed),
+                   evaluation=spec)
+    run.extra["verify_result"] = evaluate(job, run.artifact, run.summary, Path(wt), detect("none"), {}, "0")
+    return run
+
+
 def commit(wt, source, msg="exp"):
     (wt / "train.py").write_text(source)
     git(wt, "commit", "-q", "-am", msg)
@@ -101,7 +112,7 @@ def test_non_causal_attention_passes_guard_but_not_the_causality_check(repo, tin
     sha = commit(wt, cheat)
     art, bpb = make_artifact(cheat, tmp_path, "noncausal")
     run = RunResult(0, {"val_bpb": bpb}, None, tmp_path / "log", 1.0, False, art)
-    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), evaluated(run, wt, base, cheat))
     assert d.status == "discard" and d.reason.startswith("integrity: causality check failed"), d.reason
     assert d.trusted_bpb is None
     items = QueueStore(wt / "queue.sqlite").list("pending")
@@ -119,9 +130,23 @@ def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
     run = run_train(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"}, eval_rows=8)
     assert run.crash_class is None, run.log_tail
     assert run.artifact is not None and run.artifact.exists()
-    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), evaluated(run, wt, base, cheat))
     assert d.status == "discard" and "disagrees with the trusted evaluation" in d.reason
     v = d.verdicts["verify"]
     assert v["printed_bpb"] == pytest.approx(0.8 * v["trusted_bpb"], rel=1e-4)
     assert v["seconds"] > 0
     assert QueueStore(wt / "queue.sqlite").list("pending")[0].kind == "integrity"
+
+
+def test_a_run_without_its_trusted_evaluation_cannot_be_kept(repo, tiny_cache, tmp_path):
+    """An honest model whose run reached the judge without the evaluation (a job built without
+    an EvalSpec, an executor that dropped it): the judge cannot decide on it, so it is no keep,
+    whatever val_bpb train.py printed."""
+    wt, base = repo
+    h = JudgeHierarchy()
+    sha = commit(wt, SRC + "\n# same recipe\n")
+    art, bpb = make_artifact(SRC, tmp_path, "honest")
+    run = RunResult(0, {"val_bpb": bpb * 0.5}, None, tmp_path / "log", 1.0, False, art)
+    d = h.judge(ctx_for(wt, base, SRC, commit=sha), run)
+    assert d.status == "discard" and "no trusted evaluation came with this run" in d.reason, d.reason
+    assert d.trusted_bpb is None

@@ -262,7 +262,7 @@ def test_retry_after_parsing():
 
 
 def test_pricing_prefixes_and_cache_ttls():
-    from agent import pricing
+    from llm import pricing
     assert pricing.price_for("claude-opus-4-1-20250805").input == 15.0      # not claude-opus-4's row by luck
     assert pricing.price_for("claude-opus-4-6").input == 5.0
     assert pricing.price_for("claude-sonnet-4-5-20250929").output == 15.0
@@ -300,7 +300,7 @@ def test_search_archive_tool_finds_discards_and_says_when_a_keep_changed_the_pre
 
 
 def test_suggest_knobs_hands_the_knob_question_to_the_sampler(fake_anthropic, worktree):
-    from harness import knobs
+    from search import knobs
     fake_anthropic.push(F.tool_use("str_replace", {"path": "train.py", "old_str": "def main():",
                                                    "new_str": "def main():  # tuned"}),
                         F.tool_use("suggest_knobs", {}), F.tool_use("submit", SUBMIT))

@@ -234,9 +234,9 @@ def test_train_help_trains_nothing(monkeypatch, capsys, tmp_path):
     assert not (tmp_path / "model.pt").exists()
 
 
-@pytest.mark.parametrize("module,expect", [("harness.search.sweep", "usage: python -m harness.search.sweep"),
-                                           ("harness.search.throughput", "usage: python -m harness.search.throughput"),
-                                           ("harness.search.arms", "usage: python -m harness.search.arms")])
+@pytest.mark.parametrize("module,expect", [("search.sweep", "usage: python -m search.sweep"),
+                                           ("search.throughput", "usage: python -m search.throughput"),
+                                           ("search.arms", "usage: python -m search.arms")])
 def test_harness_clis_help(module, expect, capsys):
     import importlib
     mod = importlib.import_module(module)
@@ -247,14 +247,14 @@ def test_harness_clis_help(module, expect, capsys):
 
 
 def test_hyperband_help_names_the_real_command():
-    p = subprocess.run([sys.executable, "-m", "harness.search", "--help"], cwd=REPO, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "search", "--help"], cwd=REPO, capture_output=True,
                        text=True, timeout=60)
-    assert p.returncode == 0 and "python -m harness.search sweep [options]" in p.stdout
+    assert p.returncode == 0 and "python -m search sweep [options]" in p.stdout
     assert "see --help" not in p.stdout + p.stderr
-    sub = subprocess.run([sys.executable, "-m", "harness.search", "sweep", "--help"], cwd=REPO,
+    sub = subprocess.run([sys.executable, "-m", "search", "sweep", "--help"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
-    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m harness.search sweep")
-    none = subprocess.run([sys.executable, "-m", "harness.search"], cwd=REPO, capture_output=True, text=True,
+    assert sub.returncode == 0 and sub.stdout.startswith("usage: python -m search sweep")
+    none = subprocess.run([sys.executable, "-m", "search"], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert none.returncode == 2 and "usage:" in none.stderr
 
@@ -278,7 +278,7 @@ def test_review_list_on_a_run_without_a_queue(tmp_path):
 
 
 # The folders whose command lines are the project's (train.py has no argparse: it reads the environment).
-CLI_FOLDERS = ("agent", "dashboard", "scripts", "harness", "inference", "lab")
+CLI_FOLDERS = ("agent", "dashboard", "scripts", "harness", "search", "executors", "llm", "runfiles", "inference", "lab")
 
 
 def _parser_calls():

@@ -1,4 +1,4 @@
-"""The trusted compile cache (harness/compile_cache.py): written once by the harness's warm-up of
+"""The trusted compile cache (harness/compiled.py): written once by the harness's warm-up of
 the base train.py, read by later runs through a private copy, never written by them. Real
 bubblewrap, real torch.compile (inductor's C++ backend on CPU), a stand-in train.py that compiles
 one small function so each run takes seconds."""
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import compile_cache, compile_warm
+from agent import compile_warm
+from harness import compiled as compile_cache
 from harness.runner import run_train
 from harness.sandbox import Sandbox, detect
 
@@ -86,14 +87,14 @@ def test_warm_up_publishes_and_later_runs_read_a_private_copy(tmp_path):
 
 
 def test_warm_up_is_skipped_where_nothing_compiles_or_nothing_is_sealed(tmp_path):
-    from harness import knobs
+    from search import knobs
     cpu_train = knobs.for_profile((REPO / "train.py").read_text(), "cpu")[0]
     said = []
     r = compile_warm.warm({"train.py": cpu_train}, tmp_path, 5, sandbox=detect(), data=None, say=said.append)
     assert r == {"status": "skipped", "reason": "the base train.py does not compile (COMPILE = False)"}
     r = compile_warm.warm({"train.py": STAND_IN}, tmp_path, 5, sandbox=Sandbox("none", "test"), data=None)
     assert r["status"] == "skipped" and "unsealed" in r["reason"]
-    assert compile_cache.wants_compile((REPO / "train.py").read_text())  # the gpu train.py compiles
+    assert compile_warm.wants_compile((REPO / "train.py").read_text())  # the gpu train.py compiles
     assert not said and compile_cache.published(tmp_path) is None
 
 

@@ -35,14 +35,14 @@ def test_a_run_past_the_plan_has_no_total_to_pass():
 
 
 def test_a_baseline_with_disturbed_runs_counts_only_the_runs_that_count(tmp_path):
-    """Three repeats asked; runs 2 and 4 are slowed by another process and replaced. Every interim
+    """Three repeats asked; runs 2 and 4 are disturbed by another process (the harness meter) and replaced. Every interim
     reason counts the runs that count (1/3, 2/3), says the disturbed ones apart, and the fifth run
     ends the baseline."""
     h = JudgeHierarchy(baseline_repeats=3)
-    fast, slow = 0.30, 0.30 * 17
+    quiet, busy = 1.0, 2.4     # the harness meter's load spread within the run (a process started halfway)
     reasons = []
-    for i, (pace, v) in enumerate([(fast, 1.396), (slow, 1.527), (fast, 1.399), (slow, 1.530), (fast, 1.393)], 1):
-        d = decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"{i}.log", [pace] * 20), pace))
+    for i, (spread, v) in enumerate([(quiet, 1.396), (busy, 1.527), (quiet, 1.399), (busy, 1.530), (quiet, 1.393)], 1):
+        d = decide(h, ctx(tmp_path, 1, BASE, None), v, run(_log(tmp_path, f"{i}.log", [0.3] * 20), spread=spread))
         reasons.append(d.reason)
         if i < 5:
             assert d.is_again, d.reason

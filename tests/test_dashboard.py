@@ -14,7 +14,7 @@ import pytest
 
 from dashboard.app import create_app
 from dashboard.demo import build
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 from tests.dashboard_fixtures import HEADER, TOKEN, stream_events, client, demo, fresh, repo_of, rows_of  # noqa: F401  (fixtures)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from dashboard import data
 from dashboard.app import TOKEN_HEADER, create_app
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 from tests.dashboard_fixtures import HEADER, TOKEN, stream_events, client, demo, fresh, repo_of, rows_of  # noqa: F401  (fixtures)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from dashboard.browser import Chromium
 from dashboard.demo import build
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ import pytest
 
 from dashboard.app import MAX_INT_DIGITS, TOKEN_HEADER, create_app
 from dashboard.demo import build
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 
 TOKEN = "hostile-token-0123456789"
 HEADER = "commit\tval_bpb\tmemory_gb\tstatus\tdescription\n"

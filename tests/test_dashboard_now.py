@@ -10,7 +10,8 @@ import pytest
 
 from dashboard.browser import Chromium
 from dashboard.demo import build
-from harness.records import ExperimentRecord, RunState
+from harness.records import ExperimentRecord
+from runfiles.state import RunState
 from harness.results import write_state
 from tests.dashboard_fixtures import HEADER, client
 from tests.test_dashboard_browser import server  # noqa: F401  (the real app.py on a port)

@@ -60,7 +60,8 @@ def test_now_panel_lists_the_experiments_in_flight(tmp_path):
 
 
 def test_the_demo_writes_the_loops_schema(loop_run, tmp_path):
-    from harness.records import OPTIONAL_KEYS, ExperimentRecord, RunState
+    from harness.records import OPTIONAL_KEYS, ExperimentRecord
+    from runfiles.state import RunState
     demo = build(tmp_path / "d", "demo", n=4, seed=1, queue=False)
     real = [json.loads(x) for x in (loop_run / "journal.jsonl").read_text().splitlines()]
     made = [json.loads(x) for x in (demo / "journal.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Executors (harness/executors/): jobs run side by side, per-slot GPUs, nothing left behind on
+"""Executors (executors/): jobs run side by side, per-slot GPUs, nothing left behind on
 cancel, Ray tasks run from materialised files and send their log back, and a real tiny train.py
 job comes back with a trusted val_bpb. Ray tests share one small local runtime (start-up ~10 s)."""
 import fnmatch
@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import gitops, pinned, runner
-from harness.executors.base import FIXED_SOURCES
-from harness.executors import CANCELLED, Executor, LocalExecutor, TrainJob, eval_spec, job_seal, wait
+from agent import gitops
+from harness import runner
+from harness import verify as pinned_inputs
+from harness.job import FIXED_SOURCES
+from harness.job import CANCELLED, Executor, TrainJob, eval_spec, job_seal, wait
+from executors import LocalExecutor
 from harness.sandbox import DataView, detect
 from harness.verify import eval_rows
 from tests.loop_fixtures import REPO, pid_alive
@@ -130,7 +133,7 @@ import sys, time
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
 from tests.test_executors import job
-from harness.executors import LocalExecutor
+from executors import LocalExecutor
 ex = LocalExecutor(1, root=Path({str(tmp_path / "slots")!r}))
 ex.submit(job(Path({str(tmp_path)!r}), 1, STANDIN_PIDS={str(pids_file)!r}))
 while not Path({str(pids_file)!r}).exists():
@@ -145,7 +148,7 @@ raise KeyboardInterrupt
 
 def test_local_cancel_during_the_trusted_evaluation(tmp_path):
     """A cancel that comes while the evaluation's worker runs ends that worker's group too."""
-    from harness.executors import EvalSpec
+    from harness.job import EvalSpec
     tj = job(tmp_path, 4, STANDIN_SLEEP=0.1)
     tj.evaluation = EvalSpec(prepare_source="")          # the worker starts (imports torch), then fails
     pid_file = tmp_path / "run" / ".verify" / "verify-0.pid"
@@ -184,7 +187,7 @@ def test_kill_leftover_finds_every_slots_pid_files(tmp_path):
 # ---- RayExecutor -------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def ray_runtime():
-    from harness.executors.ray_exec import start_ray
+    from executors.ray_exec import start_ray
     ray = pytest.importorskip("ray")
     started = start_ray(num_cpus=2)
     yield ray
@@ -193,7 +196,7 @@ def ray_runtime():
 
 
 def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
-    from harness.executors.ray_exec import RayExecutor
+    from executors.ray_exec import RayExecutor
     ex = RayExecutor(slots=2)
     assert isinstance(ex, Executor)
     try:
@@ -218,7 +221,7 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
 
 
 def test_ray_cancel_leaves_no_process(ray_runtime, tmp_path):
-    from harness.executors.ray_exec import RayExecutor
+    from executors.ray_exec import RayExecutor
     pids_file = tmp_path / "pids"
     ex = RayExecutor(slots=1)
     try:
@@ -242,14 +245,14 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     """One sealed tiny run of the real train.py (2 steps) and the trusted evaluation on its model,
     the pinned inputs checked first: what the loop's run + judge do, as one job."""
     import prepare
-    from harness import knobs
+    from search import knobs
     train = knobs.set_knobs(knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,
                                                                "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1})
     prep = (REPO / "prepare.py").read_text()
     run_dir = tmp_path / "run"
     view = DataView.from_describe(prepare.describe())
-    eval_cache, inputs = pinned.pin(run_dir, view)      # what agent/workspace.make_seal does for a tag
-    seal = pinned.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
+    eval_cache, inputs = pinned_inputs.pin(run_dir, view)      # what agent/workspace.make_seal does for a tag
+    seal = pinned_inputs.Seal(sandbox=detect("auto"), data=view, eval_cache=eval_cache, inputs=inputs)
     box = seal.sandbox.kind            # sealed in bubblewrap where this machine can (as the loop does)
     tj = TrainJob(n=1, files={"train.py": train, "prepare.py": prep, **{f: (REPO / f).read_text() for f in FIXED_SOURCES[1:]}},
                   budget=2, run_dir=str(run_dir),
@@ -288,8 +291,8 @@ print(f"{{'val_bpb:':<18}}{{Q + 1.0 / (steps - decay):.6f}}")
 
 
 def _sweep(ex, tmp_path):
-    from harness.search.executor_pool import ExecutorPool
-    from harness.search.hyperband import Candidate, hyperband_brackets, run_schedule
+    from search.executor_pool import ExecutorPool
+    from search.hyperband import Candidate, hyperband_brackets, run_schedule
     qs = [0.9, 0.1, 0.5, 0.3, 0.8, 0.2, 0.7, 0.6, 0.4]    # c1 best, then c5, c3
     cands = []
     for i, q in enumerate(qs):
@@ -316,7 +319,7 @@ def test_hyperband_runs_on_the_local_executor(tmp_path):
 
 
 def test_hyperband_runs_on_ray(ray_runtime, tmp_path):
-    from harness.executors.ray_exec import RayExecutor
+    from executors.ray_exec import RayExecutor
     ex = RayExecutor(slots=2)
     try:
         recs = _sweep(ex, tmp_path)      # the schedule's own checks, then the same count as locally
@@ -330,14 +333,14 @@ def _inputs(tmp_path):
     shared = tmp_path / "shared"
     (shared / "data").mkdir(parents=True)
     (shared / "data" / "val.parquet").write_bytes(b"validation tokens")
-    return shared, {"data/val.parquet": pinned.sha256(shared / "data" / "val.parquet")}
+    return shared, {"data/val.parquet": pinned_inputs.file_sha256(shared / "data" / "val.parquet")}
 
 
 def test_tampered_pinned_inputs_fail_the_evaluation_and_are_restored(tmp_path):
-    from harness.executors import EvalSpec
+    from harness.job import EvalSpec
     shared, inputs = _inputs(tmp_path)
     run_dir = tmp_path / "run"
-    pinned._copy(shared, run_dir / ".sealed" / "cache", inputs)
+    pinned_inputs._copy_pinned(shared, run_dir / ".sealed" / "cache", inputs)
     target = run_dir / ".sealed" / "cache" / "data" / "val.parquet"
     target.chmod(0o644)
     target.write_bytes(b"forged")
@@ -347,14 +350,15 @@ def test_tampered_pinned_inputs_fail_the_evaluation_and_are_restored(tmp_path):
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=120)[jid]
-    assert res.ok and res.verify is not None and not res.verify["ok"]
-    assert "the evaluation inputs changed (data/val.parquet changed)" in res.verify["reason"]
-    assert res.verify["printed_bpb"] == 1.25 and res.verify["details"]["repaired"]
+    assert res.ok and res.verify is not None and not res.verify.ok
+    assert "the evaluation inputs changed (data/val.parquet changed)" in res.verify.reason
+    assert res.verify.printed_bpb == 1.25 and res.verify.details["repaired"]
     assert target.read_bytes() == b"validation tokens"          # restored for the next experiment
 
 
 def test_a_node_without_the_pinned_copy_pins_its_own_after_checking(tmp_path, monkeypatch):
-    from harness.executors import EvalSpec, node
+    from harness import job as node
+    from harness.job import EvalSpec
     monkeypatch.setattr(node, "NODE_PIN_ROOT", tmp_path / "node-pins")
     shared, inputs = _inputs(tmp_path)
     spec = EvalSpec(prepare_source="", inputs=inputs, eval_cache=str(tmp_path / "not-on-this-node"),

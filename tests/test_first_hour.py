@@ -13,11 +13,21 @@ import pytest
 
 from agent import cli
 from agent.cli import SMOKE_DEFAULTS
-from harness import knobs
+from search import knobs
 from harness.results import read_journal, read_results
 from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
-                                 run_loop)
+                                 run_loop, spied_loop_cmd)
 from tests.test_loop import check_run
+
+
+# The project's top-level packages and modules (what "the project's modules" counts).
+PROJECT_PACKAGES = ("agent", "harness", "dashboard", "executors", "llm", "search", "runfiles", "lab",
+                    "inference", "scripts", "prepare", "runtime", "attention", "graph_export", "train")
+
+
+# The project's modules a --smoke night loads today (a ceiling: more fails). The loop, the judges
+# (13 modules), harness/ (16) and the morning report with its chart (11) are most of them.
+SMOKE_MODULES_MAX = 75
 
 
 def _own_cache(tiny_cache, tmp: Path) -> dict:
@@ -74,8 +84,9 @@ def smoke_run(tiny_cache, tmp_path_factory):
     env = _own_cache(tiny_cache, tmp)
     env.pop("AUTORESEARCH_PROFILE", None)     # the preset sets the tiny profile itself
     env["AUTORESEARCH_STEPS"] = "3"           # a step count already set wins over the preset's (test speed)
-    p = subprocess.run(_bare("--tag", "smoke", "--smoke"), cwd=repo, env=env, capture_output=True,
-                       text=True, timeout=900)
+    p = subprocess.run(spied_loop_cmd(tmp / "spy.json", "--tag", "smoke", "--smoke"), cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=900)
+    p.spy = json.loads((tmp / "spy.json").read_text()) if (tmp / "spy.json").exists() else None
     return repo, user_head, env, p
 
 
@@ -117,6 +128,53 @@ def test_smoke_run_then_resume_alone(smoke_run):
     assert "refusing" not in said and "exp None" not in said
     assert "reached --max-experiments 3" in said
     assert [r["n"] for r in _records(wt)] == [1, 2, 3]
+
+
+def test_the_trusted_figure_from_the_evaluator_to_the_journal_and_results_tsv(smoke_run):
+    """The trust path (docs/architecture.md) on the default loop: every figure the journal and
+    results.tsv hold is one the trusted evaluator answered, bit for bit, and it changes form three
+    times: the worker's JSON -> the VerifyResult harness/verify.py makes of it (the very object the
+    judge decides on: no copy, no re-encoding between the executor and the judge) -> the
+    Decision's trusted_bpb (the mean of the runs it counted) -> the journal line and the row."""
+    repo, _, _, p = smoke_run
+    assert p.returncode == 0 and p.spy is not None, p.stdout + p.stderr
+    answers, judged = p.spy["answers"], p.spy["judged"]
+    made = {a["id"]: a["answer"] for a in answers}
+    assert judged and all(j["id"] in made for j in judged), "the judge decided on an evaluation no worker answered"
+    answered = {a["answer"]["trusted_bpb"] for a in answers if a["ok"]}
+    wt = repo / ".autoresearch" / "smoke"
+    rows = {r.commit: r for r in read_results(wt / "results.tsv").rows}
+    decided = 0
+    for r in _records(wt):
+        if r["trusted_bpb"] is None:
+            continue
+        if "evidence" in r["verdicts"]:   # the runs the decision counted
+            runs = [x["bpb"] for x in r["verdicts"]["evidence"]["candidate"]["runs"] if x["used"]]
+        else:                             # a confirming run crashed: the runs that finished
+            runs = r["verdicts"]["judge"]["runs"]
+        assert runs and set(runs) <= answered, (r["n"], runs)   # 1: the worker's answers, exactly
+        assert r["trusted_bpb"] == pytest.approx(sum(runs) / len(runs), abs=1e-12)   # 2
+        assert r["verdicts"]["verify"]["trusted_bpb"] in answered
+        row = rows[r["commit"][:7]]
+        assert row.val_bpb == float(f"{r['trusted_bpb']:.6f}") and row.status == r["status"]   # 3
+        decided += 1
+    assert decided == 3
+
+
+def test_the_smoke_night_loads_only_what_it_uses(smoke_run):
+    """The modules a default --smoke night loaded (sys.modules at its exit): none of Optuna, Ray or
+    braintrust, which load only when their option is given (the step search opens Optuna's study
+    only for a jump), none of the satellites a plain night does not use, and no more of the
+    project's than SMOKE_MODULES_MAX. docs/architecture.md lists them."""
+    _, _, _, p = smoke_run
+    assert p.returncode == 0 and p.spy is not None, p.stdout + p.stderr
+    mods = p.spy["modules"]
+    assert not [m for m in mods if m.split(".")[0] in ("optuna", "ray", "braintrust", "anthropic")]
+    ours = sorted(m for m in mods if m.split(".")[0] in PROJECT_PACKAGES)
+    unused = {"agent.import_run", "agent.workers", "agent.validate", "agent.proposers.offline", "agent.notify",
+              "agent.proposers.claude", "agent.screening", "executors.ray_exec", "llm.client"}
+    assert not unused & set(ours), sorted(unused & set(ours))
+    assert len(ours) <= SMOKE_MODULES_MAX, f"{len(ours)} project modules: {ours}"
 
 
 def test_the_smoke_run_s_records_branch_and_base_commit(smoke_run):
@@ -252,7 +310,7 @@ def test_a_short_budget_is_evaluated_on_a_share_of_the_tokens():
     """A 30 s run is not measured for minutes: the trusted evaluation's tokens follow the budget
     below the reference 300 s (never under EVAL_TOKENS_MIN), and reach the evaluation job."""
     from agent.cli import EVAL_TOKENS_MIN, eval_tokens_for
-    from harness.executors import eval_spec
+    from harness.job import eval_spec
     assert eval_tokens_for(128 * 1024, 30) == 13107
     assert eval_tokens_for(128 * 1024, 300) is None and eval_tokens_for(128 * 1024, 600) is None
     assert eval_tokens_for(8192, 10) is None, "the tiny profile's evaluation is already the minimum"

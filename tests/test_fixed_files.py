@@ -1,4 +1,4 @@
-"""The fixed files beside train.py (harness/executors/base.py FIXED_SOURCES) are all treated alike:
+"""The fixed files beside train.py (harness/job.py FIXED_SOURCES) are all treated alike:
 the guard refuses an edit to any of them, and a sealed run sees each one from its own commit and
 nothing else of the project. graph_export.py (the model-graph recorder, save_model) is one of them,
 exactly like runtime.py, which re-exports it."""
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from agent.judges.guard import guard
-from harness.executors import sources_at
-from harness.executors.base import FIXED_SOURCES, RUN_SOURCES
-from harness.executors.node import materialise
+from agent.gitops import sources_at
+from harness.job import FIXED_SOURCES, RUN_SOURCES
+from harness.job import materialise
 from harness.sandbox import View, detect
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
-"""harness/gitops.py against real git repos in tmp: worktree, commit one file, refs, reset, notes."""
+"""agent/gitops.py against real git repos in tmp: worktree, commit one file, refs, reset, notes."""
 import pytest
 
-from harness import gitops
+from agent import gitops
 from tests.loop_fixtures import git, make_repo
 
 

@@ -165,7 +165,7 @@ def _ctx(new, history, parent="p1", old=SRC):
 
 
 def _rec(n, source, status="discard", parent="p1", bpb=1.1, diff=""):
-    from harness import knobs
+    from search import knobs
     return {"n": n, "status": status, "parent": parent, "description": f"exp {n}", "diff": diff,
             "summary": {"val_bpb": bpb}, "config": knobs.values(source), "code": knobs.code_fingerprint(source)}
 
@@ -195,7 +195,7 @@ def test_a_near_duplicate_diff_is_refused_only_from_the_same_parent():
 def test_the_profile_rewrite_of_a_bare_run_may_not_come_back():
     """A tag's train.py carries its profile's values (its base commit drops runtime.use_profile_knobs):
     a proposal that calls it again would make a run by hand differ from the loop's."""
-    from harness import knobs
+    from search import knobs
     base = knobs.for_profile((REPO / "train.py").read_text(), "tiny")[0]
     back = base.replace(knobs.PROFILE_CALL_DONE, "runtime.use_profile_knobs(__name__, prepare.PROFILE)")
     assert back != base

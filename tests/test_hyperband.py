@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.search.hyperband import (Candidate, Rung, TaskResult, bracket_cost, hyperband_brackets,
+from search.hyperband import (Candidate, Rung, TaskResult, bracket_cost, hyperband_brackets,
                                path_cost, run_schedule)
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from agent.import_run import TIP_PROPOSER
 from agent.judges.hierarchy import JudgeHierarchy
-from harness import gitops, knobs
+from agent import gitops
+from search import knobs
 from harness.clock import ClockReference, reference_of
 from harness.records import Basis
 from harness.results import read_journal

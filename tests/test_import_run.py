@@ -16,10 +16,10 @@ from agent import recovery, summary
 from agent.import_run import IMPORTED_JSON, TIP_PROPOSER
 from agent.workspace import RunFiles
 from dashboard.app import create_app
-from harness import gitops
+from agent import gitops
 from harness.records import experiment_records
 from harness.results import read_journal, read_results
-from harness.shared_results import ImportedInfo
+from runfiles.shared_results import ImportedInfo
 from tests.dashboard_fixtures import TOKEN
 from tests.loop_fixtures import REPO, fake_env, fake_repo, git, run_loop
 

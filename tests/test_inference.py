@@ -200,7 +200,7 @@ def test_dashboard_shows_bench_figures_beside_val_bpb(tmp_path):
 
 
 def test_bench_and_flywheel_files_survive_the_loops_clean_up(tmp_path):
-    from harness import gitops
+    from agent import gitops
     run, _ = make_run(tmp_path)
     (run / "bench").mkdir()
     (run / "bench" / "abc1234.json").write_text("{}")
@@ -228,7 +228,7 @@ def test_speculative_from_artifact_files(tmp_path, capsys):
 def test_sweep_draft_survivors_are_the_top_rungs_finishers(tmp_path):
     import json
 
-    from harness.search.space import config_id
+    from search.space import config_id
     from inference.sweep_draft import candidate_file, survivors
     recs = [{"kind": "sweep_task", "cand": "a", "steps": 3, "val_bpb": 2.0, "config": {"DEPTH": 2}},
             {"kind": "sweep_task", "cand": "b", "steps": 9, "val_bpb": 1.9, "config": {"DEPTH": 4}},

@@ -88,7 +88,7 @@ from tests.loop_fixtures import fake_run  # noqa: E402
 from agent.judges.hierarchy import JudgeHierarchy  # noqa: E402
 from agent.judges.reviewer import BoundaryContext  # noqa: E402
 from agent.workspace import RunFiles  # noqa: E402
-from harness.queue_store import QueueStore  # noqa: E402
+from runfiles.queue_store import QueueStore  # noqa: E402
 from harness.verify import VerifyResult  # noqa: E402
 from harness.records import ExperimentRecord
 

@@ -77,9 +77,9 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
     from agent.experiment import Attempt, Slot, run_experiment
     from agent.proposers.base import Proposal
     from agent.workspace import RunFiles
-    from harness import gitops
+    from agent import gitops
     from harness.clock import ClockReference
-    from harness.records import RunInfo
+    from runfiles.run import RunInfo
     from tests.loop_fixtures import make_repo
     repo = make_repo(tmp_path / "repo", {"train.py": "x = 1\n"})
     base = gitops.head(repo)
@@ -87,7 +87,7 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
     cand = gitops.commit_file(repo, "train.py", "x = 2")
     ran = []
 
-    def run_commit(slot, n, commit, log_name, env=None, *, parent=None, status=None):
+    def run_commit(slot, n, commit, log_name, env=None, *, parent=None, status=None, stop_limits=None):
         ran.append((commit, log_name, (env or {}).get("AUTORESEARCH_SEED")))
         return fake_run(summary={"val_bpb": 1.0}, log_path=tmp_path / log_name)
     monkeypatch.setattr(experiment, "run_commit", run_commit)

@@ -7,7 +7,7 @@ import random
 from agent.console import decision_line
 from agent.judges import pairing, queue_apply
 from agent.judges.hierarchy import JudgeHierarchy
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 from harness.records import Decision, ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run

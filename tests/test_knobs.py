@@ -1,7 +1,7 @@
-"""harness/knobs.py: reading and rewriting the CAPS knob lines of train.py."""
+"""search/knobs.py: reading and rewriting the CAPS knob lines of train.py."""
 import pytest
 
-from harness import knobs
+from search import knobs
 from tests.loop_fixtures import REPO
 
 SRC = '''"""doc"""

@@ -7,10 +7,10 @@ import re
 import sys
 from pathlib import Path
 
-from scripts.core_size import cycles   # the checker, shared with the measuring script
+from scripts.core_size import cycles, harness_size   # the checkers, shared with the measuring script
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "harness", "dashboard", "inference", "lab")
+PACKAGES = ("agent", "harness", "dashboard", "executors", "llm", "search", "runfiles", "inference", "lab")
 
 
 def module_name(path: Path) -> str:
@@ -66,11 +66,38 @@ def test_a_main_block_import_counts(tmp_path, monkeypatch):
     assert cycles({m: imports(pkg / f"{m.split('.')[1]}.py", known) for m in known}) == [["harness.a", "harness.b"]]
 
 
-def test_harness_never_imports_agent_or_dashboard():
+def test_harness_imports_only_itself_of_the_project():
     g = graph()
     bad = sorted(f"{m} -> {d}" for m, deps in g.items() if m.startswith("harness")
-                 for d in deps if d.split(".")[0] in ("agent", "dashboard"))
+                 for d in deps if d.split(".")[0] != "harness")
     assert not bad, bad
+
+
+# The trust boundary's size (docs/architecture.md "The trust path"): at most this many modules,
+# and no more code lines than it has now (scripts/core_size.py prints them; we aim at 3,000).
+HARNESS_MODULES_MAX = 20
+HARNESS_CODE_LINES_MAX = 4_540
+
+
+def test_the_trust_boundary_imports_nothing_else_and_does_not_grow():
+    """harness/ imports the standard library, torch, numpy, pyarrow, prepare.py and itself only,
+    in at most HARNESS_MODULES_MAX modules and HARNESS_CODE_LINES_MAX code lines; and agent/,
+    dashboard/ and the other folders import harness/, never the reverse (above)."""
+    size = harness_size()
+    assert not size["foreign"], f"harness/ imports outside its allowance: {size['foreign']}"
+    assert len(size["modules"]) <= HARNESS_MODULES_MAX, sorted(size["modules"])
+    assert size["total"] <= HARNESS_CODE_LINES_MAX, f"harness/ grew to {size['total']} code lines"
+
+
+def test_the_size_checker_sees_a_foreign_import(tmp_path, monkeypatch):
+    """The checker itself: an import of the search package from harness/ is named; a docstring
+    and comments are not code lines."""
+    import scripts.core_size as cs
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "a.py").write_text('"""doc\nstring"""\n# note\nimport os\nfrom search import knobs\n')
+    monkeypatch.setattr(cs, "REPO", tmp_path)
+    size = cs.harness_size()
+    assert size["foreign"] == [("harness/a.py", 5, "search")] and size["total"] == 2
 
 
 # Reads of a dict by a literal key that are not reads of one of the run's records: the protocols
@@ -80,6 +107,7 @@ def test_harness_never_imports_agent_or_dashboard():
 NOT_RECORDS = {
     "agent/judges/llm_judge.py": "parse_verdict: the LLM's tool reply, read into an Opinion",
     "agent/coordinator.py": "PendingFile.read: pending.json read into the record",
+    "agent/compile_warm.py": "a commit's files (name -> text) and train.py's knob values",
     "agent/proposers/offline.py": "Optuna's study and trial user_attrs",
     "agent/proposers/tools.py": "the tool's own JSON schema",
     "agent/workers.py": "Ray's cluster_resources() and nodes()",

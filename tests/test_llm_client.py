@@ -1,8 +1,8 @@
-"""harness/llm.py through the real anthropic SDK against the local Messages API (tests/fake_anthropic.py)."""
+"""llm/client.py through the real anthropic SDK against the local Messages API (tests/fake_anthropic.py)."""
 import anthropic
 import pytest
 
-from harness import llm
+from llm import client as llm
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 
 F = FakeAnthropic

@@ -87,7 +87,7 @@ def test_llm_veto_turns_a_rule_keep_into_an_escalated_contested_discard(fake_ant
     jd = d.verdicts["judge"]
     assert jd["rule"]["status"] == "keep" and jd["llm"]["status"] == "discard" and jd["basis"] == "llm_veto"
     assert jd["escalations"][0]["kind"] == "disagreement"
-    from harness.queue_store import QueueStore
+    from runfiles.queue_store import QueueStore
     item = QueueStore(tmp_path / "queue.sqlite").get(jd["escalations"][0]["id"])
     assert item.escalation.rule.status == "keep" and item.escalation.llm.status == "discard"
     assert item.escalation.diff == DIFF and item.escalation.discarded_ref == "refs/autoresearch/t/discarded/2"

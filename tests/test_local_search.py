@@ -6,7 +6,7 @@ from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, SIZE_KNOBS, STEP_FACTOR, LocalProposer, step
 from agent.proposers.offline import OfflineProposer
-from harness import knobs
+from search import knobs
 from harness.records import ExperimentRecord
 from tests.loop_fixtures import REPO
 
@@ -190,7 +190,7 @@ def test_a_knob_set_outside_its_range_steps_back_toward_it():
 
 
 def test_a_curated_knob_outside_its_range_goes_to_its_edge_then_momentum(tmp_path):
-    # the curated ranges (harness/knobs.py) bracket the reference: from an incumbent with
+    # the curated ranges (search/knobs.py) bracket the reference: from an incumbent with
     # LOGIT_SOFTCAP far below its range (the judge bench's handicap), a proposal takes it to the
     # range's edge; once kept, momentum goes two steps further, as far as the curated range goes
     src = knobs.set_knobs(REAL, {"LOGIT_SOFTCAP": 3.0, "MATRIX_LR": 0.5})

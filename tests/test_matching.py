@@ -1,8 +1,8 @@
-"""harness/matching.py: results.tsv rows to journal records, on files the real writers produced
+"""dashboard/matching.py: results.tsv rows to journal records, on files the real writers produced
 (harness/results.py append_journal / append_result, as agent/experiment.py record writes them)."""
 from dashboard import data
 from dashboard.runview import match_journal
-from harness.matching import match_rows
+from runfiles.matching import match_rows
 from harness.records import ExperimentRecord
 from harness.results import append_journal, append_result, init_results, read_journal, read_results
 

@@ -58,6 +58,13 @@ def test_a_loop_posts_its_best_and_its_stop(tmp_path):
     assert all(b["allowed_mentions"] == {"parse": []} for b in hook.bodies)
     keeps = [b["text"] for b in hook.bodies if b["event"] in ("new_best", "keep")]
     assert len(keeps) == len(bests) and all("Kept on " in t for t in keeps), "every keep says why"
+    # --resume without the URL: run.json does not keep it (a secret), and the resumed night says so
+    env.pop("AUTORESEARCH_NOTIFY_URL")
+    posted = len(hook.bodies)
+    again = run_loop(repo, env, "--tag", "nt", "--resume", "--max-experiments", "5")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resume: this tag posted to a webhook when it began" in again.stdout and "posts nothing" in again.stdout
+    assert len(hook.bodies) == posted and hook.url not in (run_dir / "run.json").read_text()
     written = _files_text(run_dir) + p.stdout + p.stderr
     assert TOKEN not in written and str(hook.server.server_port) not in _files_text(run_dir)
 

@@ -1,5 +1,6 @@
 """agent/proposers/offline.py: the Optuna (TPE) sampler over the knob block, persisted in the run folder."""
 import difflib
+import json
 import fnmatch
 import math
 import os
@@ -13,8 +14,10 @@ from optuna.trial import TrialState
 
 from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, Proposer
+from agent.proposers import space as knob_space
 from agent.proposers.offline import FROZEN_RE, STUDY_FILE, KnobStudy, OfflineProposer, knob_spec, neighbors
-from harness import gitops, knobs
+from agent import gitops
+from search import knobs
 from harness.records import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN, REPO
 
@@ -111,7 +114,7 @@ import sys
 from pathlib import Path
 from agent.proposers.base import ProposalRequest
 from agent.proposers.offline import OfflineProposer
-from harness import knobs
+from search import knobs
 from harness.records import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN
 folder = Path(sys.argv[1])
@@ -219,7 +222,7 @@ def test_refuses_to_fix_and_to_search_nothing(tmp_path):
 
 
 def test_knob_ranges():
-    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "harness/knobs.py's range where it has one"
+    assert knob_spec("MATRIX_LR", 0.02) == ["log", 0.003, 0.12], "search/knobs.py's range where it has one"
     assert knob_spec("DEPTH", 4) == ["int", 2, 6, 1]
     # a curated knob that starts outside its range is searched over the range and its own x4 both;
     # DEPTH, a size, follows its value (8 on a GPU)
@@ -241,7 +244,27 @@ def test_space_grows_with_a_new_knob(tmp_path):
     assert set(ks.space(FAKE_TRAIN)) == {"DEPTH", "LR", "WIDTH", "USE_BIAS"}
     edited = FAKE_TRAIN.replace("USE_BIAS = False", "USE_BIAS = False\nDROPOUT = 0.1  # dropout")
     assert "DROPOUT" in KnobStudy(tmp_path).space(edited)
-    assert KnobStudy(tmp_path).study.user_attrs["space"]["LR"] == ["log", 0.01, 0.16], "the range is fixed"
+    assert knob_space.load(tmp_path)["LR"] == ["log", 0.01, 0.16], "the range is fixed"
+
+
+def test_a_tag_that_kept_its_space_in_the_study_keeps_that_space(tmp_path):
+    """A tag begun before knob_space.json existed: its space is read from the Optuna study's user
+    attribute (with sqlite3, no Optuna), written to the JSON file, and its ranges are kept even
+    where the current train.py would give others."""
+    import optuna
+    study = optuna.create_study(study_name="knobs", storage=f"sqlite:///{tmp_path / STUDY_FILE}")
+    study.set_user_attr("space", {"LR": ["log", 0.001, 0.5]})
+    del study
+    space = knob_space.extend(tmp_path, FAKE_TRAIN)
+    assert space["LR"] == ["log", 0.001, 0.5] and "DEPTH" in space
+    assert json.loads((tmp_path / knob_space.SPACE_FILE).read_text())["LR"] == ["log", 0.001, 0.5]
+
+
+def test_an_unreadable_space_file_is_said_not_replaced(tmp_path):
+    (tmp_path / knob_space.SPACE_FILE).write_text("{not json")
+    with pytest.raises(ProposalError, match="unreadable"):
+        knob_space.extend(tmp_path, FAKE_TRAIN)
+    assert (tmp_path / knob_space.SPACE_FILE).read_text() == "{not json"
 
 
 def test_cmaes_sampler_is_offered(tmp_path):

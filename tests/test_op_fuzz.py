@@ -1,5 +1,5 @@
 """Kernels that cannot be driven out of bounds: the replay checks what each native kernel assumes
-before calling it (harness/graph_ops.check_call), and every accepted operator survives the fuzzer.
+before calling it (harness/graph_calls.check_call), and every accepted operator survives the fuzzer.
 
 - A seeded sample of scripts/fuzz_ops.py (every accepted overload in turn, adversarial shapes,
   strides, offsets, dtypes, indices and ints, operands in guarded memory, each call run twice
@@ -26,7 +26,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
 
 from harness import graph as G  # noqa: E402
-from harness import graph_ops  # noqa: E402
+from harness import graph_calls, graph_ops  # noqa: E402
 
 FLASH = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 SDPA = "aten.scaled_dot_product_attention.default"
@@ -150,14 +150,14 @@ def run_case(name):
             "nodes": [{"name": f"n{i}", "op": o, "args": a, "kwargs": kw} for i, (o, a, kw) in enumerate(nodes)],
             "output": ref(f"n{len(nodes) - 1}", 0 if "_for_cpu" in nodes[-1][0] or "native" in nodes[-1][0] else None)}
     seen = {}
-    real = graph_ops.check_call
+    real = graph_calls.check_call
 
     def check_call(node, op, args, kwargs):
         if node["name"] == f"n{len(nodes) - 1}":      # the values as graph.py made them, before the checks
             seen["args"] = (list(args), dict(kwargs))
         return real(node, op, args, kwargs)
 
-    graph_ops.check_call = check_call
+    graph_calls.check_call = check_call
     try:
         g = G.load(json.dumps(spec), {}, consts, rows=1, seq_len=1, device="cpu")
         kernel = g.ops[-1]
@@ -169,7 +169,7 @@ def run_case(name):
     except (RuntimeError, ValueError, IndexError) as e:        # torch's own refusal, after the checks
         return {"called": "called" in seen, "refused": f"torch: {e}"}
     finally:
-        graph_ops.check_call = real
+        graph_calls.check_call = real
     want = expected(consts, nodes, seen["args"][0] if "attention" not in nodes[-1][0] else seen["args"])
     return {"called": True, "refused": None, "diff": float((out.double() - want.double()).abs().max())}
 
@@ -241,9 +241,9 @@ def test_the_fuzzer_catches_the_kernels_it_is_meant_to_catch(tmp_path):
     tree = tmp_path / "tree"
     (tree / "harness").mkdir(parents=True)
     (tree / "scripts").mkdir()
-    for f in ("__init__.py", "graph.py", "graph_ops.py"):
+    for f in ("__init__.py", "graph.py", "graph_ops.py", "graph_calls.py"):
         (tree / "harness" / f).write_text((REPO / "harness" / f).read_text())
-    with open(tree / "harness" / "graph_ops.py", "a") as f:
+    with open(tree / "harness" / "graph_calls.py", "a") as f:
         f.write("\n\ndef check_call(node, op, args, kwargs):\n    return args, kwargs\n")
     for f in ("fuzz_ops.py", "fuzz_cases.py"):
         (tree / "scripts" / f).write_text((REPO / "scripts" / f).read_text())
@@ -358,15 +358,15 @@ def test_tame_resets_only_strides_beyond_the_storage_and_dense_copies_are_canoni
     assert huge.stride(0) == 12 * 2 ** 40 and graph_ops.within_storage(huge)
     assert huge.contiguous().stride(0) == 12 * 2 ** 40          # .contiguous() keeps it: not a canonical copy
     assert huge.clone(memory_format=torch.contiguous_format).stride() == (12, 4, 1)
-    tamed = graph_ops.tame(huge)
+    tamed = graph_calls.tame(huge)
     assert tamed.stride() == (12, 4, 1) and torch.equal(tamed, x) and tamed.untyped_storage()._cdata == x.untyped_storage()._cdata
     for honest in (x[..., -1:], x.transpose(0, 1), x[:, :1]):     # size-1 strides within the storage: kept
-        assert graph_ops.tame(honest) is honest
+        assert graph_calls.tame(honest) is honest
     beyond = torch.ops.aten.slice.Tensor(x.transpose(0, 1), 1, 0, 1, 3)   # [3, 1, 4], stride 36 > 12 elements
-    assert graph_ops.tame(beyond).stride() == (4, 4, 1) and torch.equal(graph_ops.tame(beyond), beyond)
-    assert graph_ops.dense(torch.randn(2, 5, 3, 4).transpose(1, 2))              # the recorded q layout: no copy
-    assert not graph_ops.dense(torch.randn(2, 3, 1).expand(2, 3, 4))             # stride-0 last dim: copied
-    assert not graph_ops.dense(torch.randn(4, 6)[:, ::2])                        # gaps: copied
+    assert graph_calls.tame(beyond).stride() == (4, 4, 1) and torch.equal(graph_calls.tame(beyond), beyond)
+    assert graph_calls.dense(torch.randn(2, 5, 3, 4).transpose(1, 2))              # the recorded q layout: no copy
+    assert not graph_calls.dense(torch.randn(2, 3, 1).expand(2, 3, 4))             # stride-0 last dim: copied
+    assert not graph_calls.dense(torch.randn(4, 6)[:, ::2])                        # gaps: copied
     assert not graph_ops.within_storage(torch.randn(2, dtype=torch.complex64))
 
 
@@ -374,8 +374,8 @@ def test_every_allowed_op_says_how_it_is_kept_in_bounds_and_checks_name_listed_o
     mechanisms = ("within_storage", "check_call", "check_node", "TensorIterator", "reads no data")
     for name, why in graph_ops.ALLOWED.items():
         assert any(m in why for m in mechanisms), (name, why)
-    assert set(graph_ops._PRE) <= set(graph_ops.ALLOWED)
-    assert graph_ops.ATTENTION_OPS <= set(graph_ops._PRE)
+    assert set(graph_calls._PRE) <= set(graph_ops.ALLOWED)
+    assert graph_ops.ATTENTION_OPS <= set(graph_calls._PRE)
     assert {graph_ops.base_name(n) for n, _, _ in graph_ops.accepted_overloads()} == set(graph_ops.ALLOWED)
 
 

@@ -5,7 +5,7 @@ from agent.experiment import Attempt, write_pending
 from agent.coordinator import BEING_PROPOSED, InFlight, PendingFile
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
-from harness import knobs
+from search import knobs
 from harness.records import ExperimentRecord
 
 SRC = "DEPTH = 4  # layers\nLR = 0.01  # a rate\n"

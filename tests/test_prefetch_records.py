@@ -8,7 +8,7 @@ A commit that changes nothing that runs never runs.
 from agent.judges.guard import check_source
 from agent.proposing import Prefetch, Proposers, edit_of, same_edit
 from agent.proposers.base import Proposal, ProposalRequest
-from harness import knobs
+from search import knobs
 from harness.results import read_journal
 from tests.loop_fixtures import FAKE_TRAIN, fake_repo, git
 from tests.test_loop import Scripted, check_run, run_in_process
@@ -34,8 +34,9 @@ def test_same_edit_is_the_whole_edit_and_nothing_else():
 
 
 class _LLMish:
-    """A proposer the prefetch treats as expensive (no cheap_redo, not "offline")."""
+    """A proposer the prefetch treats as expensive (not cheap_redo, not "offline")."""
     name = "llm"
+    cheap_redo = False
 
     def __init__(self, source):
         self.source = source

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from harness.search.prior import CheapPrior
-from harness.search.space import Space
+from search.prior import CheapPrior
+from search.space import Space
 
 SPACE = Space({"MATRIX_LR": ("log", 0.001, 0.1), "EMBEDDING_LR": ("log", 0.01, 1.0),
                "ADAM_BETA1": ("lin", 0.6, 0.95)})

@@ -11,8 +11,8 @@ from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.queue_apply import TRAILER, apply_decided
 from agent.judges.reviewer import BoundaryContext
 from agent.workspace import RunFiles
-from harness import gitops
-from harness.queue_store import QueueStore
+from agent import gitops
+from runfiles.queue_store import QueueStore
 from harness.results import init_results, read_results
 from harness.records import ExperimentRecord
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from harness.queue_store import COLUMNS, QueueError, QueueStore
+from runfiles.queue_store import COLUMNS, QueueError, QueueStore
 
 
 def _escalate(q, **kw):

@@ -10,9 +10,9 @@ from agent.judges.judge import Opinion, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
-from harness.records import (RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, RunInfo, RunningExperiment, RunSeal, RunState,
-                             STATE_KEYS, WorkerState,
-                             experiment_records, parse_results)
+from harness.records import RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, experiment_records, parse_results
+from runfiles.run import RunInfo, RunSeal
+from runfiles.state import RunningExperiment, RunState, STATE_KEYS, WorkerState
 from harness.verify import VerifyResult
 from tests.test_judge import _ctx, _judge, margin
 from tests.loop_fixtures import fake_run

@@ -43,7 +43,7 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     from agent.coordinator import PendingFile
     from agent.recovery import Recovered, reconcile
     from agent.workspace import RunFiles
-    from harness import gitops
+    from agent import gitops
     from harness.records import ExperimentRecord
     from harness.results import append_journal, append_result, init_results, read_results
     from tests.loop_fixtures import git, make_repo

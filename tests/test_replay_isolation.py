@@ -113,7 +113,7 @@ def evaluator_with_spy(tmp_path, model_path, mode="scan", replay="fork", budget=
     """Run the real evaluator with the spy graph; (verdict, spy reports)."""
     folder = tmp_path / "eval"
     folder.mkdir()
-    for name in ("eval_worker.py", "replay.py", "graph_ops.py"):
+    for name in ("eval_worker.py", "replay.py", "graph_ops.py", "graph_calls.py"):
         shutil.copy(HARNESS / name, folder / name)
     shutil.copy(HARNESS / "graph.py", folder / "real_graph.py")
     (folder / "graph.py").write_text(SPY)

@@ -196,7 +196,7 @@ def test_random_graphs_keep_no_state_and_read_only_their_storage(monkeypatch, ra
             try:
                 outs.append(g(x))
                 seen["finished"] += 1
-            except graph_ops.PreconditionError:     # a kernel's precondition (graph_ops.check_call)
+            except graph_ops.PreconditionError:     # a kernel's precondition (graph_calls.check_call)
                 outs.append(None)
                 seen["torch_refused"] += 1
             except G.GraphError as e:

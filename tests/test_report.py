@@ -2,7 +2,7 @@
 import json
 
 from agent import report as report_mod
-from harness import knobs
+from search import knobs
 from tests.loop_fixtures import fake_repo, git
 from tests.test_loop import Scripted, run_in_process
 

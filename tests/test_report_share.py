@@ -7,7 +7,7 @@ from agent import hardware, report, report_progress
 from dashboard.app import create_app
 from harness.records import experiment_records
 from harness.results import read_journal, read_results
-from harness.shared_results import CostPerGain
+from runfiles.shared_results import CostPerGain
 from tests.dashboard_fixtures import TOKEN
 from tests.loop_fixtures import git, loop_run_folder
 from tests.test_import_run import _import, reference_run
@@ -130,8 +130,8 @@ def test_the_terms_name_whose_hardware_each_figure_is():
     """All imported: the imported run's hardware (never this machine's above its figures); resumed
     here: this machine for the tag's own, the imported run's named for its rows; unknown: said."""
     from agent.report_share import figures_hardware, terms_line
-    from harness.records import RunInfo
-    from harness.shared_results import ImportedInfo
+    from runfiles.run import RunInfo
+    from runfiles.shared_results import ImportedInfo
     here = {"name": "AMD EPYC 7763", "kind": "cpu", "slug": "amd-epyc-7763"}
     imp = ImportedInfo("/r", "exp/H100/mar8", "abc", 126, 300.0, hardware="H100")
     only = terms_line(RunInfo(), here, imp, only_imported=True)

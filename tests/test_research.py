@@ -10,7 +10,7 @@ import pytest
 from agent import budget
 from agent import loop as loop_mod
 from agent.remeasure import FRESH_SEED_BASE, SeedClash, fresh_seeds, loop_seeds, remeasure
-from harness import knobs
+from search import knobs
 from harness.experiment_record import ExperimentRecord
 from tests.loop_fixtures import REPO, fake_env, fake_repo, run_loop
 

@@ -6,7 +6,7 @@ import pytest
 from dashboard import data
 from dashboard.runview import match_journal
 from harness import results
-from harness.matching import match_rows
+from runfiles.matching import match_rows
 from harness.records import ExperimentRecord, ResultLine, ResultTable
 from harness.results_table import PARTIAL_NOTE
 

@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.queue_store import QueueStore
+from runfiles.queue_store import QueueStore
 
 REPO = Path(__file__).resolve().parent.parent
 

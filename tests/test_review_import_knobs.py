@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from agent import import_run, workspace
-from harness import knobs
-from harness.executors.base import RUN_SOURCES
+from search import knobs
+from harness.job import RUN_SOURCES
 from harness.records import experiment_records
 from harness.results import read_journal
 from tests.loop_fixtures import REPO, git

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from agent import validate
-from harness.records import Measurement
-from harness.records import RunInfo
+from runfiles.journal import Measurement
+from runfiles.run import RunInfo
 from tests.test_validate import TRICK, _run
 
 
@@ -61,7 +61,7 @@ def test_a_smoke_tag_is_validated_at_k_times_its_steps(tmp_path, monkeypatch):
 
 
 def test_the_report_line_of_a_steps_validation_names_its_steps(tmp_path):
-    from harness.shared_results import VALIDATION_JSON, Validation
+    from runfiles.shared_results import VALIDATION_JSON, Validation
     side = {"commit": "a" * 40, "runs": [1.0], "failed": []}
     (tmp_path / "report").mkdir()
     doc = {"k": 2, "budget": 20.0, "seeds": [1], "final": side, "base": side, "gain_short": 0.01,

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import knobs
-from harness.executors.base import FIXED_SOURCES
+from search import knobs
+from harness.job import FIXED_SOURCES
 
 REPO = Path(__file__).resolve().parent.parent
 

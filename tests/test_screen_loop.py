@@ -2,7 +2,7 @@
 real train.py; only the winner gets the full run, and every candidate is journaled."""
 import json
 
-from harness import knobs
+from search import knobs
 from harness.results import read_journal
 from tests.loop_fixtures import copy_real, git, make_repo, run_loop
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,12 @@ from agent.proposers.base import ProposalRequest
 from agent.proposers.claude import ClaudeProposer
 from agent.workspace import make_seal
 from harness import clock as clock_mod
-from harness import gitops, runner
-from harness.executors import sources_at
-from harness.executors.node import materialise
+from agent import gitops
+from harness import runner
+from agent.gitops import sources_at
+from harness.job import TrainJob, eval_spec, job_seal, run_job
 from harness.runner import run_train
+from runfiles.run import RunInfo
 from harness.sandbox import detect
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 from tests.test_cheats import SRC, commit, ctx_for, repo  # noqa: F401  (fixture)
@@ -49,20 +52,31 @@ def sealed_setup(wt, mode="auto"):
     info = {"paths": prepare.data_paths()}
     run_info = json.loads((wt / "run.json").read_text())
     seal = make_seal(wt, info, run_info, mode, say=lambda line: None)
-    h = JudgeHierarchy(budget=None)
-    h.seal = seal
-    return seal, h
+    return seal, JudgeHierarchy(budget=None)
 
 
-def run_sealed(wt, seal, n, budget, commit=None, **kw):
-    """A loop run of `commit` (default HEAD): its files materialised in a folder of their own
-    (what agent.experiment.run_sealed does), sealed, the tag's view of the data."""
-    folder = materialise(sources_at(wt, commit or "HEAD"), wt / ".runs" / f"src-{n}")
+def run_sealed(wt, seal, n, budget, commit=None, *, env=None, clock_reference=None, timeout=None):
+    """A loop run of `commit` (default HEAD) as agent.experiment.run_commit assembles it: its files,
+    the seal and the trusted evaluation in one TrainJob (harness/job.py), in a folder of its own.
+    The RunResult carries the evaluation where the judge takes it (extra["verify_result"])."""
+    rev = commit or "HEAD"
+    files = sources_at(wt, rev)
+    info = RunInfo.read(wt / "run.json") or RunInfo()
+    evaluation = replace(eval_spec(seal, prepare_source=gitops.show_file(wt, info.base_commit or rev, "prepare.py"),
+                                   train_source=files["train.py"], profile=info.profile or "",
+                                   eval_tokens=info.eval_tokens), batch_size=8)
+    job = TrainJob(n=n, files=files, budget=budget, run_dir=str(wt), timeout=timeout,
+                   env=dict(LOOP_ENV, **(env or {})), evaluation=evaluation,
+                   seal=job_seal(seal, sealed=True, clock_reference=vars(clock_reference) if clock_reference else None))
+    folder = wt / ".runs" / f"src-{n}"
     try:
-        return run_train(folder, wt, n, budget, env=dict(LOOP_ENV, **kw.pop("env", {})), sealed=True,
-                         sandbox=seal.sandbox, data=seal.data, eval_rows=8, **kw)
+        res = run_job(job, folder, wt)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    run = res.run_result()
+    if res.verify_result() is not None:
+        run.extra["verify_result"] = res.verify_result()
+    return run
 
 
 def digest(path: Path) -> str:
@@ -108,17 +122,19 @@ def test_silent_steps_before_the_first_line_are_charged():
 @pytest.mark.parametrize("pre, post", [(30.0, 0.0), (0.0, 40.0), (20.0, 20.0), (7.0, 7.0)])
 def test_silent_training_before_or_after_the_step_lines_is_charged(pre, post):
     """Training where the clock cannot see it, before the first line or after the last, is
-    charged beyond the tag's own baseline startup and save time: what is left to gain is the
-    slack, 5% of a 300 s budget."""
+    charged beyond the tag's own baseline startup and save time (each stretched by the clock's
+    JITTER for an honest start's variation): what is left to gain is the slack, 5% of a 300 s
+    budget, and that jitter."""
     budget, ref = 300.0, clock_mod.ClockReference(startup_s=12.0, post_s=3.0)
     c = clock_mod.LogClock(started=0.0, reference=ref)
     first = ref.startup_s + pre
     feed(c, [(first + t, f"step {t + 1:05d} | loss 3.0") for t in range(0, 301)])
     end = first + 300 + ref.post_s + post
     fig = c.figures(ended=end)
-    assert fig.charged_s == pytest.approx(300.0 + pre + post)
+    hidden = max(0.0, pre - clock_mod.JITTER * ref.startup_s) + max(0.0, post - clock_mod.JITTER * ref.post_s)
+    assert fig.charged_s == pytest.approx(300.0 + hidden)
     over = fig.charged_s > clock_mod.limit_for(budget)
-    assert over == (pre + post > clock_mod.slack(budget))
+    assert over == (hidden > clock_mod.slack(budget))
     assert clock_mod.slack(budget) == pytest.approx(0.05 * budget)   # the bound of docs/contracts.md
     honest = clock_mod.LogClock(started=0.0, reference=ref)           # the baseline's own timing
     feed(honest, [(12.0 + t, f"step {t + 1:05d} | loss 3.0") for t in range(0, 301)])
@@ -181,12 +197,13 @@ def test_c_tampered_pinned_inputs_fail_and_are_repaired(repo, tiny_cache):
     assert not seal.sealed and seal.inputs
     pinned_bytes = next(p for p in (seal.eval_cache).rglob("token_bytes.pt"))
     before = digest(pinned_bytes)
-    sha = commit(wt, SRC + "\n# honest-looking edit\n")
+    # the candidate writes the pinned copy once it trained (unsealed, it can)
+    cheat = SRC + (f"\nimport os as _os\n_os.chmod({str(pinned_bytes)!r}, 0o644)\n"
+                   f"open({str(pinned_bytes)!r}, 'wb').write(b'forged')\n")
+    sha = commit(wt, cheat)
     run = run_sealed(wt, seal, 2, 5, env={"AUTORESEARCH_STEPS": "2"})
     assert run.crash_class is None, run.log_tail
-    pinned_bytes.chmod(0o644)
-    pinned_bytes.write_bytes(b"forged")                  # what the run could have done
-    d = h.judge(ctx_for(wt, base, SRC, commit=sha), run)
+    d = h.judge(ctx_for(wt, base, cheat, commit=sha), run)
     assert d.status == "discard" and "evaluation inputs changed" in d.reason and "restored" in d.reason
     assert digest(pinned_bytes) == before
 
@@ -254,11 +271,12 @@ def test_live_kill_of_a_run_far_past_its_budget(tmp_path, monkeypatch):
 
 def test_clock_figures_from_stamped_lines():
     c = clock_mod.LogClock(started=100.0, reference=clock_mod.ClockReference(10.0, 60.0))
-    feed(c, [(130.0, "importing"), (130.0, "step 00001 | loss 3.0")])   # 30 s startup: 20 s beyond the reference
+    feed(c, [(130.0, "importing"), (130.0, "step 00001 | loss 3.0")])   # 30 s startup: 17.5 s beyond 1.25x the reference
     feed(c, [(150.0, "step 00002 | loss 2.9 | tok/s 1,000 | trained 1.0s"), (160.0, "step 00003 | loss 2.8")])
-    fig = c.figures(ended=260.0)   # 100 s after the last line: 40 s beyond the reference's post
+    fig = c.figures(ended=260.0)   # 100 s after the last line: 25 s beyond 1.25x the reference's post
     assert (fig.startup_s, fig.train_s, fig.steps.seen, fig.steps.last) == (30.0, 30.0, 3, 3)
-    assert fig.charged_s == pytest.approx(30.0 + 20.0 + (100.0 - 60.0))
+    j = 1 + clock_mod.JITTER
+    assert fig.charged_s == pytest.approx(30.0 + (30.0 - 10.0 * j) + (100.0 - 60.0 * j))
     assert fig.steps.tok_s == 1000.0
     assert clock_mod.progress_fields("step 00002 | loss 2.9 | tok/s 1,000 | trained 1.0s") == \
         {"loss": 2.9, "tok/s": 1000.0, "trained": 1.0}

@@ -1,7 +1,7 @@
-"""harness/summary.py: the summary block, read in code with the contract's padding."""
+"""harness/clock.py (the summary block): the summary block, read in code with the contract's padding."""
 import math
 
-from harness.summary import missing_keys, parse_summary
+from harness.clock import missing_keys, parse_summary
 
 BLOCK = """step 00953 | loss 3.1
 ---

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import knobs
-from harness.search.hyperband import Task, TaskState
-from harness.search.pool import Pool, run_tasks, task_env
-from harness.search.halving import screen, screen_bracket
-from harness.search.space import SMALL_BASE
+from search import knobs
+from search.hyperband import Task, TaskState
+from search.pool import Pool, run_tasks, task_env
+from search.halving import screen, screen_bracket
+from search.space import SMALL_BASE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ def test_inprocess_worker_matches_running_the_script(pool, small_train, tiny_cac
     out = subprocess.run([sys.executable, str(small_train)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    from harness.summary import parse_summary
+    from harness.clock import parse_summary
     script = parse_summary(out.stdout)
     assert script["num_steps"] == res.summary["num_steps"] == 6
     assert script["val_bpb"] == pytest.approx(res.val_bpb, abs=1e-3)
@@ -112,7 +112,7 @@ def test_a_bench_whose_arms_measured_nothing_fails_with_the_reason(tmp_path):
     """No prepared data: every task fails, so there is no speedup and no winner to report; the
     bench says why and exits non-zero (it printed 'speedup 3.67x, same winner: True' before)."""
     env = dict(os.environ, AUTORESEARCH_CACHE=str(tmp_path / "empty"), AUTORESEARCH_PROFILE="tiny")
-    proc = subprocess.run([sys.executable, "-m", "harness.search.throughput", "bench", "--max-steps", "2",
+    proc = subprocess.run([sys.executable, "-m", "search.throughput", "bench", "--max-steps", "2",
                            "--min-steps", "1", "--eta", "2", "--out", str(tmp_path / "out")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr

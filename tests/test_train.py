@@ -16,7 +16,7 @@ import torch
 import attention as attn
 import runtime
 import train
-from harness import knobs
+from search import knobs
 
 REPO = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = ["val_bpb", "training_seconds", "total_seconds", "peak_vram_mb", "mfu_percent",

@@ -8,10 +8,10 @@ import pytest
 
 from agent import loop as loop_mod, report, validate
 from dashboard.app import create_app
-from harness import knobs
+from search import knobs
 from harness.records import experiment_records
 from harness.results import read_journal
-from harness.shared_results import Validation
+from runfiles.shared_results import Validation
 from tests.dashboard_fixtures import TOKEN
 from tests.loop_fixtures import copy_real, fake_repo, git, make_repo
 from tests.test_loop import Scripted, run_in_process

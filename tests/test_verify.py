@@ -14,7 +14,7 @@ import torch
 import attention as attn
 import runtime
 from harness import graph as G
-from harness import knobs
+from search import knobs
 from harness.verify import EVAL_ROWS, eval_rows, judge_worker_output, tolerance, verify
 
 REPO = Path(__file__).resolve().parent.parent

@@ -201,7 +201,7 @@ def _alive(pid: int) -> bool:
 def test_real_tiny_runs_on_two_ray_workers_sealed_and_judged(tiny_cache, tmp_path):
     """The real train.py (tiny profile) on a local Ray runtime, the judge hierarchy, the sandbox
     when bubblewrap is here: every guarantee of a single run, per worker; no process left."""
-    from harness import knobs
+    from search import knobs
     from tests.loop_fixtures import copy_real, make_repo
     files = copy_real()
     files["train.py"] = knobs.set_knobs(files["train.py"], {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4,

@@ -21,7 +21,7 @@ out. How often it is kept is measured, not asserted here (docs/judge.md).
 """
 from __future__ import annotations
 
-from harness import knobs
+from search import knobs
 from tests.fake_anthropic import FakeAnthropic as F
 from tests.loop_fixtures import copy_real, make_repo, run_loop
 from tests.test_workers import journal, no_process_left

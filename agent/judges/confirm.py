@@ -18,8 +18,9 @@ import statistics
 import time
 
 from agent.judges import evidence, stats
-from harness.records import CLAIM_MIN_RUNS, ClaimRecord, ExperimentRecord
-from harness.records import claim_label as label, read_claims  # noqa: F401  (the label and the claims, by name here)
+from runfiles.journal import CLAIM_MIN_RUNS, ClaimRecord
+from harness.records import ExperimentRecord
+from runfiles.journal import claim_label as label, read_claims  # noqa: F401  (the label and the claims, by name here)
 
 # Fresh runs a claim rests on at least (the strict judge's least runs for a keep).
 MIN_RUNS = CLAIM_MIN_RUNS

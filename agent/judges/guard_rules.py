@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from harness import knobs
+from search import knobs
 from collections import Counter
 from dataclasses import dataclass
 

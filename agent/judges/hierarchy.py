@@ -20,7 +20,6 @@ rerun and never counted; where the load varied, runs are paired (pairing.py). Th
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import threading
@@ -33,16 +32,13 @@ from agent.judges.guard import diff_lines, guard as run_guard
 from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_savings
 from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
-from harness import gitops
-from harness.queue_store import QueueStore
-from harness.records import Basis, Decision, ExperimentRecord, RunInfo, read_claims
-from harness import pinned
-from harness.pinned import PinnedError, Seal
+from runfiles.queue_store import QueueStore
+from harness.records import Basis, Decision, ExperimentRecord
+from runfiles.run import RunInfo
+from runfiles.journal import read_claims
+from harness.verify import PinnedError
 from harness.runner import STOPPED_EARLY
-from harness.verify import VerifyResult, eval_rows, verify
-
-# The trusted evaluator's folders (removed after each evaluation; --resume removes leftovers).
-VERIFY_DIR = ".verify"
+from harness.verify import VerifyResult
 
 DEFAULT_BASELINE_REPEATS = stats.BASELINE_RUNS
 # An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
@@ -57,18 +53,15 @@ class JudgeHierarchy:
     evaluates = True
 
     def __init__(self, *, baseline_repeats: int = DEFAULT_BASELINE_REPEATS, rule: str = "strict",
-                 llm_judge=None, tracer=None, budget: float | None = None, verify_timeout: float | None = None):
+                 llm_judge=None, tracer=None, budget: float | None = None):
         if rule not in advance.RULES:
             raise ValueError(f"rule {rule!r}: expected one of {', '.join(advance.RULES)}")
         self.rule = rule                  # default | reference | strict (agent/judges/advance.py)
         self.baseline_repeats = max(1, int(baseline_repeats))
         self.llm, self.tracer, self.budget = llm_judge, tracer, budget
-        self.verify_timeout = verify_timeout
         self.band: Band | None = None
         self.llm_stopped: str | None = None   # why the LLM judge is no longer called (the cost cap)
         self._memo = evidence.Unrecorded()   # what the journal does not hold yet
-        self._prepare: str | None = None
-        self.seal: Seal | None = None     # the loop's sandbox and pinned inputs (harness/pinned.py)
         # With --workers N, judgements come from N threads: the trusted evaluations run side by
         # side, the decisions (noise band, runs per commit, LLM judge, audits) one at a time.
         self._decide = threading.RLock()
@@ -104,7 +97,7 @@ class JudgeHierarchy:
             op = rule_opinion(trusted_bpb=None, best_bpb=None, band=self._band(ctx), lines={}, crash=run.crash_class)
             return Decision("crash", op.reason, None, {"judge": {"status": "crash", "basis": Basis.CRASH.value,
                                                                  "rule": op.as_dict()}}, basis=Basis.CRASH)
-        v = self._verify(ctx, run, run.printed("val_bpb"))
+        v = self._verify(ctx, run)
         with self._decide:
             return self._decide_on(ctx, run, v)
 
@@ -115,15 +108,12 @@ class JudgeHierarchy:
         inc = ctx.best["commit"] if ctx.best else None
         if inc is None or ctx.commit not in self._memo.last_verify:
             raise RuntimeError(f"exp {ctx.n}: a run of the incumbent that no decision asked for")
-        # its train.py is read only where the evaluation is made here (the loop's executor made it)
-        made_here = run.crash_class is None and run.verified is None
-        source = gitops.show_file(Path(ctx.worktree), inc, "train.py") if made_here else ""
-        ictx = _MeasureCtx(inc, source, ctx.worktree, ctx.run_dir, n=ctx.n)
+        ictx = _MeasureCtx(inc, ctx.worktree, ctx.run_dir, n=ctx.n)
         note = None
         if run.crash_class is not None:
             note = f"the incumbent's run crashed ({run.crash_class}); not counted"
         else:
-            v = self._verify(ictx, run, run.printed("val_bpb"))
+            v = self._verify(ictx, run)
             kind, over = self._over_budget(ctx, run)
             if kind or not v.ok:
                 note = f"the incumbent's run is no evidence ({over if kind else v.reason}); not counted"
@@ -467,51 +457,18 @@ class JudgeHierarchy:
             self.band = Band.of(vals, noise)
         return self.band
 
-    def _verify(self, ctx, run, printed) -> VerifyResult:
-        sealed = run.sealed
-        seal = self.seal
+    def _verify(self, ctx, run) -> VerifyResult:
+        """The trusted evaluation the executor made where the model was (harness/job.py evaluate,
+        the one place it is made). A run without one cannot be decided on: that is a failure."""
         with self._span("verify", {"n": ctx.n, "artifact": str(run.artifact)}) as sp:
-            done = run.verified
-            bad = None if done is not None else self._inputs_changed()
-            if done is not None:   # the executor evaluated where the model was (harness/executors/node.py)
-                if done.pinned_error:   # the pinned inputs no longer match and cannot be restored: stop
-                    raise PinnedError(done.pinned_error)
-                v = done
-            elif bad:
-                v = VerifyResult(False, bad, printed_bpb=None if sealed else printed)
-            else:
-                profile = _run_info(ctx).profile or os.environ.get("AUTORESEARCH_PROFILE", "")
-                kw = {"timeout_s": self.verify_timeout} if self.verify_timeout else {}
-                if seal is not None:
-                    kw.update(sandbox=seal.sandbox, eval_cache=seal.eval_cache)
-                v = verify(run.artifact, train_source=ctx.new_source, prepare_source=self._trusted_prepare(ctx),
-                           printed_bpb=None if sealed else printed, sealed=sealed, rows=eval_rows(profile),
-                           work_root=Path(ctx.run_dir) / VERIFY_DIR, eval_tokens=_run_info(ctx).eval_tokens, **kw)
+            v = run.verified
+            if v is None:
+                v = VerifyResult(False, "no trusted evaluation came with this run (its job carried no "
+                                 "EvalSpec): nothing to decide on")
+            elif v.pinned_error:   # the pinned inputs no longer match and cannot be restored: stop
+                raise PinnedError(v.pinned_error)
             sp.log(output={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "seconds": v.seconds})
         return v
-
-    def _inputs_changed(self) -> str | None:
-        """Hash the pinned evaluation inputs; on a mismatch repair them and fail this experiment."""
-        seal = self.seal
-        if seal is None or seal.eval_cache is None or not seal.inputs:
-            return None
-        bad = pinned.check(seal.eval_cache, seal.inputs)
-        if not bad:
-            return None
-        note = pinned.repair(seal.eval_cache, seal.data, seal.inputs)   # PinnedError stops the loop
-        return f"the evaluation inputs changed ({'; '.join(bad[:4])}); {note}"
-
-    def _trusted_prepare(self, ctx) -> str:
-        """prepare.py as committed at the tag's base: what no experiment could have touched."""
-        if self._prepare is None:
-            for rev in (_run_info(ctx).base_commit, ctx.parent):
-                if rev:
-                    with contextlib.suppress(gitops.GitError):
-                        self._prepare = gitops.show_file(Path(ctx.worktree), rev, "prepare.py")
-                        break
-            else:
-                self._prepare = (Path(ctx.worktree) / "prepare.py").read_text()
-        return self._prepare
 
     def _over_budget(self, ctx, run) -> tuple[str | None, str]:
         """(None | "over" | "cheat", why) by the harness's clock (evidence.over_budget)."""
@@ -571,23 +528,22 @@ class JudgeHierarchy:
         log = str(run.log_path)
         if run.crash_class is not None:
             return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": log}
-        source = gitops.show_file(Path(worktree), commit, "train.py")
-        ctx = _MeasureCtx(commit, source, worktree, run_dir)
+        ctx = _MeasureCtx(commit, worktree, run_dir)
         kind, over = self._over_budget(ctx, run)   # the same clock as an experiment's runs
         if kind is not None:
             return {"ok": False, "reason": f"{'integrity' if kind == 'cheat' else 'no evidence'}: {over}",
                     "log": log, "clock": kind}
-        v = self._verify(ctx, run, run.printed("val_bpb"))
+        v = self._verify(ctx, run)
         return {"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb, "printed_bpb": v.printed_bpb,
                 "verify_seconds": v.seconds, "memory_gb": (run.printed("peak_vram_mb") or 0.0) / 1024,
                 "log": log}
 
 
 class _MeasureCtx:
-    """Just what _verify and _trusted_prepare read, for a re-measurement outside an experiment."""
+    """Just what _verify and evidence.sample_of read, for a run outside an experiment's own."""
 
-    def __init__(self, commit, source, worktree, run_dir, n=None):
-        self.n, self.commit, self.new_source = n, commit, source
+    def __init__(self, commit, worktree, run_dir, n=None):
+        self.n, self.commit = n, commit
         self.worktree, self.run_dir, self.parent = Path(worktree), Path(run_dir), commit
 
 

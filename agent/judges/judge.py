@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from harness.figures import fnum
+from harness.results_table import fnum
 from harness.records import Basis, ExperimentRecord
 
 # Net added code lines that count as "much added complexity".

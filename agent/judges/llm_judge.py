@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 from agent import sdk_logs
 from agent.judges.judge import Opinion
-from harness import llm
+from llm import client as llm
 from harness.records import ExperimentRecord
 
-# harness/llm.py's default model (the proposer's too); AUTORESEARCH_JUDGE_MODEL overrides.
+# llm/client.py's default model (the proposer's too); AUTORESEARCH_JUDGE_MODEL overrides.
 DEFAULT_MODEL = llm.DEFAULT_MODEL
 MAX_TOKENS = 1024
 # The SDK retries these many times itself; the judge does not wait longer than that for an opinion
-# (harness/llm.py with patience 0: no retries of our own).
+# (llm/client.py with patience 0: no retries of our own).
 SDK_MAX_RETRIES = 2
 REQUEST_TIMEOUT_S = 120.0
 # Characters of the diff and of the history summary sent (a judge does not need a novel).

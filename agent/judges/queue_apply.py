@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness import gitops
-from harness.queue_store import QueueItem, QueueStore
-from harness.records import Best, Decision, ExperimentRecord, Measurement, best_of
+from agent import gitops
+from runfiles.queue_store import QueueItem, QueueStore
+from runfiles.run import Best, best_of
+from harness.records import Decision, ExperimentRecord
+from runfiles.journal import Measurement
 from harness.secrets import scrub
 
 TRAIN = "train.py"

@@ -15,9 +15,10 @@ from typing import Callable, Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
-from harness.records import Basis, Best, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
+from harness.records import Basis, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
+from runfiles.run import Best  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
-from harness import knobs
+from search import knobs
 
 # train.py must keep these for the trusted re-evaluation and the knob tools (docs/contracts.md).
 REQUIRED_DEFS = ("build_model",)
@@ -60,6 +61,10 @@ class GuardVerdict:
 
 @runtime_checkable
 class Reviewer(Protocol):
+    # True: the loop runs train.py sealed and every job carries the trusted evaluation (harness/job.py),
+    # the only figure this reviewer decides on; False: it decides on what train.py printed.
+    evaluates: bool
+
     def guard(self, ctx: ExperimentContext) -> GuardVerdict: ...
 
     def judge(self, ctx: ExperimentContext, run: RunResult) -> Decision: ...
@@ -70,6 +75,14 @@ class Reviewer(Protocol):
         ...
 
     def boundary(self, ctx: BoundaryContext) -> list[dict]: ...
+
+    def out_of_reruns(self, ctx: ExperimentContext, decision: Decision, runs: int) -> Decision:
+        """`decision` still asks for runs after the most one experiment may have: what it becomes."""
+        ...
+
+    def stop_llm(self, why: str) -> None:
+        """No more LLM calls from this reviewer (a spend cap, a hand-over to the offline proposer)."""
+        ...
 
 
 def _defines(source: str, names: tuple[str, ...]) -> list[str]:
@@ -84,6 +97,7 @@ def _defines(source: str, names: tuple[str, ...]) -> list[str]:
 
 class SimpleReviewer:
     """Guard: the edit must change train.py and keep build_model. Judge: keep iff it beats the best."""
+    evaluates = False
 
     def guard(self, ctx: ExperimentContext) -> GuardVerdict:
         if ctx.new_source == ctx.old_source:
@@ -112,3 +126,9 @@ class SimpleReviewer:
 
     def boundary(self, ctx: BoundaryContext) -> list[dict]:
         return []
+
+    def out_of_reruns(self, ctx: ExperimentContext, decision: Decision, runs: int) -> Decision:
+        raise RuntimeError("the simple reviewer never asks for another run")
+
+    def stop_llm(self, why: str) -> None:
+        pass   # it calls no LLM

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agent.errors import ProposalError, ProposerUnavailable  # noqa: F401  (part of the protocol: proposers raise them)
-from harness.records import Best, ExperimentRecord
+from runfiles.run import Best
+from harness.records import ExperimentRecord
 
 
 @dataclass
@@ -49,6 +50,9 @@ class ProposalRequest:
 @runtime_checkable
 class Proposer(Protocol):
     name: str
+    # True where asking again costs nothing (offline, scripted, a local model): a proposal made on
+    # a parent the branch has left is asked for again rather than rebased (agent/proposing.py).
+    cheap_redo: bool
 
     def propose(self, req: ProposalRequest) -> Proposal: ...
 

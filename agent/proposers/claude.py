@@ -7,7 +7,7 @@ train.py to start from. The model reads, edits an in-memory copy (tools.py), and
 
 Failure handling, from the outside in:
 - API errors that can pass (429, 529, other 5xx, 408/409, timeouts, connection errors) are retried:
-  first by the SDK (max_retries), then by harness/llm.py's loop with exponential backoff that
+  first by the SDK (max_retries), then by llm/client.py's loop with exponential backoff that
   honours retry-after. Once the API has been down for `api_patience` seconds in a row: ProposerUnavailable
   (the loop then uses the offline proposer for this experiment).
 - 401/403 also mean ProposerUnavailable (a bad key does not heal); other 4xx: ProposalError.
@@ -23,10 +23,10 @@ from agent import sdk_logs
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.tools import TOOLS, ToolError, Workspace, condense_history
 from agent.tracing import span_of
-from harness import llm, pricing
-from harness.llm import retry_after as _retry_after  # noqa: F401  (tests and callers use this name)
+from llm import client as llm, pricing
+from llm.client import retry_after as _retry_after  # noqa: F401  (tests and callers use this name)
 
-# The default model and the retry rules are harness/llm.py's (one for every role); --model or
+# The default model and the retry rules are llm/client.py's (one for every role); --model or
 # AUTORESEARCH_PROPOSER_MODEL overrides the model.
 DEFAULT_MODEL = llm.DEFAULT_MODEL
 # Output cap per reply: room for a full rewrite of train.py, and low enough that the SDK allows
@@ -85,6 +85,7 @@ def first_message(req: ProposalRequest) -> str:
 
 class ClaudeProposer:
     name = "claude"
+    cheap_redo = False   # a call costs money and minutes: a stale proposal is rebased
 
     def __init__(self, model: str | None = None, *, api_key: str | None = None,
                  base_url: str | None = None, api_patience: float = API_PATIENCE,

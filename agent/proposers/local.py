@@ -2,14 +2,14 @@
 evidence so far (no LLM). Each proposal is a reviewable research step: the commit says what moved,
 by how much, and why.
 
-A step is harness/search's range for the knob cut into a few resolvable moves: a log-scale knob
+A step is search/'s range for the knob cut into a few resolvable moves: a log-scale knob
 (learning rates) is multiplied or divided by STEP_FACTOR, a linear one moves by LIN_STEPS of its
 range, an int by one (octaves for powers of two), a switch flips, a choice takes another option.
 Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma). The order:
 
 1. momentum: the incumbent was kept for moving knob K one way; K goes further that way, two steps
    at once (the evidence for a jump: the last step paid; one step where two leave the range);
-   then a curated knob (harness/knobs.py DEFAULT_SPECS; offline.PRIOR_KNOBS) whose value lies outside its range
+   then a curated knob (search/knobs.py DEFAULT_SPECS; space.PRIOR_KNOBS) whose value lies outside its range
    goes to the range's nearer edge (the prior evidence for a jump: the ranges bracket the reference);
 2. the other direction of a step that was discarded from this incumbent for being worse than the
    noise (P(better) <= OTHER_WAY_P; a flat step's mirror waits with the untried steps);
@@ -19,7 +19,7 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
    the runs go to confirming ~1-2 sigma steps one by one, and the pair waits behind every untried
    single step);
 5. untried single steps: the model's size and the tokens per step first (SIZE_KNOBS), then the
-   curated knobs of harness/knobs.py DEFAULT_SPECS (learning rates, decay, betas, softcap), then the
+   curated knobs of search/knobs.py DEFAULT_SPECS (learning rates, decay, betas, softcap), then the
    rest; knobs not yet moved from this incumbent before those that were, in a deterministic order
    for the seed;
 6. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
@@ -35,8 +35,9 @@ import math
 import random
 
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
-from agent.proposers.offline import PRIOR_KNOBS, SAMPLERS, OfflineProposer
-from harness import knobs
+from agent.proposers import space as knob_space
+from agent.proposers.space import PRIOR_KNOBS, SAMPLERS
+from search import knobs
 from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
 
@@ -137,7 +138,7 @@ def _building_on(pending: list, config: dict, code: str):
 
 def _outside_curated(base: dict, space: dict) -> list[tuple[str, object]]:
     """(knob, the nearer edge) for each of PRIOR_KNOBS whose value lies outside its curated range
-    (harness/knobs.py): the prior evidence for a jump. The ranges bracket the reference's
+    (search/knobs.py): the prior evidence for a jump. The ranges bracket the reference's
     values by ~4x each way, so a value outside them (a typo, a handicap, a proposer's overshoot) is
     more likely the thing to fix than any step inside. Farthest first."""
     out = []
@@ -173,8 +174,14 @@ class LocalProposer:
     cheap_redo = True
 
     def __init__(self, scale: float = 1.0):
-        self.sampler = OfflineProposer("tpe")   # its study: the space, the journal's trials, the jump draws
-        self.scale = scale                      # a step's size against the default's (FINE_SCALE: fine)
+        self.sampler = None     # offline.OfflineProposer("tpe"), made at the first jump (it loads Optuna)
+        self.scale = scale      # a step's size against the default's (FINE_SCALE: fine)
+
+    def _sampler(self):
+        if self.sampler is None:
+            from agent.proposers.offline import OfflineProposer   # Optuna: only when the steps run out
+            self.sampler = OfflineProposer("tpe")
+        return self.sampler
 
     def propose(self, req: ProposalRequest) -> Proposal:
         if req.fix_of is not None:
@@ -182,11 +189,9 @@ class LocalProposer:
         current = knobs.read_knobs(req.train_source)
         if not current:
             raise ProposalError("train.py has no CAPS knob lines (NAME = literal  # comment) to search")
-        ks = self.sampler.study(req.worktree)
-        space = ks.space(req.train_source)
+        space = knob_space.extend(req.worktree, req.train_source)
         if not space:
             raise ProposalError("train.py has no knob the sampler may move")
-        ks.sync(req.history, req.pending)
         base = {k.name: k.value for k in current.values()}
         code = knobs.code_fingerprint(req.train_source)
         tried = {(r.code_id, tuple(sorted((k, repr(v)) for k, v in r.knob_values.items())))
@@ -202,7 +207,7 @@ class LocalProposer:
             config = dict(base, **change)
             if (code, tuple(sorted((k, repr(v)) for k, v in config.items()))) not in tried:
                 return self._make(base, change, why, knobs.set_knobs(req.train_source, change), req)
-        got = self.sampler.propose(req)     # the neighbourhood is exhausted: a sampler draw, kept small
+        got = self._sampler().propose(req)  # the neighbourhood is exhausted: a sampler draw, kept small
         drawn = {k: v for k, v in knobs.values(got.source).items() if base.get(k) != v}
         keep = dict(sorted(drawn.items(), key=lambda kv: self._distance(kv[0], base[kv[0]], kv[1], space),
                            reverse=True)[:MAX_JUMP_KNOBS])
@@ -231,7 +236,7 @@ class LocalProposer:
                 continue
             lo, hi = knobs.DEFAULT_SPECS[k][1], knobs.DEFAULT_SPECS[k][2]
             yield {k: v}, (f"{k} {knobs.format_literal(base[k])} is outside the range known to train "
-                           f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, harness/knobs.py): "
+                           f"({knobs.format_literal(lo)}-{knobs.format_literal(hi)}, search/knobs.py): "
                            f"to its nearer edge")
         for m in here:                                    # 2. the other way of a discarded step
             worse = m["p"] is None or m["p"] <= OTHER_WAY_P      # no evidence: as worse
@@ -267,7 +272,7 @@ class LocalProposer:
                 if ka != kb:
                     yield {ka: va, kb: vb}, (f"exp {a['n']} and exp {b['n']} each looked better "
                                              f"(P(better) {a['p']:.2f}, {b['p']:.2f}) but unproven: both at once")
-        # the size knobs, then the curated ones (harness/knobs.py: learning rates, decay,
+        # the size knobs, then the curated ones (search/knobs.py: learning rates, decay,
         # betas, softcap), then the rest, each group in an order of the seed's; knobs moved from
         # this incumbent last, and so the knobs of the keep that made it (a step of those is a step
         # back along a measured gain)

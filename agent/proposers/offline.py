@@ -1,7 +1,7 @@
 """The offline proposer: an Optuna sampler (TPE) over train.py's knob block, seeded by the history.
 
-No LLM. The CAPS knobs (harness/knobs.py) form a search space, fixed when the study is created
-(harness/knobs.py's ranges where they apply, otherwise a range around the baseline value) and
+No LLM. The CAPS knobs (search/knobs.py) form a search space, fixed when the study is created
+(search/knobs.py's ranges where they apply, otherwise a range around the baseline value) and
 stored with the study in the run folder (`optuna.sqlite`), so `--resume` or a new process goes on
 with the same study. Before every proposal the study is brought up to date with the journal: every
 finished experiment's knob values become a trial (trusted val_bpb as its value, a crash as a failed
@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import math
-import re
 from pathlib import Path
 
 import optuna
@@ -24,125 +23,21 @@ from optuna.trial import TrialState
 import sqlalchemy.exc
 from sqlalchemy import event
 
+from agent.proposers import space as knob_space
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
-from harness import knobs
+from agent.proposers.space import FROZEN_RE, SAMPLERS, knob_spec, neighbors  # noqa: F401  (re-exported)
+from search import knobs
 from harness.records import ExperimentRecord
 from harness.results import MAX_DESCRIPTION
 
-# Knob names we never touch: the seed (fishing in noise), what counts as training time or as a
-# divergence (moving those games the metric), and runtime plumbing (kernels, threads, compile,
-# precision on CPU, micro-batch size, the gpu profile's scaling) that does not change what is learnt.
-FROZEN_RE = re.compile(r"SEED|EVAL|TIME_BUDGET|STARTUP_STEPS|EXPLODE|FA3_|KERNEL|THREADS|COMPILE|"
-                       r"^GPU_|^CPU_|DEVICE_BATCH|HEAD_DIM|KV_HEAD|VE_GATE|LOG_EVERY|PRINT")
-# The study's file, at the top of the run folder (git-ignored: harness/gitops.py RUN_FILES).
+# The study's file, at the top of the run folder (git-ignored: agent/gitops.py RUN_FILES).
 STUDY_FILE = "optuna.sqlite"
 STUDY_NAME = "knobs"
-# Samplers the proposer can be built with: TPE (the default; learns from every trial, the journal's
-# included), CMA-ES over the numeric knobs (TPE for the categorical ones; it models only the draws
-# it made itself), and random (the baseline the tests compare against).
-SAMPLERS = ("tpe", "cmaes", "random")
 # TPE's random start: fewer than Optuna's 10, because the journal usually seeds the study.
 TPE_STARTUP = 8
 # Samples drawn before giving up when every one repeats an experiment already tried.
 MAX_ASKS = 30
-# Ranges derived from a baseline value (for knobs harness/knobs.py does not list): a float scale
-# is searched over [v / FLOAT_SPAN, v * FLOAT_SPAN] on a log scale; a decay rate near 1 over
-# 1 - (1 - v) x [1/3, 3]; a fraction over [v / 3, min(1, 3 v)]; a float at 0 over [0, ZERO_SPAN].
-FLOAT_SPAN = 4.0
-ZERO_SPAN = 0.2
-FRACTION_SPAN = 3.0
-# Ints: powers of two >= 16 move by octaves (v/2, v, 2v); other ints >= 16 over [v/2, 2v] on a grid
-# of 8 when v is a multiple of 8; small ints over v +/- SMALL_INT_SPAN (never below 1).
-SMALL_INT_SPAN = 2
-# The curated knobs whose range brackets the reference's value on every profile (train.py's own and
-# runtime.PROFILE_KNOBS'): a start outside that range is searched over it and the start's own
-# neighbourhood together, and the local search takes such a knob back to the range first. DEPTH
-# is not one: it is a size, 8 on a GPU, outside the small models' 2-6, so its range follows it.
-PRIOR_KNOBS = tuple(k for k in knobs.DEFAULT_SPECS if k != "DEPTH")
-
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _is_pow2(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
-
-
-def neighbors(name: str, value, comment: str = "") -> list:
-    """Values one step away from `value` (used for the choices of string knobs; [] = not moved)."""
-    if FROZEN_RE.search(name):
-        return []
-    if isinstance(value, bool):
-        return [not value]
-    if isinstance(value, int):
-        if value <= 0:
-            return []
-        if value >= 16 and _is_pow2(value):
-            return [value // 2, value * 2]
-        return [v for v in (value - 1, value + 1) if v >= 1]
-    if isinstance(value, float):
-        if re.search(r"BETA|MOMENTUM", name) and 0 < value < 1:
-            return [knobs.normalize(1 - (1 - value) * 2), knobs.normalize(1 - (1 - value) / 2)]
-        if value == 0.0:
-            return [ZERO_SPAN / 4]
-        return [knobs.normalize(value / math.sqrt(2)), knobs.normalize(value * math.sqrt(2))]
-    if isinstance(value, str):
-        options = re.search(r"([\w\-]+(?:\s*\|\s*[\w\-]+)+)", comment or "")
-        if options:
-            return [o.strip() for o in options.group(1).split("|") if o.strip() != value]
-        letters = sorted(set(value))
-        if value.isalpha() and value.isupper() and 1 < len(letters) <= 3 and len(value) <= 12:
-            # a layer pattern like "SSSL": try it all-one-kind, and the last layer flipped
-            out = {c * len(value) for c in letters}
-            for c in letters:
-                out.add(value[:-1] + c)
-            return sorted(out - {value})
-    return []
-
-
-def knob_spec(name: str, value, comment: str = "") -> list | None:
-    """The search range of one knob, as JSON: ["log"|"lin", lo, hi], ["int", lo, hi, step],
-    ["choice", [values]]; None for a knob the sampler leaves alone."""
-    if FROZEN_RE.search(name):
-        return None
-    if isinstance(value, bool):
-        return ["choice", [False, True]]
-    if isinstance(value, str):
-        others = neighbors(name, value, comment)
-        return ["choice", [value, *others]] if others else None
-    known = knobs.DEFAULT_SPECS.get(name)
-    if known and (known[0] == "int") == (type(value) is int) and known[1] <= value <= known[2]:
-        return [known[0], known[1], known[2]] + ([1] if known[0] == "int" else [])
-    own = _around(name, value)
-    if known and name in PRIOR_KNOBS and own and own[0] in ("log", "lin") and type(value) is not int:
-        lo, hi = min(known[1], own[1]), max(known[2], own[2])
-        if known[0] == "lin" or lo > 0:      # a start outside the curated range: both, so the
-            return [known[0], lo, hi]        # search can reach the values known to train
-    return own
-
-
-def _around(name: str, value) -> list | None:
-    """A range around a value that harness/knobs.py has no range for (or lies outside)."""
-    if isinstance(value, int):
-        if value <= 0:
-            return None
-        if value >= 16 and _is_pow2(value):
-            return ["choice", [value // 2, value, value * 2]]
-        if value >= 16:
-            q = 8 if value % 8 == 0 else 1
-            return ["int", max(q, value // 2 // q * q), 2 * value, q]
-        return ["int", max(1, value - SMALL_INT_SPAN), value + SMALL_INT_SPAN, 1]
-    if isinstance(value, float):
-        if value < 0 or not math.isfinite(value):
-            return None
-        if value == 0.0:
-            return ["lin", 0.0, ZERO_SPAN]
-        if re.search(r"BETA|MOMENTUM", name) and value < 1:
-            gap = 1 - value
-            return ["lin", max(0.0, 1 - gap * FRACTION_SPAN), 1 - gap / FRACTION_SPAN]
-        if re.search(r"RATIO|FRAC|DROPOUT|PROB", name) and value <= 1:
-            return ["lin", value / FRACTION_SPAN, min(1.0, value * FRACTION_SPAN)]
-        return ["log", value / FLOAT_SPAN, value * FLOAT_SPAN]
-    return None
 
 
 def distribution(spec: list):
@@ -231,26 +126,14 @@ class KnobStudy:
         self.study.sampler = self._sampler(seed)
 
     def space(self, source: str) -> dict[str, list]:
-        """The study's space, extended by any knob of `source` it does not have yet (a code edit
-        may add one); only the knobs `source` has are returned."""
-        stored = dict(self.study.user_attrs.get("space", {}))
-        current = knobs.read_knobs(source)
-        added = False
-        for name, k in current.items():
-            if name not in stored:
-                spec = knob_spec(name, k.value, k.comment)
-                if spec is not None:
-                    stored[name], added = spec, True
-        if added:
-            self.study.set_user_attr("space", stored)
-        return {n: s for n, s in stored.items() if n in current and s is not None}
+        """The tag's knob space (agent/proposers/space.py), extended by the knobs of `source`."""
+        return knob_space.extend(self.path.parent, source)
 
     def sync(self, history: list[ExperimentRecord], pending: list = ()) -> int:
         """Add every finished journal experiment not yet in the study; settle sampled trials whose
         experiment has finished (or was replaced); `pending`: the experiments in flight (InFlight).
         Returns how many trials were added or told."""
-        space = self.study.user_attrs.get("space", {})
-        dists = {n: distribution(s) for n, s in space.items()}
+        dists = {n: distribution(s) for n, s in knob_space.load(self.path.parent).items() if s is not None}
         finished = {r.number: r for r in history if r.knob_values is not None and r.number is not None
                     and r.status in ("keep", "discard", "crash") and r.is_experiment}
         changed = 0
@@ -365,7 +248,7 @@ class OfflineProposer:
         done = [t for t in ks.study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         best = min(done, key=lambda t: t.value) if done else None
         if self.sampler == "random" or len(done) < TPE_STARTUP:
-            why = f"random draw over {len(ks.study.user_attrs['space'])} knobs ({len(done)} measured so far)"
+            why = f"random draw over {len(knob_space.load(ks.path.parent))} knobs ({len(done)} measured so far)"
         elif self.sampler == "cmaes":
             why = f"CMA-ES step over the numeric knobs ({len(done)} measured, best {best.value:.6f})"
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from harness import knobs
+from search import knobs
 from harness.records import ExperimentRecord
 from dataclasses import dataclass
 from pathlib import Path
