@@ -55,6 +55,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from agent.judges.advance import DEFAULT_RULE, RULES  # noqa: E402
 from agent.proposers.scripted import Edit, ScriptedProposer  # noqa: E402
 from scripts import bench_load  # noqa: E402
 from harness.job import FIXED_SOURCES  # noqa: E402
@@ -282,15 +283,18 @@ def judge_sigma(history) -> tuple[float | None, int | None]:
 
 
 def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float,
-             gains: Callable[[float], dict[int, Edit]], last: int, baseline_repeats: int | None = None):
+             gains: Callable[[float], dict[int, Edit]], last: int, baseline_repeats: int | None = None,
+             rule: str = "strict", confirm: bool = False):
     """The baseline, the null edits, then the gains `gains(sigma)` plans in the judge's sigma of
-    that moment. Returns the records and the unit ({"sigma", "df"})."""
+    that moment, judged by `rule`; with `confirm`, then every advanced edit's confirmation (its
+    label: 2 fresh runs tested against its parent's, agent/validate.py confirm_run). Returns the
+    records, the unit ({"sigma", "df"}) and the claims by experiment."""
     from agent import loop as loopmod
     from agent.console import Console
     from agent import gitops
     args = loopmod.parse_args(["--tag", "bench", "--repo", str(repo), "--proposer", "offline",
-                               "--reviewer", "hierarchy", "--budget", f"{budget:g}",
-                               "--max-experiments", str(last),
+                               "--reviewer", "hierarchy", "--budget", f"{budget:g}", "--rule", rule,
+                               "--final-runs", "0", "--max-experiments", str(last),
                                *(["--baseline-repeats", str(baseline_repeats)] if baseline_repeats else [])])
     loop = loopmod.Loop(args)
     loop.panel.console.close()
@@ -321,7 +325,14 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
             scripted_or_stop(loop.history)
     finally:
         loop.stop()
-    return [r.to_dict() for r in loop.history if r.is_experiment], unit   # the journal objects, for the table
+    records = [r.to_dict() for r in loop.history if r.is_experiment]   # the journal objects, for the table
+    claims = {}
+    if confirm:
+        from agent.validate import confirm_run
+        for r in records[1:]:
+            if r["status"] == "keep":
+                claims[r["n"]] = confirm_run(loop.run_dir, r["n"], say=lambda line: print(line, flush=True))
+    return records, unit, claims
 
 
 def scripted_or_stop(history) -> None:
@@ -345,7 +356,11 @@ def runs_of(rec: dict) -> int:
 
 
 # ---- the table ---------------------------------------------------------------------------------
-def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: dict, wall: float) -> dict:
+def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: dict, wall: float,
+              claims: dict | None = None) -> dict:
+    """The table; with `claims` (experiment -> its confirmation), the labels: how many of each group
+    were confirmed (a keep is "advanced"; only a confirmed one is a claim)."""
+    claims = claims or {}
     by_n = {r["n"]: r for r in records}
     base = by_n.get(1, {})
     rows = []
@@ -359,7 +374,8 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: d
         rows.append({"n": n, "kind": e.kind, "size": e.size, "label": e.label, "status": r["status"],
                      "runs": len(runs), "seconds": (r.get("timings") or {}).get("total", 0.0),
                      "reason": r.get("decision_reason"), "p_better": cmp.get("p_better"),
-                     "gain_measured": cmp.get("gain"), "sigma": cmp.get("sigma"), "df": cmp.get("df")})
+                     "gain_measured": cmp.get("gain"), "sigma": cmp.get("sigma"), "df": cmp.get("df"),
+                     "confirmed": bool(claims.get(n, {}).get("confirmed"))})
     groups = [("null edits", lambda x: x["kind"] == "null")]
     for k in sorted({e.size for e in edits.values() if e.kind == "gain"}):
         groups.append((f"gains of {k:g} sigma", lambda x, k=k: x["kind"] == "gain" and x["size"] == k))
@@ -373,6 +389,7 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: d
         measured = [x["gain_measured"] for x in sel if isinstance(x["gain_measured"], (int, float))]
         sizes = {x["size"] for x in sel}
         table.append({"what": name, "trials": len(sel), "kept": kept, "rate": kept / len(sel),
+                      "confirmed": sum(x["confirmed"] for x in sel),
                       "runs_per_decision": statistics.fmean(x["runs"] for x in sel),
                       "seconds_per_decision": statistics.fmean(x["seconds"] for x in sel),
                       "refused": sum(1 for x in sel if x["runs"] == 0),
@@ -390,18 +407,23 @@ def summarize(records: list[dict], edits: dict[int, Edit], curve: Curve, unit: d
             "noise_at_end": {"sigma": last.get("sigma"), "df": last.get("df")}, "unit": unit,
             "calibration": {"sigma": curve.sigma, "df": curve.df, "sigma_at_handicap": curve.sigma_at_handicap,
                             "outliers": curve.outliers, "slope": curve.slope, "slope_se": curve.slope_se},
-            "goal": {"nulls": nulls["kept"] <= GOAL_NULL_RATE * nulls["trials"] + 1e-9,
+            "labels": bool(claims),
+            # the goal: nulls that count as a claim (kept; with labels, confirmed) at most 1 in 20, and
+            # gains of 3 sigma or more advanced at least 9 in 10
+            "goal": {"nulls": (nulls["confirmed"] if claims else nulls["kept"]) <= GOAL_NULL_RATE * nulls["trials"] + 1e-9,
                      "gains": big is not None and big["kept"] >= GOAL_GAIN_RATE * big["trials"] - 1e-9}}
 
 
 def render(s: dict) -> str:
-    out = [f"{'':22s}{'trials':>7s}{'kept':>6s}{'rate':>7s}{'runs/dec':>10s}{'dev-s/dec':>11s}"
-           f"{'planned gain':>14s}{'measured gain':>15s}"]
+    labels = s.get("labels")
+    out = [f"{'':22s}{'trials':>7s}{'kept':>6s}{'rate':>7s}" + (f"{'confirmed':>11s}" if labels else "")
+           + f"{'runs/dec':>10s}{'dev-s/dec':>11s}{'planned gain':>14s}{'measured gain':>15s}"]
     for t in s["table"]:
         mg = f"{t['measured_gain']:.5f}" if t["measured_gain"] is not None else "-"
         pg = f"{t['planned_gain']:.5f}" if t["planned_gain"] is not None else "3-5 sigma"
-        out.append(f"{t['what']:22s}{t['trials']:7d}{t['kept']:6d}{t['rate']:7.0%}{t['runs_per_decision']:10.2f}"
-                   f"{t['seconds_per_decision']:11.0f}{pg:>14s}{mg:>15s}"
+        out.append(f"{t['what']:22s}{t['trials']:7d}{t['kept']:6d}{t['rate']:7.0%}"
+                   + (f"{t['confirmed']:11d}" if labels else "")
+                   + f"{t['runs_per_decision']:10.2f}{t['seconds_per_decision']:11.0f}{pg:>14s}{mg:>15s}"
                    + (f"  ({t['refused']} refused by the guard)" if t["refused"] else ""))
     b, c, e = s["baseline"], s["calibration"], s["noise_at_end"]
     band = b.get("band") or {}
@@ -414,8 +436,10 @@ def render(s: dict) -> str:
                f"the calibration's own sigma {c['sigma']:.5f}, {c['df']} df, {len(c['outliers'])} far run(s) left out)")
     nulls = next(t for t in s["table"] if t["what"] == "null edits")
     big = next((t for t in s["table"] if t["what"] == "gains >= 3 sigma"), None)
-    out.append(f"goal: nulls kept {nulls['kept']}/{nulls['trials']} (at most {GOAL_NULL_RATE * nulls['trials']:g}): "
-               f"{'MET' if s['goal']['nulls'] else 'NOT MET'}; gains >= 3 sigma kept "
+    claimed = "confirmed" if labels else "kept"
+    out.append(f"goal: nulls {claimed} {nulls['confirmed' if labels else 'kept']}/{nulls['trials']} "
+               f"(at most {GOAL_NULL_RATE * nulls['trials']:g}; {nulls['kept']} advanced): "
+               f"{'MET' if s['goal']['nulls'] else 'NOT MET'}; gains >= 3 sigma advanced "
                f"{big['kept'] if big else 0}/{big['trials'] if big else 0} (at least {GOAL_GAIN_RATE:.0%}): "
                f"{'MET' if s['goal']['gains'] else 'NOT MET'}")
     out.append(f"wall time {s['wall_seconds'] / 60:.1f} min; load average at the end {os.getloadavg()[0]:.2f}")
@@ -447,6 +471,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(REPO / "out" / "bench_judge"))
     p.add_argument("--keep", action="store_true", help="keep the throwaway repository and print its path")
     p.add_argument("--baseline-repeats", type=int, help="the baseline's runs before the first decision")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                   help="the keep rule judged (agent/judges/advance.py); for any but strict, every advanced edit "
+                        "is then confirmed (2 fresh runs) and the nulls' goal counts the confirmed ones")
     bench_load.add_args(p)
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
@@ -478,9 +505,11 @@ def main(argv=None) -> int:
             planned.update(plan_gains(cfg, curve, sigma, start))
             return planned
         with bench_load.background(args) as load:
-            records, unit = run_loop(repo, nulls, base_source, args.budget if args.load else 60.0, gains,
-                                     start + sum(cfg["gains"].values()) - 1, args.baseline_repeats)
-        s = summarize(records, {**nulls, **planned}, curve, unit, time.time() - t0)
+            records, unit, claims = run_loop(repo, nulls, base_source, args.budget if args.load else 60.0, gains,
+                                             start + sum(cfg["gains"].values()) - 1, args.baseline_repeats,
+                                             rule=args.rule, confirm=args.rule != "strict")
+        s = summarize(records, {**nulls, **planned}, curve, unit, time.time() - t0, claims)
+        s["rule"] = args.rule
         bench_load.report(s, records, {**nulls, **planned}, load)
         s.update(command=" ".join(["uv run scripts/bench_judge.py", *(argv if argv is not None else sys.argv[1:])]),
                  steps=args.steps, profile=PROFILE, handicap=list(HANDICAP))

@@ -79,6 +79,31 @@ def bench_judge_base() -> str:
     return knobs.set_knobs((REPO / "train.py").read_text(), {"LOGIT_SOFTCAP": 3.0})
 
 
+def test_with_labels_the_nulls_goal_counts_confirmed_claims_and_the_gains_goal_advances():
+    """Under an advancing rule a null may advance (the price of the rule): the goal for nulls is on
+    the confirmed label, the goal for gains on what advanced; without labels both are on keeps."""
+    cal = {"levels": {"3.0": [2.770, 2.772, 2.768, 2.771], "3.2": [2.752, 2.750, 2.753]}}
+    curve = bench_judge.Curve(cal)
+    noop = lambda s: s
+    edits = {n: Edit("null", f"null {n}", noop) for n in range(2, 22)}
+    edits.update({n: Edit("gain", f"gain {n}", noop, size=3) for n in range(22, 32)})
+    records = [{"n": 1, "status": "keep", "trusted_bpb": 2.77}]
+    records += [{"n": n, "status": "keep" if n in (2, 3, 4) else "discard"} for n in range(2, 22)]
+    records += [{"n": n, "status": "keep" if n != 22 else "discard"} for n in range(22, 32)]
+    unit = {"sigma": 0.004, "df": 6}
+    plain = bench_judge.summarize(records, edits, curve, unit, 60.0)
+    assert plain["goal"] == {"nulls": False, "gains": True}, "3 of 20 nulls kept is over 1 in 20"
+    claims = {2: {"confirmed": False}, 3: {"confirmed": True}, 4: {"confirmed": False}}
+    labelled = bench_judge.summarize(records, edits, curve, unit, 60.0, claims)
+    nulls = next(t for t in labelled["table"] if t["what"] == "null edits")
+    assert (nulls["kept"], nulls["confirmed"]) == (3, 1)
+    assert labelled["goal"] == {"nulls": True, "gains": True}, "1 of 20 nulls confirmed is within 1 in 20"
+    claims[4] = {"confirmed": True}
+    assert not bench_judge.summarize(records, edits, curve, unit, 60.0, claims)["goal"]["nulls"]
+    text = bench_judge.render(labelled)
+    assert "nulls confirmed 1/20" in text and "3 advanced" in text and "gains >= 3 sigma advanced 9/10" in text
+
+
 def test_the_bench_stops_at_the_first_experiment_not_scripted():
     import pytest
     bench_judge.scripted_or_stop([_record(1, "baseline"), _record(2, "scripted")])

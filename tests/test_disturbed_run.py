@@ -67,14 +67,21 @@ def test_a_baseline_repeat_slowed_by_a_competing_process_is_rerun_not_counted(tm
         assert run.crash_class is None, run.log_tail
         return h._decide_on(ctx, run, VerifyResult(True, "verified", bpb, None, True, 0.1))
 
+    def busy(run):
+        return run.extra["clock"]["other_cores_train"]
+
+    # A loaded box (the other test worker) can load the honest run too, and on 2 cores that leaves
+    # little room above it: a weak difference is redone with the quietest honest run seen so far
+    # and more hogs, each try a second or two.
     honest = _run(tmp_path, 1, "exp-0001.log")
-    busy = honest.extra["clock"]["other_cores_train"]
-    for attempt in (1, 2, 3):   # a loaded box (the other test worker) can load the honest run too:
-        slowed = _slowed_run(tmp_path, hogs=attempt)   # a weak difference is redone with more hogs
-        more = slowed.extra["clock"]["other_cores_train"] - busy
+    for attempt in range(1, 5):
+        slowed = _slowed_run(tmp_path, hogs=attempt)
+        more = busy(slowed) - busy(honest)
         if more > 0.6:
             break
-    assert more > 0.6, f"the harness's meter saw only {more:.2f} more busy cores in 3 tries"
+        again = _run(tmp_path, 1, f"exp-0001.quiet{attempt}.log")
+        honest = min(honest, again, key=busy)
+    assert more > 0.6, f"the harness's meter saw only {more:.2f} more busy cores in 4 tries"
     d1 = judge(honest, 1.396)
     assert d1.is_again
     d2 = judge(slowed, 1.527)
