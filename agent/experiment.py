@@ -169,6 +169,7 @@ def run_experiment(a: Attempt, tag, slot: Slot, ideas, reviewer, status, *, comm
                 if a.parent is None and asked is not None and asked.leaning == "keep" and run is not None:
                     # Ctrl-C during a baseline repeat: the baseline is recorded on the runs that finished
                     asked.verdicts["reruns"] = reruns[:-1]
+                    asked.verdicts.setdefault("judge", {})["interrupted"] = True   # --resume continues it
                     record(a, tag, slot, status, run, asked.as_leaning(
                         f"interrupted during repeat run {len(reruns) + 1}; recorded with the "
                         f"{len(reruns)} run(s) that finished"), guard)

@@ -80,6 +80,7 @@ from harness.runner import kill_leftover, timeout_for
 from harness.job import clear_staging
 
 BASELINE_DESCRIPTION = "baseline (unmodified train.py)"   # the baseline's description in every record
+BASELINE_CONTINUED = "baseline (continued: the repeats an interrupt cut short)"
 BASELINE_TRIES = 2      # runs of the unmodified train.py before a tag whose baseline fails stops
 CPU_PROFILES = ("cpu", "tiny")   # profiles whose runs train on the CPU: their threads follow the free cores
 # Exit status of a stop for disk space (EX_TEMPFAIL: try again later, with --resume).
@@ -382,6 +383,18 @@ class Loop:
                                  "running it again")
             self.check_space()
             self.experiment(self.baseline())
+        cut = self.cut_baseline()
+        if cut is not None and not self.stop_due(self.coord.next_n(), deadline):
+            counted, planned = len(cut.judge_values("baseline_values") or []), int(cut.judge_figure("repeats") or 0)
+            self.panel.event(f"resume: the baseline (experiment {cut.n}) was interrupted with {counted} of its "
+                             f"{planned} runs counted; its repeats go on as experiment {self.coord.next_n()}")
+            self.check_space()
+            best, self.coord.best = self.coord.best, None   # judged as the baseline: its runs join the earlier ones
+            try:
+                self.experiment(self.baseline(BASELINE_CONTINUED))
+            finally:
+                if self.coord.best is None:   # nothing recorded (stopped before a run finished)
+                    self.coord.best = best
         # An imported tag's first experiment, once: the imported tip's train.py, a candidate like any
         # proposal (guarded, sealed, on the clock, judged against this baseline), never the baseline
         p = None
@@ -405,9 +418,18 @@ class Loop:
     def next_n(self) -> int:
         return self.coord.next_n()
 
-    def baseline(self) -> Attempt:
+    def cut_baseline(self) -> ExperimentRecord | None:
+        """The tag's baseline record when an interrupt cut its repeats short (Ctrl-C records it on
+        the runs that finished) and nothing was decided since: --resume continues its repeats."""
+        last = next((r for r in reversed(self.history) if r.is_experiment), None)
+        if last is None or not last.is_baseline or last.status != "keep" or last.judge.get("interrupted") is not True:
+            return None
+        planned, counted = last.judge_figure("repeats"), len(last.judge_values("baseline_values") or [])
+        return last if planned and counted < planned and last.commit == self.last_kept else None
+
+    def baseline(self, description: str = BASELINE_DESCRIPTION) -> Attempt:
         source = gitops.show_file(self.repo, self.last_kept, "train.py")
-        p = Proposal(description=BASELINE_DESCRIPTION, hypothesis="reference point for the tag",
+        p = Proposal(description=description, hypothesis="reference point for the tag",
                      source=source, proposer="baseline")
         return Attempt(n=self.coord.next_n(), parent=None, proposal=p, commit=self.last_kept)
 

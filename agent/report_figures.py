@@ -18,9 +18,12 @@ from harness.records import ExperimentRecord, read_table
 
 def kept_baseline(records: list[ExperimentRecord], base: str | None) -> ExperimentRecord | None:
     """The record every gain is measured from: the first kept baseline (the unmodified train.py,
-    or the base commit's keep); else the first keep of all; None when nothing was kept."""
+    or the base commit's keep), or the last record that continued its repeats after an interrupt
+    (all its runs); else the first keep of all; None when nothing was kept."""
     kept = [r for r in records if r.status == "keep"]
-    return next((r for r in kept if r.is_baseline or (base and r.commit == base)), kept[0] if kept else None)
+    first = next((r for r in kept if r.is_baseline or (base and r.commit == base)), kept[0] if kept else None)
+    went_on = [r for r in kept if first is not None and r.continues is not None and r.commit == first.commit]
+    return went_on[-1] if went_on else first
 
 
 def _interval(rec: ExperimentRecord) -> tuple[float, float] | None:

@@ -283,16 +283,22 @@ class EvidenceFigures:
                 "p_better": t.p_better, "p_keep": t.p_keep, "sigma": t.sigma, "df": t.df, "se": t.se,
                 "erratic": list(t.erratic), "rule": asdict(self.rule) if self.rule is not None else None}
 
+    def own_runs(self) -> list[EvidenceRun]:
+        """The candidate's runs made for this decision: numbered as its latest run (a baseline that
+        continued an interrupted one lists the earlier record's runs too, numbered as that record)."""
+        n = self.runs[-1].n if self.runs else None
+        return [r for r in self.runs if n is None or r.n is None or r.n == n]
+
     def fresh_incumbent_runs(self) -> list[EvidenceRun]:
         """The incumbent's runs made for this decision (agent/judges/stats.py INCUMBENT_RUNS):
         those numbered as the candidate's own runs."""
-        own = {r.n for r in self.runs if r.n is not None}
+        own = {r.n for r in self.own_runs() if r.n is not None}
         return [r for r in self.incumbent.runs if r.n is not None and r.n in own]
 
     @property
     def runs_spent(self) -> int:
         """Training runs this decision took: the candidate's own and the incumbent's made for it."""
-        return len(self.runs) + len(self.fresh_incumbent_runs())
+        return len(self.own_runs()) + len(self.fresh_incumbent_runs())
 
     def summary(self) -> str:
         """One line: the runs, the bar, the noise and the test the decision used."""

@@ -159,8 +159,16 @@ class ExperimentRecord(VerdictReads):
     def in_results(self) -> bool:
         """Whether it has a results.tsv row: every experiment does, but a baseline try that was
         not kept stays in the journal only (the baseline is run again on the same commit, and the
-        table's first row is the kept baseline every reader measures against)."""
-        return not (self.proposal.proposer == "baseline" and self.status != "keep")
+        table's first row is the kept baseline every reader measures against), and so does the
+        continuation of a baseline's repeats after an interrupt (no commit is on two rows)."""
+        return not (self.proposal.proposer == "baseline"
+                    and (self.status != "keep" or self.continues is not None))
+
+    @property
+    def continues(self) -> int | None:
+        """The baseline record whose interrupted repeats this one continued (verdicts.judge.continues)."""
+        v = self.judge.get("continues")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     def trusted(self) -> tuple[float | None, str | None]:
         """(trusted val_bpb, where from): the decision's figure (the mean of the runs for the

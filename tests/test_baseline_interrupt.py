@@ -1,5 +1,6 @@
-"""Ctrl-C during the second baseline run keeps the first, finished measurement,
-and a resumed tag then goes on from it instead of measuring the baseline again."""
+"""Ctrl-C during the second baseline run keeps the first, finished measurement, and a resumed tag
+then goes on from it instead of measuring the baseline again: its cut repeats continue (a journal
+record of their own, on fresh seeds, judged with the finished run), then the experiments."""
 import json
 import signal
 import subprocess
@@ -49,7 +50,7 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     model = wt / "artifacts" / "exp-0001" / "model.pt"
     assert model.is_file() and model.stat().st_size > 0
     assert model.stat().st_mtime < (rerun_seen or time.time()), "the first run's model, not the cut one's"
-    # --resume goes on from it: the baseline is not measured again (nothing left to run at -max 1)
+    # --resume goes on from it: the baseline is not measured again (nothing left to run at --max 1)
     p = run_loop(repo, env, *args, "--max-experiments", "1", "--resume", timeout=400)
     assert p.returncode == 0, p.stdout + p.stderr
     records = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()]
@@ -61,3 +62,25 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     assert git(repo, "rev-parse", "autoresearch/b^") == git(repo, "rev-parse", "master")
     assert git(repo, "log", "-1", "--format=%s", "autoresearch/b") == "baseline: the tiny profile's knob values"
     assert json.loads((wt / "run.json").read_text())["base_commit"] == git(repo, "rev-parse", "autoresearch/b")
+    # --resume with room: the cut repeats continue as experiment 2, a baseline judged with run 1's figure
+    p = run_loop(repo, env, *args, "--max-experiments", "2", "--resume", timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "resume: the baseline (experiment 1) was interrupted with 1 of its 2 runs counted" in p.stdout, p.stdout
+    records = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()]
+    records = [r for r in records if r.get("kind", "experiment") == "experiment"]
+    assert [(r["n"], r["proposer"], r["status"]) for r in records] == [(1, "baseline", "keep"), (2, "baseline", "keep")]
+    judge = records[1]["verdicts"]["judge"]
+    assert judge["continues"] == 1 and "interrupted" not in judge, judge
+    first = records[0]["trusted_bpb"]
+    assert len(judge["baseline_values"]) == 2 and first in judge["baseline_values"], judge
+    assert records[1]["trusted_bpb"] == pytest.approx(sum(judge["baseline_values"]) / 2, abs=1e-6)
+    seeds = [r.get("seed") for r in records[1]["evidence"]["candidate"]["runs"]]
+    assert seeds[0] is None and seeds[1] is not None and seeds[1] != 1000, seeds   # a fresh seed, not the cut one's
+    assert len(read_results(wt / "results.tsv").rows) == 1, "no commit on two rows: the continuation is the journal's"
+    assert list((wt / "logs").glob("exp-0002*")), "its run has a log of its own"
+    from agent import report
+    s = report.report(wt)["summary"]
+    assert s["baseline_bpb"] == pytest.approx(records[1]["trusted_bpb"]), "the report measures from all its runs"
+    # a third resume has nothing to continue: the baseline's repeats are done
+    p = run_loop(repo, env, *args, "--max-experiments", "2", "--resume", timeout=400)
+    assert p.returncode == 0 and "was interrupted with" not in p.stdout, p.stdout

@@ -453,3 +453,35 @@ def test_the_runs_read_back_from_the_journal_count_as_the_decision_counted_them(
         calls.append((asked.reason, again.status, again.leaning, again.verdicts["evidence"]["comparison"]))
     assert calls[0] == calls[1]
     assert calls[0][3]["incumbent_runs"] == [1.400, 1.404, 1.402], "the slowed run stays out of the bar"
+
+
+def test_a_baseline_cut_by_an_interrupt_continues_on_resume_and_counts_each_run_once(tmp_path):
+    """Ctrl-C after the first of 3 baseline runs records it (agent/experiment.py marks it
+    interrupted); a resumed judge, asked for the baseline again as experiment 2, counts the journal's
+    run with the new ones, says which record it continues, and a judge rebuilt from both records
+    sees every run once (the continuation carries the cut record's run in its evidence too)."""
+    h = JudgeHierarchy(baseline_repeats=3)
+    first = decide(h, ctx(tmp_path, 1, BASE, None), 1.400, run(log_path=tmp_path / "logs" / "exp-0001.log"))
+    assert first.is_again and first.verdicts["judge"]["repeats"] == 3
+    cut = first.as_leaning("interrupted during repeat run 2")
+    cut.verdicts["judge"]["interrupted"] = True
+    rec1 = ExperimentRecord.of(n=1, commit=BASE, status="keep", proposer="baseline", trusted_bpb=cut.trusted_bpb,
+                               verdicts=cut.verdicts, evidence=cut.verdicts["evidence"])
+    rec1 = ExperimentRecord.from_dict(json.loads(json.dumps(rec1.to_dict())))
+    assert rec1.continues is None and rec1.in_results
+    resumed = JudgeHierarchy(baseline_repeats=3)
+    d = None
+    for i, v in enumerate((1.404, 1.396)):
+        d = decide(resumed, ctx(tmp_path, 2, BASE, None, history=[rec1]), v,
+                   run(log_path=tmp_path / "logs" / f"exp-0002{'.rerun1' if i else ''}.log"))
+        if i == 0:
+            assert d.is_again and "baseline run 2/3" in d.reason, d.reason
+    assert d.status == "keep" and not d.is_again
+    assert sorted(d.verdicts["judge"]["baseline_values"]) == [1.396, 1.4, 1.404]
+    assert d.verdicts["judge"]["continues"] == 1
+    rec2 = ExperimentRecord.of(n=2, commit=BASE, status="keep", proposer="baseline", trusted_bpb=d.trusted_bpb,
+                               verdicts=d.verdicts, evidence=d.verdicts["evidence"])
+    rec2 = ExperimentRecord.from_dict(json.loads(json.dumps(rec2.to_dict())))
+    assert rec2.continues == 1 and not rec2.in_results, "no commit on two rows of results.tsv"
+    assert rec2.evidence_view().runs_spent == 2 and rec1.evidence_view().runs_spent == 1, "each run spent once"
+    assert sorted(s.bpb for s in evidence.restore([rec1, rec2])[BASE]) == [1.396, 1.4, 1.404]

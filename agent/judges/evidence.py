@@ -186,13 +186,16 @@ def restore(history: list[ExperimentRecord]) -> dict[str, list[Sample]]:
     """The store rebuilt from journal records (after --resume): every record's own runs, and the
     incumbent's runs made for its decision (each in the record of the experiment it was run for)."""
     out: dict[str, list[Sample]] = {}
+    seen: set[tuple] = set()   # a baseline's continuation carries the cut record's runs again
     for rec in history:
         if not rec.is_experiment or not isinstance(rec.commit, str):
             continue
         ev = rec.evidence_view()
         if ev is not None and ev.has_runs:
             for r in ev.runs:
-                if r.bpb is not None:
+                key = (rec.commit, r.log, r.seed, r.bpb)
+                if r.bpb is not None and (r.log is None or key not in seen):
+                    seen.add(key)
                     s = Sample.of_record(rec.commit, r)
                     s.n = rec.number
                     out.setdefault(rec.commit, []).append(s)

@@ -187,7 +187,12 @@ class JudgeHierarchy:
         ev = {"call": "baseline", "p_keep": stats.P_KEEP, "noise": noise.as_dict(),
               "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]}}
         jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(used), "baseline_values": list(used),
-              "band": self.band.as_dict(), "threshold": self.band.threshold, "spread": self.band.spread}
+              "band": self.band.as_dict(), "threshold": self.band.threshold, "spread": self.band.spread,
+              "repeats": self.baseline_repeats}
+        kept = [r.number for r in ctx.history if r.is_experiment and r.is_baseline and r.status == "keep"
+                and r.commit == ctx.commit and r.number != ctx.n]
+        if kept:   # the repeats of a kept baseline an interrupt cut short (Loop.ensure_baseline)
+            jd["continues"] = kept[-1]
         verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
         latest = samples[-1]
         more = len([s for s in samples if s.used]) < self.baseline_repeats \
