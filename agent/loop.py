@@ -422,7 +422,7 @@ class Loop:
         """The tag's baseline record when an interrupt cut its repeats short (Ctrl-C records it on
         the runs that finished) and nothing was decided since: --resume continues its repeats."""
         last = next((r for r in reversed(self.history) if r.is_experiment), None)
-        if last is None or not last.is_baseline or last.status != "keep" or last.judge.get("interrupted") is not True:
+        if last is None or not last.is_baseline or last.status != "keep" or not last.cut_short:
             return None
         planned, counted = last.judge_figure("repeats"), len(last.judge_values("baseline_values") or [])
         return last if planned and counted < planned and last.commit == self.last_kept else None

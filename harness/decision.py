@@ -286,8 +286,7 @@ class EvidenceFigures:
     def own_runs(self) -> list[EvidenceRun]:
         """The candidate's runs made for this decision: numbered as its latest run (a baseline that
         continued an interrupted one lists the earlier record's runs too, numbered as that record)."""
-        n = self.runs[-1].n if self.runs else None
-        return [r for r in self.runs if n is None or r.n is None or r.n == n]
+        return [r for r in self.runs if r.n is None or r.n == self.runs[-1].n]
 
     def fresh_incumbent_runs(self) -> list[EvidenceRun]:
         """The incumbent's runs made for this decision (agent/judges/stats.py INCUMBENT_RUNS):

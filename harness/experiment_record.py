@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from harness.decision import (  # noqa: F401  (the record's verdicts and evidence are read the decision's way)
     AGAIN, DECIDED, FIGURE_KEYS, BarFigures, Basis, ComparisonFigures, Decision, EvidenceFigures, EvidenceRun,
     VerdictReads)
-from harness.results_table import as_dict, as_str, finite, fnum
+from harness.results_table import as_dict, as_int, as_str, finite, fnum
 from harness.record_parts import (  # noqa: F401  (re-exported: the record's parts)
     INFO_KEYS, INFO_PATHS, TIMING_KEYS, FixInfo, PrefetchInfo, ProposalInfo, RecordCosts, RecordDecision,
     RecordIdentity, RecordProposal, RecordRun, ScreenInfo, flat, get_path, set_path)
@@ -161,14 +161,17 @@ class ExperimentRecord(VerdictReads):
         not kept stays in the journal only (the baseline is run again on the same commit, and the
         table's first row is the kept baseline every reader measures against), and so does the
         continuation of a baseline's repeats after an interrupt (no commit is on two rows)."""
-        return not (self.proposal.proposer == "baseline"
-                    and (self.status != "keep" or self.continues is not None))
+        return not (self.proposal.proposer == "baseline" and (self.status != "keep" or self.continues is not None))
+
+    @property
+    def cut_short(self) -> bool:
+        """A baseline a Ctrl-C recorded on the runs that finished (verdicts.judge.interrupted)."""
+        return self.judge.get("interrupted") is True
 
     @property
     def continues(self) -> int | None:
         """The baseline record whose interrupted repeats this one continued (verdicts.judge.continues)."""
-        v = self.judge.get("continues")
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return as_int(self.judge.get("continues"))
 
     def trusted(self) -> tuple[float | None, str | None]:
         """(trusted val_bpb, where from): the decision's figure (the mean of the runs for the
