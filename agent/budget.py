@@ -9,18 +9,21 @@ Two reasons, checked before every proposal (agent/proposing.py call_proposer):
   HANDOVER_EXPERIMENTS experiments to the offline proposer, then the LLM proposes again (a model
   stuck on a broken idea gets a few runs of distance; the offline runs reset the streak).
 
-Both are said on the console when they start, recorded per experiment in the journal (`handover`),
-and summed up in the end summary and the morning report.
+Both hand-overs are said on the console when they start, recorded per experiment in the journal
+(`handover`), and summed up in the end summary and the morning report.
+
+And when a night stops by itself (stop_due: --max-experiments, --until, --max-runs,
+--max-run-seconds), with the runs of the final's re-measurement kept inside those limits.
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
+from agent.config import Stops
 from harness.records import ExperimentRecord
 
-# LLM crashes in a row that hand over (--crash-streak default).
-CRASH_STREAK = 3
 # Experiments the offline proposer takes after a crash streak.
 HANDOVER_EXPERIMENTS = 2
 OFFLINE = ("offline", "baseline", "scripted")
@@ -126,3 +129,22 @@ def night_lines(records: list[ExperimentRecord], cap: float | None = None) -> li
         out.append(f"crash streaks: {starts} hand-over(s) to the offline proposer, {len(streaks)} experiment(s) "
                    f"(exp {', '.join(str(r.n) for r in streaks)})")
     return out
+
+
+def stop_due(stops: Stops, history: list[ExperimentRecord], n: int, deadline: float | None,
+             final: int) -> str | None:
+    """Why a night stops before experiment n (--max-experiments, --until, --max-runs,
+    --max-run-seconds), or None. The final's re-measurement at the night's end (`final` runs,
+    --final-runs) is kept inside --until, --max-runs and --max-run-seconds: its runs are reserved."""
+    if stops.max_experiments is not None and n > stops.max_experiments:
+        return f"reached --max-experiments {stops.max_experiments}"
+    if deadline is not None and time.time() + final * run_seconds(history) >= deadline:
+        return f"reached --until {stops.until}" + (f" ({final} run(s) kept for the final's re-measurement)"
+                                                   if final else "")
+    if stops.max_runs is not None and runs_done(history) + final >= stops.max_runs:
+        return (f"reached --max-runs {stops.max_runs} ({runs_done(history)} training runs"
+                + (f", {final} kept for the final's re-measurement)" if final else ")"))
+    spent = device_seconds(history)
+    if stops.max_run_seconds is not None and spent + final * run_seconds(history) >= stops.max_run_seconds:
+        return f"reached --max-run-seconds {stops.max_run_seconds:g} ({spent:.0f} s of training runs)"
+    return None

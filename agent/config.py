@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-from agent import budget
-
 # The environment variable that gives --notify's webhook URL (a secret: never on the command line
 # of a shared machine).
 NOTIFY_ENV = "AUTORESEARCH_NOTIFY_URL"
+# LLM crashes in a row that hand the proposing over to the offline proposer (agent/budget.py;
+# --crash-streak's default).
+CRASH_STREAK = 3
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class IdeasConfig:
     offline_search: str = "local"
     seed: int = 0                         # the offline search's seed
     max_cost: float | None = None         # LLM spend cap in dollars (None: no cap)
-    crash_streak: int = budget.CRASH_STREAK
+    crash_streak: int = CRASH_STREAK
     api_patience: float = 600.0           # seconds of API outage before the offline proposer stands in
     fix_tries: int = 2
     screen: int = 1                       # candidates per experiment (1: no screen)

@@ -222,3 +222,15 @@ def prune_artifacts(run_dir: Path, history: list, keep_last: int = KEEP_LAST_ART
         if not p.exists():
             removed.append(p.name)
     return removed
+
+
+def failed_write_message(exc: OSError, run_dir: Path) -> str:
+    """What a stop says when a write failed for space (ENOSPC, EDQUOT): where, what a run needs,
+    what is free there."""
+    where = getattr(exc, "filename", None) or run_dir
+    free = None
+    try:
+        free = free_bytes(Path(where).parent if Path(where).is_file() else Path(where))
+    except OSError:
+        pass
+    return out_of_space_message(where, bytes_needed(run_dir), free)

@@ -26,6 +26,7 @@ from agent import budget
 from agent.config import IdeasConfig
 from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
+from agent.proposers.local import FINE_SCALE, LocalProposer
 from agent import gitops
 from harness.record_parts import INFO_KEYS, TIMING_KEYS, ProposalInfo  # noqa: F401  (the loop's name for it)
 from harness.records import ExperimentRecord
@@ -274,3 +275,26 @@ class Ideas:
         capped = budget.cap_reason(self.coord.history, self.config.max_cost)
         if capped and self.proposers.llm:
             self.proposers.announce(capped, rec.n + 1)
+
+
+# Who proposes: built once by the loop (tests give their own through agent/loop.py's names for these).
+def make_offline(search: str = "local"):
+    """The offline proposer: local steps from the incumbent, or an Optuna sampler (tpe, cmaes, random)."""
+    if search in ("local", "local-fine"):
+        return LocalProposer(FINE_SCALE if search == "local-fine" else 1.0)
+    from agent.proposers.offline import OfflineProposer   # Optuna, only for the samplers
+    return OfflineProposer(search)
+
+
+def make_proposer(kind: str, offline_search: str = "local", *, model: str | None = None,
+                  api_patience: float = 600.0, tracer=None):
+    if kind == "offline":
+        return make_offline(offline_search)
+    try:   # imported lazily: the offline path must not need the anthropic client
+        from agent.proposers.claude import ClaudeProposer
+    except ImportError as exc:
+        raise SystemExit(f"--proposer claude: cannot import agent/proposers/claude.py ({exc})")
+    kw = {"api_patience": api_patience, "tracer": tracer}
+    if model:
+        kw["model"] = model
+    return ClaudeProposer(**kw)

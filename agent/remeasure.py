@@ -91,7 +91,7 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     the trusted evaluator. `loop`: a set-up agent/loop.py Loop (its seal, run info and executor;
     its history says which seeds it used)."""
     import time
-    max_n = max([r.n for r in loop.history if r.n is not None] + [loop.next_n()])
+    max_n = max([r.n for r in loop.history if r.n is not None] + [loop.coord.next_n()])
     own = knobs.values(gitops.show_file(loop.files.repo, commit, "train.py")).pop("SEED", None)
     clash = set(seeds) & loop_seeds(max_n + 1, own if isinstance(own, int) else None)
     if clash:
@@ -129,7 +129,7 @@ def night_end(loop, runs: int, *, say=print) -> dict | None:
     if runs <= 0 or base is None or not final or final == base.commit:
         return None
     taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
-    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.next_n()]) + 1) | taken
+    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.coord.next_n()]) + 1) | taken
     seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
     say(f"night end: re-measuring the final {final[:7]} on {runs} fresh seed(s) against the baseline "
         f"{base.commit[:7]}'s runs (the headline); Ctrl-C again to skip it")

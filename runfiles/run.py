@@ -104,6 +104,9 @@ class RunInfo:
 
     @classmethod
     def from_dict(cls, d) -> "RunInfo":
+        """run.json's object (anything else reads as empty); a RunInfo is returned as it is."""
+        if isinstance(d, cls):
+            return d
         d = d if isinstance(d, dict) else {}
         return cls(tag=as_str(d.get("tag")), budget=fnum(d.get("budget")), fingerprint=as_str(d.get("fingerprint")),
                    profile=as_str(d.get("profile")), base_commit=as_str(d.get("base_commit")),

@@ -15,7 +15,10 @@ from harness.results_table import as_dict, as_str, bpb_figure, figure_text, fnum
 from harness.records import ExperimentRecord
 
 IMPORTED_JSON = "imported.json"
-VALIDATION_JSON = "report/validation.json"
+# The morning report's folder in a run folder (agent/report.py) and its files written by others.
+REPORT_DIR = "report"
+VALIDATION_JSON = f"{REPORT_DIR}/validation.json"
+ABLATIONS = "ablations.json"   # in REPORT_DIR: agent/report_ablate.py's leave-one-out results
 # Verdicts of a validation (agent/validate.py decides which).
 VERDICTS = ("holds", "shrinks", "reverses", "unmeasured")
 # An imported run's hardware is a short label (H100, A100-80GB, RTX 4090) taken from a branch name

@@ -50,7 +50,7 @@ def night(repo: Path, search: str, runs: int, budget: float, reviewer: str = "hi
         loop.setup()
         loop.ensure_baseline()
         while sum(runs_of(r.to_dict()) for r in loop.history if r.is_experiment) < runs:
-            loop.experiment(loop.next_attempt(loop.next_n()))
+            loop.experiment(loop.next_attempt(loop.coord.next_n()))
     finally:
         loop.stop()
     recs = [r.to_dict() for r in loop.history if r.is_experiment]

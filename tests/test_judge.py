@@ -5,7 +5,7 @@ import pytest
 
 from agent.judges import stats
 from agent.judges.evidence import Band, Margin
-from agent.judges.judge import near_duplicates, rule_opinion
+from agent.judges.judge import combine, near_duplicates, rule_opinion
 
 
 def margin(values: list[float], k: float = 2.0) -> Margin:
@@ -220,7 +220,6 @@ def test_efficiency_keeps_a_cheaper_model_inside_the_band():
 def test_serving_figures_from_configs_and_the_efficiency_basis(tmp_path):
     import torch
 
-    from agent.judges.hierarchy import JudgeHierarchy
     from agent.judges.judge import serving_savings
     from inference.cost import artifact_cost
     from tests.infer_fixture import random_model, tiny_config
@@ -237,7 +236,7 @@ def test_serving_figures_from_configs_and_the_efficiency_basis(tmp_path):
     assert w["kv_bytes_per_token"] == pytest.approx(1 - (64 + 16 + 64 + 16) / 256)
     assert artifact_cost(tmp_path / "missing.pt") is None and serving_savings(None, best) is None
     rule = rule_opinion(trusted_bpb=BEST, best_bpb=BEST, band=BAND, lines=LINES, serving=s)
-    status, basis, _, escalate = JudgeHierarchy()._combine(rule, None)
+    status, basis, _, escalate = combine(rule, None)
     assert (status, basis, escalate) == ("keep", "efficiency", None)
 
 

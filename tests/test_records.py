@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.hierarchy import JudgeHierarchy
-from agent.judges.judge import Opinion, rule_opinion
+from agent.judges.judge import Opinion, combine, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
@@ -197,8 +197,8 @@ def test_the_rule_judge_and_the_hierarchy_set_the_basis_not_the_reason(tmp_path)
     h = JudgeHierarchy()
     # a reason that merely starts with a basis name does not make the basis
     worded = Opinion("rule", "keep", "simplicity is not why", 0.9)
-    assert h._combine(worded, None)[1] is Basis.METRIC
-    veto = h._combine(Opinion("rule", "keep", "beats best", 0.9), Opinion("llm", "discard", "no", 0.9))
+    assert combine(worded, None)[1] is Basis.METRIC
+    veto = combine(Opinion("rule", "keep", "beats best", 0.9), Opinion("llm", "discard", "no", 0.9))
     assert veto[:2] == ("discard", Basis.LLM_VETO)
     # the hierarchy's decisions carry it, and the journal's verdicts.judge.basis is the same string
     for v in (1.0, 1.004, 0.996, 1.002, 0.998):

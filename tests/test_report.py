@@ -120,7 +120,8 @@ def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tm
         return SimpleNamespace(crash_class="timeout", log_path=Path(run / "logs" / log_name), summary=None)
     monkeypatch.setattr(experiment, "run_commit", crashed)
     data = {"run": run, "info": {"budget": 1, "tag": "t"}, "records": []}
-    out = report_mod.measure_sealed(data, SimpleNamespace(path=repo), head, 9001)
+    from agent import report_ablate
+    out = report_ablate.measure_sealed(data, SimpleNamespace(path=repo), head, 9001)
     assert ran == [(repo, run, 9001, head, f"queue-{head[:7]}.log")]
     assert out == {"ok": False, "bpb": None, "reason": "crashed: timeout", "log": str(run / "logs" / f"queue-{head[:7]}.log")}
 

@@ -16,6 +16,9 @@ figure, differ only in when a candidate's runs make it the incumbent:
 - strict (confirm every keep): the sequential test of agent/judges/stats.py; every keep rests on
   at least two runs of its own at P(better) >= P_KEEP.
 
+Before any of them, the baseline (`baseline`): the tag's unmodified train.py, run until its
+repeats are counted, kept on their mean with the noise band every later decision reads.
+
 Functions here read plain values (samples, estimates, records) and return what the judge records;
 agent/judges/hierarchy.py calls them.
 """
@@ -25,8 +28,12 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from agent.judges import shrink
+from agent.judges import evidence, shrink, stats
+from agent.judges.evidence import Band
 from agent.judges.shrink import Estimate
+from harness.decision import Decision
+from harness.records import Basis
+from harness.verify import VerifyResult
 
 RULES = ("default", "reference", "strict")
 DEFAULT_RULE = "default"
@@ -46,6 +53,9 @@ SIMPLICITY_SIGMAS = 1.0
 # clearly worse is no equal result, however wide the strict judge's band on few runs).
 EQUAL_SE = 1.0
 
+# What an equal result that is cheaper or shorter is handed to the strict judge for (the console's
+# run counter says so: agent/status.py run_label).
+EQUAL_RESULT = "the strict judge decides whether the result is equal"
 
 @dataclass
 class Call:
@@ -129,7 +139,7 @@ def advance(y: float, inc: Estimate, sigma: float, effects: list[tuple[float, fl
                     f"{p_better:.3f}; one run, unconfirmed", figures, p_better)
     if equal_result_ok and y - inc.mean <= EQUAL_SE * math.sqrt(var_d):
         return Call("strict", f"{y:.6f} is not below the incumbent's shrunk value {inc.mean:.6f}, but it is cheaper "
-                    "or shorter: the strict judge decides whether the result is equal", figures)
+                    f"or shorter: {EQUAL_RESULT}", figures)
     return Call("discard", f"not advanced: trusted val_bpb {y:.6f} is not below the incumbent's shrunk value "
                 f"{inc.mean:.6f} (+-{inc.sd:.6f}); P(better) {p_better:.3f}", figures, p_better)
 
@@ -195,3 +205,47 @@ def audit_flags(history, current, claims=()) -> list[dict]:
                       "reason": f"the incumbent {inc[:7]}, advanced on one run, has runs that disagree beyond the "
                                 "tag's noise: a recipe that makes training erratic"})
     return flags
+
+
+def baseline(commit: str, v: VerifyResult, samples: list, noise: stats.Noise, repeats: int, final: bool,
+             continues: int | None = None) -> tuple[Decision, Band, str | None]:
+    """The baseline's decision on `commit`'s screened runs so far: run again until `repeats` of them are
+    counted (disturbed ones are replaced, up to evidence.DISTURBED_RERUNS), then kept on their mean
+    with the tag's noise band. `final`: no more runs (a repeat crashed). Returns the decision, the
+    band, and why the baseline is contested (kept short of its counted runs), or None.
+    `continues`: the kept baseline of the same commit whose repeats an interrupt cut short."""
+    used = evidence.values(samples) or [s.bpb for s in samples]   # never none: the tag needs a baseline
+    mean = statistics.fmean(stats.distinct(used))
+    band = Band.of(used, noise)
+    ev = {"call": "baseline", "p_keep": stats.P_KEEP, "noise": noise.as_dict(),
+          "candidate": {"commit": commit, "runs": [s.as_dict() for s in samples]}}
+    jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(used), "baseline_values": list(used),
+          "band": band.as_dict(), "threshold": band.threshold, "spread": band.spread, "repeats": repeats}
+    if continues is not None:
+        jd["continues"] = continues
+    verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
+    latest, counted = samples[-1], len([s for s in samples if s.used])
+    if counted < repeats and len(samples) < repeats + evidence.DISTURBED_RERUNS and not final:
+        # The counter counts the runs that count, so it never passes the repeats ("6/5"); disturbed ones are said apart.
+        if latest.disturbed:
+            head = (f"baseline run {len(samples)} was disturbed ({latest.disturbed}), not counted: "
+                    f"{counted}/{repeats} counted so far, this one {v.trusted_bpb:.6f}")
+        else:
+            left = len(samples) - counted
+            head = (f"baseline run {counted}/{repeats}: {v.trusted_bpb:.6f}"
+                    + (f" ({left} disturbed run(s) left out)" if left else ""))
+        return Decision.again("keep", f"{head}; rerunning to measure the noise", mean, verdicts,
+                              basis=Basis.BASELINE), band, None
+    left_out = [s for s in samples if not s.used]
+    reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(used)} run(s); noise sigma "
+              f"{band.spread:.6f} ({noise.df} df{', floor' if noise.floored else ''}"
+              f"{', one run only: no estimate yet' if noise.sigma is None else ''}); a 2-run candidate must gain "
+              + (f"{band.threshold:.6f}" if band.threshold is not None else "(unknown until a commit has 2 runs)")
+              + (f"; {len(left_out)} run(s) no evidence, left out" if left_out else ""))
+    short = None
+    if len(samples) - len(left_out) < repeats:
+        short = (f"contested: the baseline has {len(samples) - len(left_out)} counted run(s) of the {repeats} it "
+                 f"needs after {len(samples)} run(s)" + (f" (no evidence: {left_out[-1].disturbed})" if left_out else ""))
+        reason += f"; {short}"
+    jd["reason"] = reason
+    return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE), band, short

@@ -41,8 +41,6 @@ from harness.runner import STOPPED_EARLY
 from harness.verify import VerifyResult
 
 DEFAULT_BASELINE_REPEATS = stats.BASELINE_RUNS
-# An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
-LLM_VETO_CONFIDENCE = 0.7
 # Runs of the incumbent one decision may ask for (stats.rerun_incumbent), crashed or failed ones
 # included: a broken incumbent run is not retried forever.
 INCUMBENT_TRIES = 3
@@ -178,53 +176,19 @@ class JudgeHierarchy:
         return samples
 
     def _baseline(self, ctx, v: VerifyResult, runs: list, final: bool = False) -> Decision:
+        """The baseline's runs so far (advance.baseline); contested when kept short of its repeats."""
         samples = self._store(ctx, runs)
         evidence.screen(samples)
-        used = evidence.values(samples) or [s.bpb for s in samples]   # never none: the tag needs a baseline
-        mean = statistics.fmean(stats.distinct(used))
-        noise = evidence.noise_of(self._store_of(ctx, samples))
-        self.band = Band.of(used, noise)
-        ev = {"call": "baseline", "p_keep": stats.P_KEEP, "noise": noise.as_dict(),
-              "candidate": {"commit": ctx.commit, "runs": [s.as_dict() for s in samples]}}
-        jd = {"status": "keep", "basis": Basis.BASELINE.value, "runs": list(used), "baseline_values": list(used),
-              "band": self.band.as_dict(), "threshold": self.band.threshold, "spread": self.band.spread,
-              "repeats": self.baseline_repeats}
         kept = [r.number for r in ctx.history if r.is_experiment and r.is_baseline and r.status == "keep"
-                and r.commit == ctx.commit and r.number != ctx.n]
-        if kept:   # the repeats of a kept baseline an interrupt cut short (Loop.ensure_baseline)
-            jd["continues"] = kept[-1]
-        verdicts = {"verify": v.as_dict(), "judge": jd, "evidence": ev}
-        latest = samples[-1]
-        more = len([s for s in samples if s.used]) < self.baseline_repeats \
-            and len(samples) < self.baseline_repeats + evidence.DISTURBED_RERUNS
-        if more and not final:
-            # The counter counts the runs that count, so it never passes the repeats ("6/5"); disturbed ones are said apart.
-            counted, repeats = len([s for s in samples if s.used]), self.baseline_repeats
-            if latest.disturbed:
-                head = (f"baseline run {len(samples)} was disturbed ({latest.disturbed}), not counted: "
-                        f"{counted}/{repeats} counted so far, this one {v.trusted_bpb:.6f}")
-            else:
-                left = len(samples) - counted
-                head = (f"baseline run {counted}/{repeats}: {v.trusted_bpb:.6f}"
-                        + (f" ({left} disturbed run(s) left out)" if left else ""))
-            return Decision.again("keep", f"{head}; rerunning to measure the noise", mean, verdicts, basis=Basis.BASELINE)
-        left_out = [s for s in samples if not s.used]
-        reason = (f"baseline: trusted val_bpb {mean:.6f} over {len(used)} run(s); noise sigma "
-                  f"{self.band.spread:.6f} ({noise.df} df{', floor' if noise.floored else ''}"
-                  f"{', one run only: no estimate yet' if noise.sigma is None else ''}); a 2-run candidate must gain "
-                  + (f"{self.band.threshold:.6f}" if self.band.threshold is not None else "(unknown until a commit has 2 runs)")
-                  + (f"; {len(left_out)} run(s) no evidence, left out" if left_out else ""))
-        counted = len(samples) - len(left_out)
-        if counted < self.baseline_repeats:
-            # out of reruns short of its counted runs: kept (the tag needs a bar), never silently
-            short = (f"contested: the baseline has {counted} counted run(s) of the {self.baseline_repeats} it "
-                     f"needs after {len(samples)} run(s)"
-                     + (f" (no evidence: {left_out[-1].disturbed})" if left_out else ""))
-            jd["escalations"] = [queue_apply.escalate(ctx, "contested", short, "keep", verdicts, "")]
-            reason += f"; {short}"
-        jd["reason"] = reason
-        queue_apply.note(ctx, "keep", reason, verdicts)
-        return Decision("keep", reason, mean, verdicts, basis=Basis.BASELINE)
+                and r.commit == ctx.commit and r.number != ctx.n]   # an interrupt cut its repeats short
+        d, self.band, short = advance.baseline(ctx.commit, v, samples, evidence.noise_of(self._store_of(ctx, samples)),
+                                               self.baseline_repeats, final, continues=kept[-1] if kept else None)
+        if d.is_again:
+            return d
+        if short:   # out of reruns short of its counted runs: kept (the tag needs a bar), never silently
+            d.verdicts["judge"]["escalations"] = [queue_apply.escalate(ctx, "contested", short, "keep", d.verdicts, "")]
+        queue_apply.note(ctx, "keep", d.reason, d.verdicts)
+        return d
 
     def _experiment(self, ctx, v: VerifyResult, runs: list) -> Decision:
         if self.rule == "strict":
@@ -316,7 +280,7 @@ class JudgeHierarchy:
             cmp = stats.compare(bar, cand, noise)
         mean = statistics.fmean(cmp.candidate)
         band = evidence.Margin.of(noise.sigma, cmp.margin, stats.floor_for(bar))
-        serving = serving_savings(*self._serving_costs(ctx, v))
+        serving = serving_savings(*judge.serving_costs(ctx.best, ctx.history, v.serving))
         rule = rule_opinion(trusted_bpb=mean, best_bpb=statistics.fmean(cmp.incumbent), band=band, lines=lines,
                             similar_to=similar, serving=serving)
         rule.confidence = cmp.p_better if cmp.p_better is not None else 0.5
@@ -346,7 +310,7 @@ class JudgeHierarchy:
     def _conclude(self, ctx, op: Opinion, jd: dict, verdicts: dict, mean: float) -> Decision:
         """The rule's opinion, the LLM judge's veto where there is one, the MetaJudge's audit and
         the escalations it calls for, the git note: the decision as recorded."""
-        status, basis, reason, escalate = self._combine(op, self._llm(ctx, op, jd))
+        status, basis, reason, escalate = judge.combine(op, self._llm(ctx, op, jd))
         jd.update(status=status, basis=basis.value, reason=reason)
         current = ExperimentRecord.of(n=ctx.n, commit=ctx.commit, status=status, trusted_bpb=mean, diff=ctx.diff,
                                       verdicts={k: v for k, v in verdicts.items() if k != "evidence"},
@@ -398,7 +362,7 @@ class JudgeHierarchy:
                 return None      # no evidence, no measured bar, or another machine in effect: the strict judge
             prior = shrink.fit_prior(advance.effects_of(ctx.history), sigma)
             est = advance.estimate_of(inc_commit, bar, sigma, ctx.history, prior)
-            serving = serving_savings(*self._serving_costs(ctx, v))
+            serving = serving_savings(*judge.serving_costs(ctx.best, ctx.history, v.serving))
             call = advance.advance(s.bpb, est, sigma, advance.effects_of(ctx.history), net_lines=lines["net"],
                                    equal_result_ok=bool(judge.clearly_cheaper(serving))
                                    or lines["net"] <= -judge.DELETION_LINES, big_diff_lines=judge.BIG_DIFF_LINES)
@@ -418,22 +382,6 @@ class JudgeHierarchy:
         jd["rule"] = op.as_dict()
         return self._conclude(ctx, op, jd, verdicts, s.bpb)
 
-    def _combine(self, rule: Opinion, llm: Opinion | None):
-        """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
-        basis = rule.basis
-        if rule.status == "contested":
-            return "discard", basis, f"contested: {rule.reason}", "contested"
-        if llm is None:
-            return rule.status, basis, rule.reason, None
-        st, conf = llm.status, round(llm.confidence or 0.0, 3)   # as the journal records it
-        if rule.status == "keep" and st in ("discard", "contested") and conf >= LLM_VETO_CONFIDENCE:
-            return ("discard", Basis.LLM_VETO, f"contested: the rule judge would keep ({rule.reason}) but the LLM "
-                    f"judge says {st} at {conf:.2f}: {llm.reason}", "disagreement")
-        if rule.status == "discard" and st == "keep" and conf >= LLM_VETO_CONFIDENCE:
-            return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.reason})", "disagreement"
-        suffix = f" (LLM judge agrees: {llm.reason})" if st == rule.status else ""
-        return rule.status, basis, rule.reason + suffix, None
-
     def _integrity(self, ctx, v: VerifyResult) -> Decision:
         reason = f"integrity: {v.reason}"
         jd = {"status": "discard", "basis": Basis.INTEGRITY.value, "reason": reason, "best_before": _best_bpb(ctx)}
@@ -443,16 +391,6 @@ class JudgeHierarchy:
         return Decision("discard", reason, None, verdicts, basis=Basis.INTEGRITY)
 
     # ---- pieces ------------------------------------------------------------------------------
-    def _serving_costs(self, ctx, v: VerifyResult) -> tuple[dict | None, dict | None]:
-        """Serving figures of this experiment's model and of the best's, both as the trusted
-        evaluator measured them from the recorded graphs (never from a config train.py wrote)."""
-        best = ctx.best["commit"] if ctx.best else None
-        best_rec = next((r for r in reversed(ctx.history)
-                         if r.is_experiment and r.status == "keep" and r.commit == best), None)
-        if best_rec is None:
-            return None, None
-        return v.serving, best_rec.serving()
-
     def _band(self, ctx) -> Band:
         if self.band is None:   # after --resume: the baseline record's runs
             store = self._store_of(ctx)

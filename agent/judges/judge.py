@@ -1,5 +1,6 @@
 """The rule judge: keep, discard, crash or contested, from the trusted metric and the diff; and the
-MetaJudge that audits its recent verdicts (at the end of this file).
+MetaJudge that audits its recent verdicts, and how an LLM judge's opinion combines with the rule's
+(combine: the metric decides, the LLM can veto at LLM_VETO_CONFIDENCE) (at the end of this file).
 
 Noise-aware. The hierarchy (agent/judges/hierarchy.py) pools the noise over every trusted run of the
 tag and hands rule_opinion the margin a gain must clear for this decision (evidence.Margin: the
@@ -97,6 +98,17 @@ def serving_savings(cost: dict | None, best_cost: dict | None) -> dict | None:
         out[key] = 1.0 - mine / theirs
     return out
 
+
+def serving_costs(best: dict | None, history: list[ExperimentRecord], serving: dict | None
+                  ) -> tuple[dict | None, dict | None]:
+    """Serving figures of this experiment's model (`serving`, its trusted evaluation's) and of the
+    best's, both as the trusted evaluator measured them from the recorded graphs (never from a
+    config train.py wrote)."""
+    commit = best["commit"] if best else None
+    best_rec = next((r for r in reversed(history) if r.is_experiment and r.status == "keep" and r.commit == commit), None)
+    if best_rec is None:
+        return None, None
+    return serving, best_rec.serving()
 
 def clearly_cheaper(savings: dict | None) -> str | None:
     """A reason when the savings clear EFFICIENCY_MARGIN with no figure growing, else None."""
@@ -329,3 +341,24 @@ def recently_flagged(history: list[ExperimentRecord], kind: str, window: int = W
         if kind in rec.escalated_kinds():
             return True
     return False
+
+
+# An LLM "discard"/"contested" at this confidence or more turns a rule keep into a contested discard.
+LLM_VETO_CONFIDENCE = 0.7
+
+
+def combine(rule: Opinion, llm: Opinion | None):
+    """(status, basis, reason, escalation kind or None). The metric decides; the LLM can veto."""
+    basis = rule.basis
+    if rule.status == "contested":
+        return "discard", basis, f"contested: {rule.reason}", "contested"
+    if llm is None:
+        return rule.status, basis, rule.reason, None
+    st, conf = llm.status, round(llm.confidence or 0.0, 3)   # as the journal records it
+    if rule.status == "keep" and st in ("discard", "contested") and conf >= LLM_VETO_CONFIDENCE:
+        return ("discard", Basis.LLM_VETO, f"contested: the rule judge would keep ({rule.reason}) but the LLM "
+                f"judge says {st} at {conf:.2f}: {llm.reason}", "disagreement")
+    if rule.status == "discard" and st == "keep" and conf >= LLM_VETO_CONFIDENCE:
+        return "discard", basis, f"{rule.reason} (the LLM judge would keep: {llm.reason})", "disagreement"
+    suffix = f" (LLM judge agrees: {llm.reason})" if st == rule.status else ""
+    return rule.status, basis, rule.reason + suffix, None
