@@ -394,13 +394,15 @@ SMOKE_OVERHEAD_S = 10.0
 SMOKE_STEP_S = 0.3
 # A run on a time budget: its wall time per budget second (startup and the harness's slack).
 RUN_WALL_PER_BUDGET = 1.1
-# The trusted evaluation, in tokens per second on 2 busy cores (prepare.py's cpu profile note:
-# ~7.3K tok/s) plus its own process start; a GPU evaluates far faster (then this overestimates).
-EVAL_TOKENS_PER_S = 7300.0
+# The trusted evaluation, in tokens per second on 2 threads, plus its own process start: one thread
+# beside a busy core evaluated the cpu profile's 80,300 capped tokens in 43-45 s (docs/first-run.md),
+# ~2.2K tok/s a thread once started (prepare.py's older note said 7.3K on 2 cores: 1.6x too fast);
+# a GPU evaluates far faster (then this overestimates).
+EVAL_TOKENS_PER_S = 4500.0
 EVAL_RATE_THREADS = 2      # the threads EVAL_TOKENS_PER_S was measured with
 EVAL_START_S = 8.0
 # The most of a CPU run's budget its trusted evaluation may take (fewer tokens on fewer free cores):
-# at 300 s and one free core the cpu profile evaluates ~80K of its 128K tokens in ~30 s.
+# at 300 s the cpu profile evaluates ~50K of its 128K tokens on one free core, ~99K on two, in ~30 s.
 EVAL_SHARE = 0.10
 # Tokens of the trusted evaluation at the reference budget; shorter budgets evaluate on a share of
 # them (eval_tokens_for), never fewer than EVAL_TOKENS_MIN: a 30 s run is not measured for 3 minutes.
@@ -468,14 +470,20 @@ def eta_note(*, baseline_repeats: int, max_experiments: int | None, budget: floa
             f"reruns, about {clock(per * low)} to {clock(per * high)}{where}")
 
 
-def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: float) -> str | None:
-    """Before experiment `n` with --max-experiments: how many are left and, once this session has
-    decided one, about how long they take at its pace (None without --max-experiments)."""
+def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: float,
+             run_s: float = 0.0) -> str | None:
+    """Before experiment `n` with --max-experiments: how many are left and about how long they
+    take: at this session's pace once it decided one (`first_n`: its first experiment after the
+    baseline, whose repeats are no experiment's pace), before that at one measured run (`run_s`)
+    each, the default rule's common case (None without --max-experiments)."""
     if max_experiments is None or n > max_experiments:
         return None
     left = max_experiments - n + 1
     done = n - first_n
     head = f"eta: experiment {n} of {max_experiments} next, {left} to go"
+    if (done < 1 or elapsed_s <= 0) and run_s > 0:
+        return (f"{head}; about {clock(left * run_s)} if each is decided on one run ({clock(run_s)} a run "
+                "here); reruns the judge asks for add to it")
     if done < 1 or elapsed_s <= 0:
         return head
     return f"{head}; about {clock(left * elapsed_s / done)} at this session's pace ({done} decided in {clock(elapsed_s)})"

@@ -33,8 +33,7 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
 run_experiment is handed a few values, never the loop: the tag's state and decision lock
 (agent/coordinator.py), a slot (worktree, executor, the run terms: agent/experiment.py Slot), the
 proposer side (agent/proposing.py Ideas), the reviewer, and a status sink (agent/status.py). Control flow
-by exception lives in agent/errors.py. The files a run writes (results.tsv,
-journal.jsonl, state.json, logs/...) sit at the top of the tag's worktree. Ctrl-C (or SIGTERM)
+by exception lives in agent/errors.py. Ctrl-C (or SIGTERM)
 ends the running child and leaves a consistent state; --resume continues after any stop. With
 --workers N, N experiments are in flight at once, each in its own worktree and on its own GPU
 (agent/workers.py: the same run_experiment, one slot per worker); the tag's state and its
@@ -56,12 +55,11 @@ from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (ca
 from agent.config import LoopConfig, NOTIFY_ENV
 from agent.coordinator import Coordinator, PendingFile
 from agent.console import Console, data_warning
-from agent.status import Panel
+from agent.status import Panel, notifier
 from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment
 from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
 from agent.proposers.base import Proposal
-from agent.proposers.local import FINE_SCALE, LocalProposer
-from agent.proposing import Ideas, Prefetch, Proposers
+from agent.proposing import Ideas, Prefetch, Proposers, make_offline, make_proposer
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.judges.reviewer import Reviewer, SimpleReviewer
 from agent.tracing import Tracer
@@ -96,28 +94,6 @@ def build_reviewer(kind: str, baseline_repeats: int, tracer=None, budget: float 
     return JudgeHierarchy.build(baseline_repeats, rule=rule, tracer=tracer, budget=budget)
 
 
-def make_offline(search: str = "local"):
-    """The offline proposer: local steps from the incumbent, or an Optuna sampler (tpe, cmaes, random)."""
-    if search in ("local", "local-fine"):
-        return LocalProposer(FINE_SCALE if search == "local-fine" else 1.0)
-    from agent.proposers.offline import OfflineProposer   # Optuna, only for the samplers
-    return OfflineProposer(search)
-
-
-def make_proposer(kind: str, offline_search: str = "local", *, model: str | None = None,
-                  api_patience: float = 600.0, tracer=None):
-    if kind == "offline":
-        return make_offline(offline_search)
-    try:   # imported lazily: the offline path must not need the anthropic client
-        from agent.proposers.claude import ClaudeProposer
-    except ImportError as exc:
-        raise SystemExit(f"--proposer claude: cannot import agent/proposers/claude.py ({exc})")
-    kw = {"api_patience": api_patience, "tracer": tracer}
-    if model:
-        kw["model"] = model
-    return ClaudeProposer(**kw)
-
-
 class Loop:
     def __init__(self, config: LoopConfig):
         config = self.config = LoopConfig.of(config)   # frozen: what the loop was asked to do
@@ -126,7 +102,7 @@ class Loop:
         worktree = workspace.worktree_path(repo, config.tag, config.place.worktree_root)
         self.files = workspace.RunFiles(repo, config.tag, worktree, worktree)
         self.panel = Panel(self.files, float(config.budget), self.coord, Console(config.tag, float(config.budget)),
-                           _notifier(config.notify, config.tag, lambda text: self.panel.event(text)),
+                           notifier(config.notify, config.tag, lambda text: self.panel.event(text)),
                            config.repeats)
         self.slot: Slot | None = None     # set in setup(): where runs go, and their fixed terms
         self.ideas: Ideas | None = None   # set in setup(): who proposes, and what they are told
@@ -176,10 +152,6 @@ class Loop:
         return self.panel.started_at
 
     @property
-    def interim(self):
-        return self.panel.shown.interim
-
-    @property
     def run_info(self):
         return self.slot.run_info
 
@@ -195,7 +167,7 @@ class Loop:
         self.reviewer = build_reviewer(c.reviewer, c.repeats, tracer, self.budget, rule=c.rule)
         proposers = Proposers(proposer, proposer if c.ideas.proposer == "offline" else make_offline(c.ideas.offline_search),
                               tracer, c.ideas.max_cost, c.ideas.crash_streak,
-                              budget.Handovers(self.panel.event, self.reviewer_stop_llm).announce)
+                              budget.Handovers(self.panel.event, self.reviewer.stop_llm).announce)
         self.ideas = Ideas(proposers, self.coord, files.repo, files.worktree, c.ideas,
                            last_n=c.stops.max_experiments, prefetch=None if c.parallel else Prefetch())
         (files.run_dir / "logs").mkdir(exist_ok=True)
@@ -259,10 +231,6 @@ class Loop:
                          early_stop=self.early_stop_limits if c.ideas.early_stop else None)
         return rerun
 
-    def reviewer_stop_llm(self, why: str) -> None:
-        """A hand-over to the offline proposer stops the LLM judge too (a spend cap, a crash streak)."""
-        self.reviewer.stop_llm(why)
-
     def clock_reference(self) -> ClockReference:
         """The baseline's startup and post by the harness clock (the median over its runs): what
         later runs are not charged for (harness/clock.py)."""
@@ -294,12 +262,12 @@ class Loop:
             from agent import workers   # N experiments in flight; same guarantees per worker
             self.stop_reason = workers.run_parallel(self, deadline)   # the baseline first, on the executor
             return
-        first_n, session_at = self.coord.next_n(), time.time()
         self.ensure_baseline(deadline)                                # 1. baseline
+        first_n, session_at = self.coord.next_n(), time.time()        # the experiments' pace, the baseline apart
         while True:
             n = self.coord.next_n()                                   # 2. stop?
             eta = cli.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
-                                 elapsed_s=time.time() - session_at)
+                               elapsed_s=time.time() - session_at, run_s=budget.run_seconds(self.history))
             if eta:
                 self.panel.event(eta)
             self.stop_reason = self.stop_due(n, deadline)
@@ -310,24 +278,8 @@ class Loop:
             self.step(n)                                              # 4. propose; 5-10 in run_experiment
 
     def stop_due(self, n: int, deadline: float | None) -> str | None:
-        """Why the loop stops before experiment n (--max-experiments, --until, --max-runs), or None.
-        The final's re-measurement at the night's end (--final-runs) is kept inside --until and
-        --max-runs: its runs are reserved."""
-        c = self.config
-        final = self.final_runs()
-        if c.stops.max_experiments is not None and n > c.stops.max_experiments:
-            return f"reached --max-experiments {c.stops.max_experiments}"
-        if deadline is not None and time.time() + final * budget.run_seconds(self.history) >= deadline:
-            return f"reached --until {c.stops.until}" + (f" ({final} run(s) kept for the final's re-measurement)"
-                                                        if final else "")
-        if c.stops.max_runs is not None and budget.runs_done(self.history) + final >= c.stops.max_runs:
-            return (f"reached --max-runs {c.stops.max_runs} ({budget.runs_done(self.history)} training runs"
-                    + (f", {final} kept for the final's re-measurement)" if final else ")"))
-        spent = budget.device_seconds(self.history)
-        if c.stops.max_run_seconds is not None and spent + final * budget.run_seconds(self.history) \
-                >= c.stops.max_run_seconds:
-            return f"reached --max-run-seconds {c.stops.max_run_seconds:g} ({spent:.0f} s of training runs)"
-        return None
+        """Why the loop stops before experiment n (agent/budget.py stop_due), or None."""
+        return budget.stop_due(self.config.stops, self.history, n, deadline, self.final_runs())
 
     def early_stop_limits(self) -> list | None:
         """--early-stop: the curve limits a candidate of the incumbent runs under (agent/judges/curves.py)."""
@@ -415,9 +367,6 @@ class Loop:
             raise OutOfSpaceStop(envcheck.out_of_space_message(where, need, free))
         self.slot.check_environment()
 
-    def next_n(self) -> int:
-        return self.coord.next_n()
-
     def cut_baseline(self) -> ExperimentRecord | None:
         """The tag's baseline record when an interrupt cut its repeats short (Ctrl-C records it on
         the runs that finished) and nothing was decided since: --resume continues its repeats."""
@@ -492,21 +441,6 @@ class Loop:
         self.panel.console.close()
 
 
-class _NoNotify:
-    """No --notify URL: nothing posts (agent/notify.py is not even imported)."""
-
-    def record(self, *args) -> None:
-        pass
-
-    def stopped(self, loop) -> None:
-        pass
-
-
-def _notifier(url: str | None, tag: str, say):
-    if not url:
-        return _NoNotify()
-    from agent.notify import LoopNotify
-    return LoopNotify(url, tag, say)
 def main(argv=None) -> int:
     config = parse_args(argv)
     from agent import sdk_logs, summary   # the SDKs' log lines; the end summary
@@ -532,7 +466,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         loop.stop(final=True)   # the night's end too: a second Ctrl-C skips the final's re-measurement
         if not cli.forget_unstarted(loop):
-            reason = summary.interrupted_reason(loop.interim, [r.n for r in loop.history])
+            reason = summary.interrupted_reason(loop.panel.shown.interim, [r.n for r in loop.history])
             print(summary.render(summary.build(loop.run_dir, loop.tag, reason, time.time() - loop.started_at,
                                                cap=config.ideas.max_cost)), flush=True)
         return 130
@@ -547,12 +481,7 @@ def main(argv=None) -> int:
     except Exception as exc:
         if is_out_of_space(exc):   # a write failed for space: the same clean stop, one message
             loop.stop()
-            where = getattr(exc, "filename", None) or loop.run_dir
-            free = None
-            with contextlib.suppress(OSError):
-                free = envcheck.free_bytes(Path(where).parent if Path(where).is_file() else where)
-            print(envcheck.out_of_space_message(where, envcheck.bytes_needed(loop.run_dir), free),
-                  file=sys.stderr)
+            print(envcheck.failed_write_message(exc, loop.run_dir), file=sys.stderr)
             return EXIT_OUT_OF_SPACE
         if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError, SealError,
                                 PinnedError)):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from agent.console import one_line, read_tail, run_progress, run_text
 from agent.judges import stats
+from agent.judges.advance import EQUAL_RESULT
 from agent.tracing import span_of
 from harness.records import ExperimentRecord
 from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
@@ -277,6 +278,8 @@ def run_label(baseline_repeats: int, a, done: int, asked) -> tuple[int, int | No
         why = f"the incumbent {asked.run_next[:7]} again, for a fair bar"
     elif "disturbed" in reason or "no evidence" in reason:
         why = "replacing a run the machine disturbed"
+    elif EQUAL_RESULT in reason:   # an equal result that is cheaper or shorter (agent/judges/advance.py)
+        why = "testing an equal result"
     if of is None:
         why += f"; {planned} planned"
     return k, of, why
@@ -292,3 +295,20 @@ def trained_all(log_path, budget: float) -> bool:
 def _evaluating(run_dir: Path) -> bool:
     """A trusted evaluation is running: its process group is recorded (harness/verify.py)."""
     return any((Path(run_dir) / ".verify").glob("verify*.pid"))
+
+
+class NoNotify:
+    """No --notify URL (the Panel's notify): nothing posts (agent/notify.py is not even imported)."""
+
+    def record(self, *args) -> None:
+        pass
+
+    def stopped(self, loop) -> None:
+        pass
+
+
+def notifier(url: str | None, tag: str, say):
+    if not url:
+        return NoNotify()
+    from agent.notify import LoopNotify
+    return LoopNotify(url, tag, say)

@@ -5,7 +5,7 @@ import re
 from types import SimpleNamespace
 
 from agent.console import run_text
-from agent.judges import stats
+from agent.judges import advance, stats
 from agent.judges.hierarchy import JudgeHierarchy
 from agent.status import run_label
 from tests.test_judge_stats import BASE, _log, ctx, decide, run
@@ -32,6 +32,18 @@ def test_a_run_past_the_plan_has_no_total_to_pass():
             _never_past(t)
         assert texts[planned - 1] == f"run {planned} of {planned} (replacing a run the machine disturbed)"
         assert texts[planned] == f"run {planned + 1} (replacing a run the machine disturbed; {planned} planned)"
+
+
+def test_a_cheaper_equal_result_s_second_run_says_what_it_tests():
+    """A one-run candidate not below the bar but cheaper or shorter goes to the strict judge to
+    test an equal result: its second run says so, not "confirming a possible gain"."""
+    call = advance.advance(1.0005, advance.Estimate(1.0, 0.002), 0.01, [], net_lines=-3, equal_result_ok=True,
+                           big_diff_lines=40)
+    assert call.said == "strict", call.why
+    a = SimpleNamespace(parent="p" * 40, n=2)
+    assert run_label(3, a, 1, SimpleNamespace(reason=call.why, run_next=None))[2] == "testing an equal result"
+    too_good = SimpleNamespace(reason="a first run too good to advance on one run: confirming it first", run_next=None)
+    assert run_label(3, a, 1, too_good)[2] == "confirming a possible gain"
 
 
 def test_a_baseline_with_disturbed_runs_counts_only_the_runs_that_count(tmp_path):

@@ -33,4 +33,7 @@ def test_the_eta_line_counts_what_is_left_at_the_session_pace():
     first = cli.eta_line(n=1, max_experiments=3, first_n=1, elapsed_s=0.0)
     assert first.startswith("eta: experiment 1 of 3 next, 3 to go") and "pace" not in first
     line = cli.eta_line(n=3, max_experiments=4, first_n=1, elapsed_s=120.0)   # 2 decided in 2m: 1m each
+    # before any experiment after the baseline: one measured run each, never the baseline's repeats as a pace
+    runs_only = cli.eta_line(n=2, max_experiments=3, first_n=2, elapsed_s=1100.0, run_s=360.0)
+    assert "about 12m00s if each is decided on one run (6m00s a run here)" in runs_only and "pace" not in runs_only
     assert "experiment 3 of 4 next, 2 to go" in line and "about 2m00s" in line and "2 decided in 2m00s" in line
