@@ -36,6 +36,10 @@ JOB_N_BASE = 90_000
 # re-measurements' above: a bench that re-measures a final its night already claimed never replays
 # the claim's draws.
 CLAIM_SEED_BASE = 2_000_000
+# Runs of one seed: a run the harness's clock finds slowed past what its load explains ("over", as
+# the judge reruns a disturbed run) is run again on the same seed; a cheat, a crash or a failed
+# evaluation is never retried.
+DISTURBED_TRIES = 3
 
 
 class SeedClash(ValueError):
@@ -99,10 +103,17 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     slot, out = replace(loop.slot, sealed=True), Remeasured(commit)   # the trusted evaluation always on
     t0 = time.monotonic()
     for i, seed in enumerate(seeds):
-        n = JOB_N_BASE + i
-        run = run_commit(slot, n, commit, f"remeasure-{commit[:7]}-{seed}.log", {"AUTORESEARCH_SEED": str(seed)})
-        v = run.verified
-        kind, over = over_budget(run, slot.budget) if run.crash_class is None else (None, "")
+        for attempt in range(DISTURBED_TRIES):   # a run the load disturbed is no evidence: run it again
+            n = JOB_N_BASE + i
+            log = f"remeasure-{commit[:7]}-{seed}" + (f".rerun{attempt}" if attempt else "") + ".log"
+            run = run_commit(slot, n, commit, log, {"AUTORESEARCH_SEED": str(seed)})
+            v = run.verified
+            kind, over = over_budget(run, slot.budget) if run.crash_class is None else (None, "")
+            if kind == "over" and attempt + 1 < DISTURBED_TRIES and v is not None and v.ok:
+                if say is not None:
+                    say(f"re-measure {commit[:7]} seed {seed}: no evidence ({over}); running it again")
+                continue
+            break
         if run.crash_class is not None or kind is not None or v is None or not v.ok or v.trusted_bpb is None:
             why = run.crash_class or (f"the harness's clock: {over}" if kind else None) \
                 or (v.reason if v is not None else "no trusted evaluation")

@@ -245,3 +245,41 @@ def test_nights_of_another_regime_are_another_arm_and_no_partner(tmp_path, capsy
     with pytest.raises(SystemExit):
         bench_research.main(["--load-procs", "2", "--out", str(tmp_path / "x")])
     assert "needs --wall-clock" in capsys.readouterr().err
+
+
+def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch):
+    """A re-measurement run the harness's clock calls slowed past its load ("over": no evidence,
+    as the judge reruns a disturbed run) is run again on its seed, up to DISTURBED_TRIES; a cheat
+    is never retried. Stand-in runs: what is tested is which runs count."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from agent import remeasure as rm
+    from harness.verify import VerifyResult
+
+    @dataclass
+    class Slot:
+        sealed: bool = False
+        budget: float = 60.0
+
+    logs = []
+
+    def run_commit(slot, n, commit, log, env):
+        assert slot.sealed, "a re-measurement is always evaluated by the trusted evaluator"
+        logs.append(log)
+        return SimpleNamespace(crash_class=None, verified=VerifyResult(True, "ok", trusted_bpb=2.5 + len(logs) / 100))
+    clock = iter([("over", "startup 9.6s against 3.8s"), (None, ""),          # seed 1: once again, then counted
+                  ("cheat", "trained past its budget"),                       # seed 2: never again
+                  ("over", "slow"), ("over", "slow"), ("over", "slow")])      # seed 3: out of tries
+    monkeypatch.setattr(rm, "run_commit", run_commit)
+    monkeypatch.setattr(rm, "over_budget", lambda run, budget: next(clock))
+    monkeypatch.setattr(rm.gitops, "show_file", lambda *a: "SEED = 42\n")
+    loop = SimpleNamespace(history=[], coord=SimpleNamespace(next_n=lambda: 2), files=SimpleNamespace(repo="."),
+                           slot=Slot())
+    said = []
+    out = remeasure(loop, "c" * 40, [1_000_001, 1_000_002, 1_000_003], say=said.append)
+    assert out.seeds == [1_000_001] and out.values == [2.52]
+    assert [f.split(":")[0] for f in out.failed] == ["seed 1000002", "seed 1000003"]
+    assert "trained past its budget" in out.failed[0] and "slow" in out.failed[1]
+    assert len(logs) == 1 + 1 + 1 + rm.DISTURBED_TRIES and logs[1] == "remeasure-ccccccc-1000001.rerun1.log"
+    assert sum("running it again" in line for line in said) == 1 + rm.DISTURBED_TRIES - 1
