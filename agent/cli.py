@@ -394,15 +394,16 @@ SMOKE_OVERHEAD_S = 10.0
 SMOKE_STEP_S = 0.3
 # A run on a time budget: its wall time per budget second (startup and the harness's slack).
 RUN_WALL_PER_BUDGET = 1.1
-# The trusted evaluation, in tokens per second on 2 threads, plus its own process start: one thread
-# beside a busy core evaluated the cpu profile's 80,300 capped tokens in 43-45 s (docs/first-run.md),
-# ~2.2K tok/s a thread once started (prepare.py's older note said 7.3K on 2 cores: 1.6x too fast);
-# a GPU evaluates far faster (then this overestimates).
-EVAL_TOKENS_PER_S = 4500.0
-EVAL_RATE_THREADS = 2      # the threads EVAL_TOKENS_PER_S was measured with
+# The trusted evaluation's rate on a CPU, in tokens per second on one thread, plus its own process
+# start; more threads help it little (docs/first-run.md, the cpu profile: 80,300 tokens in 43-45 s
+# on one thread beside a busy core, ~2.2K tok/s once started; 99,000 in 47 s on two threads of an
+# idle machine, ~2.5K). prepare.py's older note (7.3K on 2 cores) was 3x too fast. A GPU evaluates
+# far faster (then this overestimates).
+EVAL_TOKENS_PER_S = 2250.0
+EVAL_THREAD_GAIN = 0.2     # the rate grows as threads ** this (x1.13 from one thread to two, measured)
 EVAL_START_S = 8.0
 # The most of a CPU run's budget its trusted evaluation may take (fewer tokens on fewer free cores):
-# at 300 s the cpu profile evaluates ~50K of its 128K tokens on one free core, ~99K on two, in ~30 s.
+# at 300 s the cpu profile evaluates ~50K of its 128K tokens on one free core, ~57K on two, in ~30 s.
 EVAL_SHARE = 0.10
 # Tokens of the trusted evaluation at the reference budget; shorter budgets evaluate on a share of
 # them (eval_tokens_for), never fewer than EVAL_TOKENS_MIN: a 30 s run is not measured for 3 minutes.
@@ -427,18 +428,26 @@ def eval_tokens_for(profile_tokens: int | None, budget: float, threads: int | No
         return None
     tokens = profile_tokens if budget >= REFERENCE_BUDGET else max(EVAL_TOKENS_MIN, int(profile_tokens * budget / REFERENCE_BUDGET))
     if threads:
-        rate = EVAL_TOKENS_PER_S * threads / EVAL_RATE_THREADS
+        rate = eval_rate(threads)
         tokens = min(tokens, max(EVAL_TOKENS_MIN, int((EVAL_SHARE * budget - EVAL_START_S) * rate)))
     return None if tokens >= profile_tokens else tokens
 
 
+def eval_rate(threads: int) -> float:
+    """Tokens a second the trusted evaluation measures on a CPU at `threads` torch threads."""
+    return EVAL_TOKENS_PER_S * max(1, threads) ** EVAL_THREAD_GAIN
+
+
 def run_seconds(budget: float, eval_tokens: int | None, steps: int | None = None,
                 threads: int | None = None) -> float:
-    """The wall time of one run with its evaluation, as estimated before any was measured."""
+    """The wall time of one run with its evaluation, as estimated before any was measured. A CPU
+    tag (`threads`: its runs' torch threads) evaluates at eval_rate; on a GPU (threads None) the
+    evaluation's tokens are not guessed at a CPU's rate: its process start is counted, and the first
+    run's `eta:` line gives the measured time."""
     if steps:
         return steps * SMOKE_STEP_S + SMOKE_OVERHEAD_S
-    rate = EVAL_TOKENS_PER_S * (threads / EVAL_RATE_THREADS if threads else 1.0)
-    return budget * RUN_WALL_PER_BUDGET + EVAL_START_S + (eval_tokens or 0) / rate
+    evaluation = (eval_tokens or 0) / eval_rate(threads) if threads else 0.0
+    return budget * RUN_WALL_PER_BUDGET + EVAL_START_S + evaluation
 
 
 def runs_needed(baseline_repeats: int, experiments: int | None) -> tuple[int, int]:
@@ -474,8 +483,9 @@ def eta_line(*, n: int, max_experiments: int | None, first_n: int, elapsed_s: fl
              run_s: float = 0.0) -> str | None:
     """Before experiment `n` with --max-experiments: how many are left and about how long they
     take: at this session's pace once it decided one (`first_n`: its first experiment after the
-    baseline, whose repeats are no experiment's pace), before that at one measured run (`run_s`)
-    each, the default rule's common case (None without --max-experiments)."""
+    baseline, whose repeats are no experiment's pace), before that at one measured run each
+    (`run_s`: training, the trusted evaluation and the judge, as the eta lines after each run
+    measure it), the default rule's common case (None without --max-experiments)."""
     if max_experiments is None or n > max_experiments:
         return None
     left = max_experiments - n + 1

@@ -267,7 +267,7 @@ class Loop:
         while True:
             n = self.coord.next_n()                                   # 2. stop?
             eta = cli.eta_line(n=n, max_experiments=self.config.stops.max_experiments, first_n=first_n,
-                               elapsed_s=time.time() - session_at, run_s=budget.run_seconds(self.history))
+                               elapsed_s=time.time() - session_at, run_s=self.panel.pace.per_run())
             if eta:
                 self.panel.event(eta)
             self.stop_reason = self.stop_due(n, deadline)

@@ -89,6 +89,11 @@ class RunPace:
     began: float | None = None
     estimate_s: float | None = None     # the opening estimate of one run (agent/cli.py run_seconds)
 
+    def per_run(self) -> float:
+        """The measured wall time of a run (the median of the last PACE_RUNS), 0 before any."""
+        import statistics
+        return statistics.median(self.walls[-PACE_RUNS:]) if self.walls else 0.0
+
     def line(self, n: int, decision, wall: float, now: float | None = None) -> str:
         """The eta line said after every run: the measured pace, and when what comes next ends."""
         import statistics

@@ -22,14 +22,16 @@ def test_threads_are_the_free_cores_at_least_one(cores, busy, threads):
 def test_the_evaluation_stays_a_small_share_of_a_cpu_budget():
     profile = 128 * 1024    # the cpu profile's EVAL_TOKENS
     one = cli.eval_tokens_for(profile, 300, threads=1)
-    assert one == int((cli.EVAL_SHARE * 300 - cli.EVAL_START_S) * cli.EVAL_TOKENS_PER_S / cli.EVAL_RATE_THREADS)
-    assert cli.EVAL_START_S + one / (cli.EVAL_TOKENS_PER_S / cli.EVAL_RATE_THREADS) <= cli.EVAL_SHARE * 300 + 1e-6
+    assert one == int((cli.EVAL_SHARE * 300 - cli.EVAL_START_S) * cli.eval_rate(1))
+    assert cli.EVAL_START_S + one / cli.eval_rate(1) <= cli.EVAL_SHARE * 300 + 1e-6
     two = cli.eval_tokens_for(profile, 300, threads=2) or profile
     assert one < two <= profile, "two free cores evaluate more of it in the same share of the budget"
     assert cli.eval_tokens_for(profile, 300) is None, "a GPU tag (no threads) keeps the profile's tokens"
     assert cli.eval_tokens_for(profile, 10, threads=1) == cli.EVAL_TOKENS_MIN, "never below the minimum"
     assert cli.run_seconds(300, one, threads=1) < cli.run_seconds(300, profile, threads=1)
     assert cli.run_seconds(300, profile, threads=1) > cli.run_seconds(300, profile, threads=2) > 300 * 1.1
+    # a GPU tag's evaluation is not guessed at a CPU's rate (21M tokens would read as hours)
+    assert cli.run_seconds(300, 40 * 524288) == cli.run_seconds(300, None) < 300 * 1.1 + 60
 
 
 def test_the_opening_estimate_says_the_machine_it_assumes():
@@ -62,6 +64,9 @@ def test_a_busy_core_gives_the_runs_one_thread_fewer_and_every_run_an_eta(tmp_pa
     etas = [line for line in p.stdout.splitlines() if "eta: a run takes about" in line]
     runs = len(list((wt / "logs").glob("exp-*.log")))
     assert runs >= 2 and len(etas) == runs, (runs, etas)
+    # before the first experiment after the baseline: one measured run each, not the baseline's pace
+    before = next(line for line in p.stdout.splitlines() if line.startswith("eta: experiment 2 of 2 next"))
+    assert "if each is decided on one run" in before and "pace" not in before, before
     again = run_loop(repo, env, "--tag", "busy", "--resume", "--max-experiments", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((wt / "run.json").read_text())["threads"] == threads, "a resumed tag keeps its count"
