@@ -38,10 +38,9 @@ def edit(*pairs) -> str:
 
 
 PRINT_DT = 'dt {dt * 1000:.0f}ms'
-# prints 3x its step time once it is past half its training (time budget) or its steps (steps mode)
-LYING_DT = edit(("        dt = time.time() - t0\n",
-                 "        dt = time.time() - t0\n        lie = 3 if (step > plan['steps'] // 2 if plan['steps'] "
-                 "else elapsed > plan['budget'] / 2) else 1\n"),
+# prints 3x its step time on every other step (a slowdown in every part of the log, however few
+# steps a loaded machine lets it print)
+LYING_DT = edit(("        dt = time.time() - t0\n", "        dt = time.time() - t0\n        lie = 3 if step % 2 else 1\n"),
                 (PRINT_DT, 'dt {dt * lie * 1000:.0f}ms'))
 # numbers every step x50
 LYING_NUMBERS = edit(('print(f"step {step:05d} |', 'print(f"step {step * 50:05d} |'))
