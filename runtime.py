@@ -373,8 +373,8 @@ save_model = gx.save_model         # what train.py calls, through this module as
 # ---------------------------------------------------------------------------------------------
 # Harness clock.
 # ---------------------------------------------------------------------------------------------
-# The harness's clock of this run (set by harness/runner.py): its start (unix time), as JSON
-# {"started_at"}; never an allowance.
+# The harness's clock of this run (set by harness/runner.py), as JSON: {"started_at": its start
+# (unix time), "startup_s": the startup it is never charged for (the tag's baseline's own)}.
 CLOCK_ENV = "AUTORESEARCH_CLOCK"
 
 
@@ -389,17 +389,24 @@ _LAST_CALL: dict = {}   # budget_spent's previous call: the interval between cal
 
 
 def budget_spent(first_step_at, budget, now=None):
-    """True once the next step would end past the budget by the harness's clock: the time since
-    the first step line (the harness stamps that line; time before it and after the last one is
-    charged beyond the tag's baseline, and no allowance is known here: none is needed by an honest
-    run). Called once per step, it takes the interval since its previous call as the step's length.
-    Never true outside the loop. `first_step_at`: time.time() when step 1's line was printed."""
+    """True once the next step would end past the budget by the harness's clock, which charges the
+    time since the first step line and whatever the startup (process start -> that line) took
+    beyond the baseline's own: a slower first step or a cold compile is paid from the budget, so
+    an honest run ends inside its limit whatever its startup. Called once per step, it takes the
+    interval since its previous call as the step's length. Never true outside the loop.
+    `first_step_at`: time.time() when step 1's line was printed."""
     clock = _clock()
-    if not clock or first_step_at is None:
+    if not isinstance(clock, dict) or first_step_at is None:
         return False
     now = time.time() if now is None else now
     prev = _LAST_CALL.get(first_step_at)
     _LAST_CALL.clear()
     _LAST_CALL[first_step_at] = now
     step = max(0.0, now - prev) if prev is not None else 0.0
-    return (now - first_step_at) + step >= budget
+    started, credit = clock.get("started_at"), clock.get("startup_s")
+    late = 0.0
+    if isinstance(started, (int, float)) and isinstance(credit, (int, float)):
+        late = max(0.0, first_step_at - started - credit)
+    elif isinstance(started, (int, float)):   # no credit told: every second of its startup is its own to pay
+        late = max(0.0, first_step_at - started)
+    return (now - first_step_at) + late + step >= budget

@@ -29,9 +29,17 @@ limit but within CHEAT_FACTOR of it: no evidence (the judge runs it again; the l
 misjudge a phase, and an honest short run's startup varies by a fraction of a second), never an
 integrity failure. Beyond CHEAT_FACTOR x the limit plus one step at the run's pace: trained past
 the budget, an integrity failure (the baseline, which runs no proposed code, never is one).
-train.py is told only its start (AUTORESEARCH_CLOCK `{"started_at"}`) and knows its budget:
-runtime.budget_spent() stops it once the next step would pass the budget since its first step
-line. It is never told an allowance, so it cannot size silent training to fit one.
+train.py is told its start and the reference's own startup (AUTORESEARCH_CLOCK `{"started_at",
+"startup_s"}`) and knows its budget: runtime.budget_spent() stops it once the next step would pass
+the budget by this clock's charge with that startup as the allowance (never more than the real
+one, which adds the jitter and the load), so an honest run whose start is slow (a slower first step,
+a cold compile) pays it from its budget and ends inside its limit. Knowing the startup widens
+nothing: the charge is on the harness's stamps, and what a run hides before its first line beyond
+its allowance is charged whatever it was told.
+
+Steps mode is counted, not timed (over_steps): the step count, and the time before the first line
+and after the last against the same allowances, plus one step at the run's own pace (capped,
+FIRST_STEP_CAP) since a step line comes after its step.
 """
 from __future__ import annotations
 
@@ -112,6 +120,18 @@ def over_budget(fig: "ClockFigures", budget: float) -> tuple[str | None, str]:
 # of SLACK_FRAC of its own training time and this fraction of its startup allowance (an honest
 # startup's jitter on a short run), times its load.
 STEPS_SLACK_FRAC = 0.5
+# A step line comes after its step, so a startup ends with the run's first step: a recipe whose
+# steps are slower than the baseline's (a bigger batch, a deeper model) starts slower by that much.
+# Steps mode adds to the startup allowance one step at the run's own pace (the harness's stamps),
+# at most this many of the baseline's steps (x the load), and its slack counts each step at the
+# baseline's pace: wall time is not charged in steps mode, so a pace inflated by sleeping between
+# steps must not buy unbounded silent time. 8: the searches' largest moves together (DEPTH x2, the
+# batch x4) stay inside it. What a sleeping run can buy, (1 + STEPS_SLACK_FRAC) x (the startup
+# allowance + 8 of the baseline's steps) unseen, is about what an honest 8x recipe holds in two
+# printed steps (docs/limits.md "Steps mode is counted, not timed").
+# A time budget needs no such term: its honest run pays a slow start from its budget
+# (runtime.budget_spent is told the reference's startup), and wall time is what it is charged.
+FIRST_STEP_CAP = 8.0
 
 
 def over_steps(fig: "ClockFigures", steps: int, resumed: bool = False) -> tuple[str | None, str]:
@@ -126,7 +146,11 @@ def over_steps(fig: "ClockFigures", steps: int, resumed: bool = False) -> tuple[
         return "cheat", (f"its first step line is step {fig.steps.first}: {fig.steps.first - 1} steps were "
                          "trained before it printed one")
     excess = max(0.0, (fig.startup_s or 0.0) - fig.allowance_s) + max(0.0, (fig.post_s or 0.0) - fig.post_allowance_s)
-    allowed = max(SLACK_FRAC * fig.train_s * fig.load.train, STEPS_SLACK_FRAC * fig.allowance_s)
+    # its step lines' time, each step counted at most at the baseline's pace: sleeping between
+    # steps (free in steps mode) must not widen what it may do unseen
+    train = fig.train_s if fig.ref_pace_s is None else \
+        min(fig.train_s, fig.ref_pace_s * max(0, (fig.steps.last or 0) - (fig.steps.first or 0)))
+    allowed = max(SLACK_FRAC * train * fig.load.train, STEPS_SLACK_FRAC * fig.allowance_s)
     if excess <= allowed:
         return None, ""
     why = (f"by the harness's clock the run spent {excess:.1f}s beyond its allowances around its step lines "
@@ -134,7 +158,7 @@ def over_steps(fig: "ClockFigures", steps: int, resumed: bool = False) -> tuple[
            f"after the last step {fig.post_s or 0:.1f}s against {fig.post_allowance_s:.1f}s), {allowed:.1f}s "
            f"allowed for {fig.train_s:.1f}s of step lines")
     saturated = max(fig.load.startup, fig.load.train, fig.load.post) >= MAX_LOAD * SATURATED
-    if excess > CHEAT_FACTOR * allowed + 0.5 * fig.train_s and not saturated:
+    if excess > CHEAT_FACTOR * allowed + 0.5 * train and not saturated:
         return "cheat", why + ": time nobody saw it train, far past what a start and a save take"
     return "over", why + (": the load reached the meter's cap, no evidence, run again" if saturated
                           else ": no evidence, run again")
@@ -142,20 +166,22 @@ def over_steps(fig: "ClockFigures", steps: int, resumed: bool = False) -> tuple[
 
 @dataclass(frozen=True)
 class ClockReference:
-    """The tag's baseline: how long the unmodified train.py takes to start and to finish."""
+    """The tag's baseline: how long the unmodified train.py takes to start, to step and to finish."""
     startup_s: float | None = None     # on an idle machine (each run's own divided by its load)
     post_s: float | None = None
+    pace_s: float | None = None        # seconds between its step lines (FIRST_STEP_CAP's unit)
 
     @classmethod
     def from_figures(cls, figures: list[dict]) -> "ClockReference":
-        """The slowest idle-equivalent startup and post of a baseline's runs (ClockFigures dicts):
-        the unmodified train.py's own jitter is allowed, not charged."""
+        """The slowest idle-equivalent startup, post and pace of a baseline's runs (ClockFigures
+        dicts): the unmodified train.py's own jitter is allowed, not charged."""
         def slowest(key, load_key):
             vals = [float(f[key]) / max(1.0, float(f.get(load_key) or 1.0)) for f in figures
                     if isinstance(f, dict) and isinstance(f.get(key), (int, float))
-                    and isinstance(f.get(load_key, 1.0), (int, float))]
+                    and isinstance(f.get(load_key, 1.0), (int, float)) and f[key] > 0]
             return max(vals) if vals else None
-        return cls(slowest("startup_s", "load_startup"), slowest("post_s", "load_post"))
+        return cls(slowest("startup_s", "load_startup"), slowest("post_s", "load_post"),
+                   slowest("pace_s", "load_train"))
 
     def startup_allowance(self) -> float:
         return self.startup_s * (1 + JITTER) if self.startup_s is not None else STARTUP_FIRST_S
@@ -224,6 +250,7 @@ class ClockFigures:
     steps: StepLines = field(default_factory=StepLines)
     load: PhaseLoads = field(default_factory=PhaseLoads)
     curve: list = field(default_factory=list)     # the printed loss at CURVE_POINTS (untrusted: stops only)
+    ref_pace_s: float | None = None   # steps mode: the baseline's pace x the load (the most a step counts for in the slack)
 
     def as_dict(self) -> dict:
         s, ld = self.steps, self.load
@@ -233,6 +260,8 @@ class ClockFigures:
                 "post_allowance_s": self.post_allowance_s, "tok_s": s.tok_s, "load_startup": ld.startup,
                 "load_train": ld.train, "load_post": ld.post, "other_cores_train": ld.other_cores,
                 "load_spread": ld.spread, "own_cpu_s": ld.own_cpu_s, "accounting": "cgroup" if ld.exact else "tree"}
+        if self.ref_pace_s is not None:
+            flat["ref_pace_s"] = self.ref_pace_s
         out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in flat.items()}
         if self.curve:
             out["curve"] = self.curve
@@ -266,7 +295,8 @@ class ClockFigures:
             if isinstance(raw, list) else []
         return cls(startup_s=num("startup_s"), train_s=num("train_s", 0.0), charged_s=num("charged_s", 0.0),
                    allowance_s=num("allowance_s", 0.0), post_s=num("post_s"),
-                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load, curve=curve)
+                   post_allowance_s=num("post_allowance_s", POST_FIRST_S), steps=steps, load=load, curve=curve,
+                   ref_pace_s=num("ref_pace_s"))
 
 
 @dataclass
@@ -382,6 +412,10 @@ class LogClock:
             post = None if ended is None else max(0.0, ended - self.last_at)
             silent = max(0, (self.first_step or 1) - 1)
             pace = train / (self.last_step - self.first_step) if self.last_step > self.first_step else 0.0
+            ref_pace = None
+            if self.steps and ref.pace_s is not None:   # steps mode: its first step at its own pace (capped)
+                s_allow += min(pace, FIRST_STEP_CAP * ref.pace_s * ls)
+                ref_pace = ref.pace_s * tr.factor
             charged = (train + max(silent * pace, max(0.0, startup - s_allow))
                        + max(0.0, (post or 0.0) - p_allow))
             toks = sorted(self._tok_s[1:] or self._tok_s)
@@ -390,7 +424,7 @@ class LogClock:
                               pace_s=pace, tok_s=tok, last_line=self.last_line)
             loads = PhaseLoads(ls, tr.factor, lp, tr.other_cores, spread, own, exact)
             pts = list(self.losses)
-        return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, loads, curve_of(pts))
+        return ClockFigures(startup, train, charged, s_allow, post, p_allow, steps, loads, curve_of(pts), ref_pace)
 
 
 # The points of a run's budget its printed curve is kept at (fractions), and how many of them a

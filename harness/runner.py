@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import compiled
-from harness.clock import CHEAT_FACTOR, KILL_MARGIN_S, ClockFigures, ClockReference, LogClock, limit_for
+from harness.clock import (CHEAT_FACTOR, KILL_MARGIN_S, STARTUP_FIRST_S, ClockFigures, ClockReference, LogClock,
+                           limit_for)
 from harness.procs import (MAX_LOAD, TERM_GRACE_SECONDS, CpuAccount, LoadMeter, kill_group,  # noqa: F401
                            kill_leftover, threads_of)   # (kill_leftover: re-exported)
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
@@ -243,8 +244,10 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
     started = time.time()
     if sealed and not steps_mode:
-        # its start and nothing else: never an allowance it could size silent training to
-        child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started})
+        # its start and the startup it is never charged for (the reference's own, before the jitter
+        # and load stretch): an honest run pays a longer startup from its budget (runtime.budget_spent)
+        credit = reference.startup_s if reference.startup_s is not None else STARTUP_FIRST_S
+        child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started, "startup_s": round(credit, 3)})
     readonly, binds, hide = data_view(data, data_mode, stand_ins=stand_ins)
     view = View(cwd=folder, readonly=readonly + list(extra_readonly or []),
                 writable=[out_dir] + list(extra_writable or []), binds=binds,

@@ -128,3 +128,22 @@ def test_the_shrunk_value_is_honest_where_a_lucky_minimum_is_not():
     assert abs(statistics.fmean(gaps_shrunk)) < 0.15, statistics.fmean(gaps_shrunk)
     assert statistics.fmean(gaps_run) < -0.4, "the run an advance was made on is lucky"
     assert all(math.isfinite(g) for g in gaps_shrunk)
+
+
+def test_the_reference_rule_never_keeps_a_run_the_clock_calls_over(tmp_path):
+    """--rule reference is keep-if-lower on trusted figures, never on a run the harness's clock says
+    trained past its limit (short of a cheat: no evidence): that run is run again, however low."""
+    from tests.loop_fixtures import fake_run
+    h = JudgeHierarchy(rule="reference", baseline_repeats=1)
+    h.budget = 10.0
+    d = decide(h, ctx(tmp_path, 1, BASE, None), 1.400, run(load=1.0))
+    best = {"commit": BASE, "val_bpb": d.trusted_bpb}
+    hist = [recorded(d, 1, BASE)]
+    over = fake_run(extra={"clock": {"startup_s": 1.0, "train_s": 12.0, "charged_s": 12.0, "allowance_s": 2.0,
+                                     "load_train": 1.0, "steps_seen": 100, "first_step": 1, "last_step": 100,
+                                     "pace_s": 0.12},
+                           "steps_mode": False, "sealed": True}, summary={})
+    got = decide(h, ctx(tmp_path, 2, CAND, best, hist), 1.300, over)
+    assert got.status != "keep" and got.is_again and "no evidence" in got.reason, got.reason
+    fine = decide(h, ctx(tmp_path, 3, OTHER, best, hist), 1.300, run(load=1.0))
+    assert fine.status == "keep" and "reference rule" in fine.reason, fine.reason

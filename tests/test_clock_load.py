@@ -159,8 +159,9 @@ def test_the_unmodified_train_py_on_a_busy_machine_is_never_an_integrity_failure
 
 def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cache, reference):
     """train.py edited to train its first 7.5 s without step lines (its numbering starting after
-    them) and to stop on the harness's clock alone: ~1.75x a 10 s budget. Before, it fit in a
-    15 s floor of slack; now it is past the limit and never evidence."""
+    them) and then a full budget after its first line (runtime.budget_spent, which would have it
+    pay its long start, is not asked): ~1.75x a 10 s budget. Before, it fit in a 15 s floor of
+    slack; now it is past the limit and never evidence."""
     wt, base = repo
     seal, h = sealed_setup(wt)
     h.budget = 10
@@ -172,7 +173,8 @@ def test_silent_training_of_175_percent_of_a_10s_budget_is_caught(repo, tiny_cac
          "        if time.time() - t_train < 7.5:\n            hidden = step + 1\n            step += 1\n"
          "            continue\n"),
         ('print(f"step {step:05d} |', 'print(f"step {step - hidden:05d} |'),
-        ('((local_steps > STARTUP_STEPS and elapsed >= plan["budget"])\n                                  or ', '('),
+        ('((local_steps > STARTUP_STEPS and elapsed >= plan["budget"])\n                                  or '
+         'runtime.budget_spent(first_line_at, plan["budget"])):', 'time.time() - first_line_at >= plan["budget"]:'),
     ):
         assert old in cheat, old
         cheat = cheat.replace(old, new, 1)

@@ -34,10 +34,11 @@ def _swap(source: str, edits) -> str:
     return source
 
 
-# How an imported train.py can train past its budget where no step line shows it, each stopping on
-# the harness's clock alone (runtime.budget_spent from its first step line).
+# How an imported train.py can train past its budget where no step line shows it, each stopping a
+# budget after its first step line (runtime.budget_spent would have it pay a long start first).
 STOP_ON_THE_HARNESS_CLOCK = ('((local_steps > STARTUP_STEPS and elapsed >= plan["budget"])\n'
-                             '                                  or ', '(')
+                             '                                  or runtime.budget_spent(first_line_at, plan["budget"])):',
+                             'time.time() - first_line_at >= plan["budget"]:')
 SILENT = {
     # trains three budgets before its first step line, its step numbers starting after them
     "silent steps first": [

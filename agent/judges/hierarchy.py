@@ -353,7 +353,9 @@ class JudgeHierarchy:
         sigma = noise.sigma or stats.floor_for([s.bpb])
         ev = {"noise": noise.as_dict(), "candidate": {"commit": ctx.commit, "runs": [s.as_dict()]},
               "incumbent": {"commit": inc_commit, "runs": [x.as_dict() for x in inc], "remembered": False}}
-        if self.rule == "reference":   # the reference protocol: its figures as they are
+        if self.rule == "reference":   # the reference protocol: its figures as they are,
+            if s.over:                  # never a run the harness's clock says trained past its limit
+                return None
             call = advance.reference(s.bpb, ctx.best["val_bpb"])
         else:
             bar = evidence.values(inc)
