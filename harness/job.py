@@ -26,9 +26,9 @@ from typing import Protocol, runtime_checkable
 
 from harness import verify as pinned_inputs
 from harness.clock import ClockReference
-from harness.runner import TAIL_LINES, run_train
+from harness.runner import TAIL_LINES, RunFiles, RunSpec, RunView, run_train
 from harness.sandbox import DataView, detect
-from harness.verify import VerifyResult, eval_rows, verify
+from harness.verify import EvalPlace, Evaluation, VerifyResult, eval_rows, verify
 
 # crash_class of a job that was cancelled before it finished (never judged).
 CANCELLED = "cancelled"
@@ -66,7 +66,7 @@ class EvalSpec:
 
 @dataclass
 class JobSeal:
-    """How the run is sealed (harness.runner.run_train's arguments of the same names): whether the
+    """How the run is sealed (harness.runner's RunSpec and RunView fields of the same names): whether the
     harness clock times it against the tag's baseline, the sandbox it runs in and the data that
     sandbox shows. job_seal() below fills it from the loop's harness.verify.Seal."""
     sealed: bool = False
@@ -79,7 +79,7 @@ class JobSeal:
 
 @dataclass
 class TrainJob:
-    """One training run. Mirrors harness.runner.run_train's arguments plus what a remote node
+    """One training run. Mirrors harness.runner's RunSpec (picklable: no paths, no sandbox) plus what a remote node
     needs, the files themselves; job_seal() and eval_spec() below fill the seal and the
     trusted evaluation from the loop's harness.verify.Seal."""
     n: int
@@ -302,10 +302,12 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
         return _node_error(job, f"sandbox {seal.sandbox}: {exc}", started)
     data = DataView.from_dict(seal.data)
     rows = job.evaluation.batch_size if job.evaluation is not None else None
-    run = run_train(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, log_name=job.log_name,
-                    on_tick=on_tick, sandbox=box, data=data, sealed=seal.sealed, data_mode=seal.data_mode,
-                    clock_reference=ClockReference(**(seal.clock_reference or {})), stand_ins=seal.stand_ins,
-                    eval_rows=rows, pid_name=f"child-{slot}.pid", out_dir=staging, stop_limits=job.stop_limits)
+    run = run_train(RunSpec(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, sealed=seal.sealed,
+                            clock_reference=ClockReference(**(seal.clock_reference or {})), eval_rows=rows,
+                            stop_limits=job.stop_limits,
+                            view=RunView(sandbox=box, data=data, data_mode=seal.data_mode, stand_ins=seal.stand_ins),
+                            files=RunFiles(log_name=job.log_name, pid_name=f"child-{slot}.pid", out_dir=staging)),
+                    on_tick=on_tick)
     run = swap_in(run, staging, out_dir)
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
                        timed_out=run.timed_out,
@@ -327,21 +329,22 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
 
 def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, env: dict,
              slot: str) -> VerifyResult:
-    """The trusted evaluation, exactly as agent/judges/hierarchy.py's _verify calls it."""
+    """The trusted evaluation of the run's model: the one place it is made (the judge reads it from
+    the run, agent/judges/hierarchy.py _verify)."""
     spec = job.evaluation
     printed = None if job.seal.sealed else (summary or {}).get("val_bpb")
     cache, problem = _eval_cache(spec, job.seal.data)
     if problem is not None:
         problem.printed_bpb = printed
         return problem
-    kw = {"timeout_s": spec.timeout_s} if spec.timeout_s else {}
-    if spec.eval_tokens:
-        kw["eval_tokens"] = spec.eval_tokens
     train_source = spec.train_source if spec.train_source is not None else job.files.get("train.py", "")
-    return verify(artifact, train_source=train_source, prepare_source=spec.prepare_source,
-                  printed_bpb=printed, sealed=job.seal.sealed, rows=spec.batch_size,
-                  env=dict(os.environ, **env), sandbox=box, eval_cache=cache,
-                  work_root=run_dir / VERIFY_DIR, pid_name=f"verify-{slot}.pid", **kw)
+    what = Evaluation(train_source, spec.prepare_source, spec.batch_size, printed_bpb=printed,
+                      sealed=job.seal.sealed, eval_tokens=spec.eval_tokens or None, eval_cache=cache)
+    where = EvalPlace(sandbox=box, env=dict(os.environ, **env), work_root=run_dir / VERIFY_DIR,
+                      pid_name=f"verify-{slot}.pid")
+    if spec.timeout_s:
+        where.timeout_s = spec.timeout_s
+    return verify(artifact, what, where)
 
 
 def _eval_cache(spec, data: dict | None) -> tuple[Path | None, VerifyResult | None]:

@@ -174,58 +174,91 @@ def classify(returncode: int | None, timed_out: bool, text: str, summary: dict |
     return None
 
 
-def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: float | None = None,
-              env: dict | None = None, log_name: str | None = None, on_tick=None,
-              script: str = "train.py", sandbox: Sandbox | None = None, data: DataView | None = None,
-              sealed: bool = False, data_mode: str = "train", clock_reference: ClockReference | None = None,
-              clean: bool = False, pid_name: str = PID_FILE, stand_ins: dict | None = None,
-              eval_rows: int | None = None, log_path: Path | None = None, out_dir: Path | None = None,
-              extra_readonly: list | None = None, extra_writable: list | None = None,
-              compile_cache: str = "read", cache_work: Path | None = None, own_session: bool = True,
-              stop_limits: list | None = None) -> RunResult:
-    """Run `sys.executable train.py` in `folder`; return what happened (never raises on crash).
+@dataclass
+class RunView:
+    """What a run sees beyond its own folder (harness/sandbox.py): run it inside `sandbox` with
+    `data` shown per `data_mode` ("train", "open"; `stand_ins` replace training shards, for
+    screening); the only writable place is its output folder, plus `extra_writable` (a folder to
+    save a Hyperband state in); `extra_readonly` (a state to resume). Without a sandbox (kind
+    "none") the environment is still scrubbed of secrets. compile_cache: "read" (default): the
+    tag's trusted compile cache (harness/compiled.py, run_dir/.sealed/compile-cache), when
+    published, is copied into the run's private cache before train.py starts; "write": only the
+    harness's warm-up of the base train.py, whose caches go to `cache_work`; "off"."""
+    sandbox: Sandbox | None = None
+    data: DataView | None = None
+    data_mode: str = "train"
+    stand_ins: dict | None = None
+    extra_readonly: list = field(default_factory=list)
+    extra_writable: list = field(default_factory=list)
+    compile_cache: str = "read"
+    cache_work: Path | None = None
 
-    folder: the run's own files (executors/ materialise a commit's train.py and the fixed
-    files beside it there): with a sandbox it is all of the project the run sees, read-only.
-    sandbox: run it inside (harness/sandbox.py) with `data` shown per `data_mode` ("train",
-    "open"; `stand_ins` replace training shards, for screening); the only writable place is the
-    run's output folder artifacts/exp-NNNN/ (model.pt, any state), size-capped. Without one
-    (kind "none"), the environment is still scrubbed of secrets.
-    sealed: loop mode (AUTORESEARCH_SEALED=1): train.py saves its model and does not evaluate;
-    the harness clock (harness/clock.py, against `clock_reference`, the tag's baseline) times the
-    training and ends a run far past its budget.
+
+@dataclass
+class RunFiles:
+    """Where a run's things go: its log (run_dir/logs/exp-NNNN.log, or `log_name` there, or
+    `log_path`), its output folder (run_dir/artifacts/exp-NNNN/, or `out_dir`), the file in run_dir
+    that records its process group while it runs (`pid_name`: one per worker or executor slot when
+    runs share a run folder). clean: afterwards, anything left in the folder beyond its own files is
+    removed. own_session: the child leads its own process group (default); False keeps it in the
+    caller's (scripts/gpu_steps.py: killing a step's group then ends its train.py too)."""
+    log_name: str | None = None
+    log_path: Path | None = None
+    out_dir: Path | None = None
+    pid_name: str = PID_FILE
+    clean: bool = False
+    own_session: bool = True
+
+
+@dataclass
+class RunSpec:
+    """One run of `script` in `folder` (executors/ materialise a commit's train.py and the fixed
+    files beside it there: with a sandbox it is all of the project the run sees, read-only), the
+    n-th of the run folder `run_dir`, on a budget of `budget` seconds (killed past `timeout`).
+    sealed: loop mode (AUTORESEARCH_SEALED=1): train.py saves its model and does not evaluate; the
+    harness clock (harness/clock.py, against `clock_reference`, the tag's baseline) times the
+    training and ends a run far past its budget. eval_rows: the evaluation batch its graph is
+    recorded at. stop_limits: [[fraction of the budget, loss], ...]: the run is ended (crash class
+    stopped_early) once the loss it prints at that point of its budget is above the limit
+    (harness/clock.py LogClock.stop_early): what it prints may make it cost less, never count for more."""
+    folder: Path
+    run_dir: Path
+    n: int
+    budget: float
+    timeout: float | None = None
+    env: dict | None = None
+    script: str = "train.py"
+    sealed: bool = False
+    clock_reference: ClockReference | None = None
+    eval_rows: int | None = None
+    stop_limits: list | None = None
+    view: RunView = field(default_factory=RunView)
+    files: RunFiles = field(default_factory=RunFiles)
+
+
+def run_train(spec: RunSpec, on_tick=None) -> RunResult:
+    """Run `sys.executable train.py` as `spec` says; return what happened (never raises on crash).
+
     The child's output is read through a pipe: lines are cut at LINE_CAP_BYTES, secrets removed,
     step lines stamped, and the log stops at LOG_CAP_BYTES, where the run ends as a flood.
-    clean: afterwards, anything left in `folder` beyond its own files is removed.
-    pid_name: the file in run_dir that records the child's process group while it runs (one per
-    worker or executor slot when several runs share a run folder: child.pid, child-w2.pid, ...).
-    log_path, out_dir: instead of run_dir/logs/exp-NNNN.log and run_dir/artifacts/exp-NNNN/;
-    extra_readonly, extra_writable: more of the view (a Hyperband state to resume, a folder to save one).
-    compile_cache: "read" (default): the tag's trusted compile cache (harness/compiled.py,
-    run_dir/.sealed/compile-cache), when published, is copied into the run's private cache before
-    train.py starts; "write": only the harness's warm-up of the base train.py, whose caches go to
-    `cache_work` (published by the caller); "off".
-    own_session: the child leads its own process group (default). False keeps it in the caller's
-    group (scripts/gpu_check.py: killing a step's group then ends its train.py too).
-    stop_limits: [[fraction of the budget, loss], ...]: the run is ended (crash class stopped_early)
-    once the loss it prints at that point of its budget is above the limit (harness/clock.py
-    LogClock.stop_early): what it prints may make it cost less, never count for more.
-    KeyboardInterrupt (and anything else raised while waiting, e.g. from on_tick) ends the
-    child's whole process group before propagating.
+    on_tick(seconds, log_path) is called while it runs. KeyboardInterrupt (and anything else raised
+    while waiting, e.g. from on_tick) ends the child's whole process group before propagating.
     """
-    folder, run_dir = Path(folder), Path(run_dir)
+    seen, place = spec.view, spec.files
+    folder, run_dir, n, budget, sealed = Path(spec.folder), Path(spec.run_dir), spec.n, spec.budget, spec.sealed
     # once per process: without .pyc files every run compiles torch from source (its group recorded
     # in the run folder, so --resume ends it after a kill -9 of the loop)
     compiled.ensure(pid_dir=run_dir)
-    log_path = Path(log_path) if log_path is not None else run_dir / "logs" / (log_name or f"exp-{n:04d}.log")
+    log_path = Path(place.log_path) if place.log_path is not None else \
+        run_dir / "logs" / (place.log_name or f"exp-{n:04d}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / "artifacts" / f"exp-{n:04d}"
+    out_dir = Path(place.out_dir) if place.out_dir is not None else run_dir / "artifacts" / f"exp-{n:04d}"
     shutil.rmtree(out_dir, ignore_errors=True)   # never let an old artifact pass for this run's
     out_dir.mkdir(parents=True, exist_ok=True)
     artifact = out_dir / "model.pt"
-    timeout = timeout_for(budget) if timeout is None else timeout
-    reference = clock_reference or ClockReference()
-    box = sandbox if sandbox is not None else Sandbox("none", "not sandboxed")
+    timeout = timeout_for(budget) if spec.timeout is None else spec.timeout
+    reference = spec.clock_reference or ClockReference()
+    box = seen.sandbox if seen.sandbox is not None else Sandbox("none", "not sandboxed")
     child_env = dict(os.environ)
     child_env.update({"AUTORESEARCH_TIME_BUDGET": f"{budget:g}",
                       "AUTORESEARCH_ARTIFACT": str(artifact),
@@ -234,13 +267,13 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                       "PYTHONDONTWRITEBYTECODE": "1",
                       # the source already carries its profile's knob values (search/knobs.for_profile)
                       "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"})
-    if eval_rows:
-        child_env["AUTORESEARCH_EVAL_BATCH"] = str(eval_rows)
+    if spec.eval_rows:
+        child_env["AUTORESEARCH_EVAL_BATCH"] = str(spec.eval_rows)
     if sealed:
         child_env["AUTORESEARCH_SEALED"] = "1"
     else:
         child_env.pop("AUTORESEARCH_SEALED", None)
-    child_env.update(env or {})
+    child_env.update(spec.env or {})
     steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
     started = time.time()
     if sealed and not steps_mode:
@@ -248,14 +281,14 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
         # and load stretch): an honest run pays a longer startup from its budget (runtime.budget_spent)
         credit = reference.startup_s if reference.startup_s is not None else STARTUP_FIRST_S
         child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started, "startup_s": round(credit, 3)})
-    readonly, binds, hide = data_view(data, data_mode, stand_ins=stand_ins)
-    view = View(cwd=folder, readonly=readonly + list(extra_readonly or []),
-                writable=[out_dir] + list(extra_writable or []), binds=binds,
-                hide=hide + [run_dir.resolve()] + ([data.cache] if data is not None else []),
+    readonly, binds, hide = data_view(seen.data, seen.data_mode, stand_ins=seen.stand_ins)
+    view = View(cwd=folder, readonly=readonly + list(seen.extra_readonly or []),
+                writable=[out_dir] + list(seen.extra_writable or []), binds=binds,
+                hide=hide + [run_dir.resolve()] + ([seen.data.cache] if seen.data is not None else []),
                 gpus=gpus_of(child_env))
-    argv = [sys.executable, script]
-    argv, private_cache = compiled.run_cache(compile_cache, run_dir, cache_work, box, view, child_env, argv)
-    before = set(os.listdir(folder)) if clean else set()
+    argv = [sys.executable, spec.script]
+    argv, private_cache = compiled.run_cache(seen.compile_cache, run_dir, seen.cache_work, box, view, child_env, argv)
+    before = set(os.listdir(folder)) if place.clean else set()
 
     t0 = time.monotonic()
     steps_env = child_env.get("AUTORESEARCH_STEPS")
@@ -266,11 +299,11 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
     account = CpuAccount(f"{n}-{log_path.stem}")   # every CPU second of the run, counted by the kernel
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, enter=account.enter, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=own_session)
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=place.own_session)
         # the machine's load, measured by the harness
         clock.meter = meter = LoadMeter(proc.pid, wants=threads_of(child_env), account=account)
         meter.sample(t0)
-        pid_file = run_dir / pid_name
+        pid_file = run_dir / place.pid_name
         pid_file.write_text(json.dumps({"pgid": proc.pid, "n": n, "cwd": str(folder),
                                         "started_at": started}))
         reader = OutputReader(proc.stdout, log, clock)
@@ -293,13 +326,13 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
                 flood = reader.flood or _out_flood(out_dir)
                 if flood:
                     break
-                stopped = clock.stop_early(stop_limits)
+                stopped = clock.stop_early(spec.stop_limits)
                 if stopped:
                     break
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
         except BaseException:
-            _end(proc, own_session)
+            _end(proc, place.own_session)
             account.close()
             reader.join(READER_JOIN_S)
             pid_file.unlink(missing_ok=True)
@@ -310,7 +343,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
         meter.sample(ended, force=True)
         # The leader may be done while its children live on (or it timed out): end the group,
         # and anything of the run's that left it (its cgroup)
-        _end(proc, own_session)
+        _end(proc, place.own_session)
         account.close()
         reader.join(READER_JOIN_S)
         flood = flood or reader.flood
@@ -320,7 +353,7 @@ def run_train(folder: Path, run_dir: Path, n: int, budget: float, *, timeout: fl
         shutil.rmtree(private_cache, ignore_errors=True)
     ended_by_us = timed_out or over_budget or bool(flood) or bool(stopped)
     figures = clock.figures(ended if not ended_by_us else None)
-    if clean:
+    if place.clean:
         _clean_folder(folder, before)
 
     text = _read_capped(log_path)

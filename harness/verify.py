@@ -107,21 +107,42 @@ def source_sha(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: float | None,
-           rows: int, env: dict | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-           python: str | None = None, sandbox: Sandbox | None = None, eval_cache: Path | None = None,
-           work_root: Path | None = None, sealed: bool = False, pid_name: str = VERIFY_PID_FILE,
-           eval_tokens: int | None = None) -> VerifyResult:
-    """Evaluate `artifact` (runtime.save_model's file) with `prepare_source`'s evaluation.
+@dataclass
+class Evaluation:
+    """What one trusted evaluation measures: the model a run of `train_source` saved (the source is
+    hashed only, compared with the artifact's claim), with `prepare_source`'s evaluation on
+    `rows`-row batches, over `eval_tokens` (fewer than the profile's EVAL_TOKENS: a proxy
+    evaluation; None: all of them) of the pinned inputs at `eval_cache` (the run folder's pinned
+    copy, read through AUTORESEARCH_CACHE; None: the data cache itself, read-only: a tool, a test).
+    printed_bpb: what train.py printed (an unsealed run), compared; sealed: it printed nothing
+    (loop mode), so this evaluation is the only figure."""
+    train_source: str
+    prepare_source: str
+    rows: int
+    printed_bpb: float | None = None
+    sealed: bool = False
+    eval_tokens: int | None = None
+    eval_cache: Path | None = None
 
-    train_source: the committed train.py, hashed only (compared with the artifact's claim).
-    eval_cache: the pinned copy of the evaluation inputs (harness/verify.py (the pinned inputs)), read through
-    AUTORESEARCH_CACHE. sandbox: default detect("auto"); kind none runs it unsandboxed.
-    work_root: where the worker's folder goes (the run folder's .verify/), with its pid file, so a
-    loop killed mid-evaluation leaves nothing that --resume cannot end and remove.
-    sealed: train.py printed no val_bpb (loop mode): this evaluation is the only figure.
-    eval_tokens: fewer tokens than the profile's EVAL_TOKENS (a proxy evaluation).
-    """
+
+@dataclass
+class EvalPlace:
+    """Where the evaluator runs: inside `sandbox` (default detect("auto"); kind none runs it
+    unsandboxed) with `env` (default this process's) and `python`, its folder under `work_root`
+    (the run folder's .verify/) with its pid file `pid_name`, so a loop killed mid-evaluation leaves
+    nothing that --resume cannot end and remove; ended after `timeout_s`."""
+    sandbox: Sandbox | None = None
+    env: dict | None = None
+    python: str | None = None
+    work_root: Path | None = None
+    pid_name: str = VERIFY_PID_FILE
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def verify(artifact, what: Evaluation, where: EvalPlace | None = None) -> VerifyResult:
+    """Evaluate `artifact` (runtime.save_model's file) as `what` says, where `where` says."""
+    where = where or EvalPlace()
+    printed_bpb, eval_cache, timeout_s = what.printed_bpb, what.eval_cache, where.timeout_s
     t0 = time.time()
     artifact = Path(artifact) if artifact else None
     if artifact is None or not artifact.is_file():
@@ -134,27 +155,27 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
         return VerifyResult(False, f"the model artifact {artifact} is a link ({os.path.realpath(artifact)}): "
                                    "a run must write its own model file", printed_bpb=printed_bpb,
                             seconds=time.time() - t0)
-    if work_root is not None:
-        Path(work_root).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="verify-", dir=work_root))
-    box = sandbox if sandbox is not None else detect("auto")
+    if where.work_root is not None:
+        Path(where.work_root).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="verify-", dir=where.work_root))
+    box = where.sandbox if where.sandbox is not None else detect("auto")
     try:
-        (work / "prepare.py").write_text(prepare_source)
+        (work / "prepare.py").write_text(what.prepare_source)
         for f in WORKER_FILES:       # never run from a folder train.py could have written to
             shutil.copy(f, work / f.name)
-        spec = {"dir": str(work), "artifact": str(artifact.resolve()), "rows": int(rows),
-                "train_sha": source_sha(train_source), "eval_tokens": eval_tokens}
+        spec = {"dir": str(work), "artifact": str(artifact.resolve()), "rows": int(what.rows),
+                "train_sha": source_sha(what.train_source), "eval_tokens": what.eval_tokens}
         (work / "spec.json").write_text(json.dumps(spec))
-        child_env = dict(os.environ if env is None else env)
+        child_env = dict(os.environ if where.env is None else where.env)
         child_env.pop("AUTORESEARCH_SEALED", None)
         if eval_cache is None:      # no pinned copy (a tool, a test): the data cache itself, read-only
             eval_cache = Path(child_env.get("AUTORESEARCH_CACHE") or Path.home() / ".cache" / "autoresearch")
         child_env["AUTORESEARCH_CACHE"] = str(Path(eval_cache).resolve())
-        argv = [python or sys.executable, "-I", str(work / "eval_worker.py"), str(work / "spec.json")]
+        argv = [where.python or sys.executable, "-I", str(work / "eval_worker.py"), str(work / "spec.json")]
         view = View(cwd=work, readonly=[p for p in (eval_cache, artifact) if p is not None],
                     gpus=gpus_of(child_env))
         code, verdict, tail, timed_out = _run_group(box, argv, view, child_env, timeout_s, work,
-                                                    work_root, pid_name)
+                                                    where.work_root, where.pid_name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if timed_out:
@@ -167,7 +188,7 @@ def verify(artifact, *, train_source: str, prepare_source: str, printed_bpb: flo
     except (ValueError, IndexError):
         return VerifyResult(False, f"trusted evaluation died (exit {code}) without a verdict: {tail[-300:]}",
                             printed_bpb=printed_bpb, seconds=time.time() - t0, details={"log_tail": tail})
-    return judge_worker_output(out, printed_bpb, time.time() - t0, sealed=sealed)
+    return judge_worker_output(out, printed_bpb, time.time() - t0, sealed=what.sealed)
 
 
 def _run_group(box: Sandbox, argv, view: View, env: dict, timeout_s: float, cwd: Path,

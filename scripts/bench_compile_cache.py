@@ -24,7 +24,7 @@ from agent import compile_warm  # noqa: E402
 from search import knobs  # noqa: E402
 from harness.job import FIXED_SOURCES  # noqa: E402
 from harness.job import materialise  # noqa: E402
-from harness.runner import run_train  # noqa: E402
+from harness.runner import RunSpec, RunView, run_train  # noqa: E402
 from harness.sandbox import DataView, detect  # noqa: E402
 from harness.verify import eval_rows  # noqa: E402
 
@@ -59,8 +59,8 @@ def main(argv=None):
     for n, (label, mode) in enumerate((("cold", "off"), ("warm", "read")), start=1):
         src = materialise(files, run_dir / ".runs" / "src")
         t0 = time.time()
-        run = run_train(src, run_dir, n, 300, env=env, sealed=True, sandbox=box, data=view,
-                        eval_rows=eval_rows(prepare.PROFILE), compile_cache=mode)
+        run = run_train(RunSpec(src, run_dir, n, 300, env=env, sealed=True, eval_rows=eval_rows(prepare.PROFILE),
+                                view=RunView(sandbox=box, data=view, compile_cache=mode)))
         out[label] = figures(run, t0)
         print(label, json.dumps(out[label]), flush=True)
     print(json.dumps(out, indent=1))

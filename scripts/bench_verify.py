@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.job import FIXED_SOURCES  # noqa: E402
-from harness.runner import run_train  # noqa: E402
-from harness.verify import eval_rows, tolerance, verify  # noqa: E402
+from harness.runner import RunSpec, run_train  # noqa: E402
+from harness.verify import Evaluation, eval_rows, tolerance, verify  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
         for name in FIXED_SOURCES:
             (src / name).write_text((REPO / name).read_text())
         (src / "train.py").write_text(train_src)
-        run = run_train(src, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),
-                        env={"AUTORESEARCH_STEPS": str(args.steps)}, eval_rows=eval_rows(profile))
+        run = run_train(RunSpec(src, run_dir, 1, float(os.environ.get("AUTORESEARCH_TIME_BUDGET", 300)),
+                                env={"AUTORESEARCH_STEPS": str(args.steps)}, eval_rows=eval_rows(profile)))
         if run.crash_class is not None:
             print(f"the run crashed ({run.crash_class}):\n{run.log_tail}")
             return 2
@@ -57,8 +57,8 @@ def main(argv=None) -> int:
         print(f"run: {time.time() - t0:.1f}s wall, profile {s.get('profile')}, device {s.get('device')}, "
               f"attention {s.get('attn_backend')}, val_bpb {s['val_bpb']:.6f}, eval_seconds {s.get('eval_seconds')}")
         rows = eval_rows(s.get("profile") or profile)
-        results = [verify(run.artifact, train_source=train_src, prepare_source=prepare_src,
-                          printed_bpb=s["val_bpb"], rows=rows) for _ in range(args.repeats)]
+        results = [verify(run.artifact, Evaluation(train_src, prepare_src, rows, printed_bpb=s["val_bpb"]))
+                   for _ in range(args.repeats)]
     ok = True
     for i, r in enumerate(results, 1):
         t = r.details.get("timings") or {}

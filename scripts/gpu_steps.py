@@ -58,7 +58,7 @@ class Record(dict):
 
 def end_started(scratch):
     """The trusted evaluator runs in a process group of its own (harness/verify.py), recorded in a
-    pid file; train.py (run_train(own_session=False)) is in this step's group."""
+    pid file; train.py (RunFiles(own_session=False)) is in this step's group."""
     from harness.procs import kill_leftover
     for run_dir in Path(scratch).glob("tag*"):
         kill_leftover(run_dir)
@@ -207,7 +207,7 @@ def train_run(rec, spec, label, n, files, *, budget, env, compile_cache="off"):
     import prepare
     from harness import compiled as cc
     from harness.job import materialise
-    from harness.runner import run_train
+    from harness.runner import RunFiles, RunSpec, RunView, run_train
     from harness.sandbox import DataView, detect
     from harness.verify import eval_rows
     run_dir = Path(spec["scratch"]) / "tag"
@@ -216,9 +216,10 @@ def train_run(rec, spec, label, n, files, *, budget, env, compile_cache="off"):
     view = DataView.from_describe({"paths": prepare.data_paths()})
     log_path = Path(spec["out"]) / f"{label}.log"
     rec.update(phase="training", log=log_path.name, sandbox=box.describe(), compile_cache=compile_cache)
-    res = run_train(src, run_dir, n, budget, timeout=budget + 400, env=env, sealed=True, sandbox=box, data=view,
-                    log_path=log_path, eval_rows=eval_rows(prepare.PROFILE), compile_cache=compile_cache,
-                    cache_work=run_dir / cc.WORK, own_session=False)
+    res = run_train(RunSpec(src, run_dir, n, budget, timeout=budget + 400, env=env, sealed=True,
+                            eval_rows=eval_rows(prepare.PROFILE),
+                            view=RunView(sandbox=box, data=view, compile_cache=compile_cache, cache_work=run_dir / cc.WORK),
+                            files=RunFiles(log_path=log_path, own_session=False)))
     return res, run_dir, box
 
 
@@ -227,7 +228,7 @@ def step_recipe(rec, spec, label):
     import prepare
     import runtime
     from harness import compiled as cc
-    from harness.verify import eval_rows, verify
+    from harness.verify import EvalPlace, Evaluation, eval_rows, verify
     budget = spec["budget"]
     files = run_files(prepare)
     t0 = time.perf_counter()
@@ -267,9 +268,10 @@ def step_recipe(rec, spec, label):
     if res.crash_class:
         raise RuntimeError(f"train.py run ended as {res.crash_class}: {res.log_tail[-600:]}")
     rec.update(phase="verify", artifact=str(res.artifact))
-    v = verify(res.artifact, train_source=files["train.py"], prepare_source=files["prepare.py"], printed_bpb=None,
-               sealed=True, rows=eval_rows(prepare.PROFILE), env=dict(os.environ), timeout_s=400, sandbox=box,
-               eval_cache=Path(os.environ.get("AUTORESEARCH_CACHE") or prepare.CACHE_DIR), work_root=run_dir / ".verify")
+    v = verify(res.artifact,
+               Evaluation(files["train.py"], files["prepare.py"], eval_rows(prepare.PROFILE), sealed=True,
+                          eval_cache=Path(os.environ.get("AUTORESEARCH_CACHE") or prepare.CACHE_DIR)),
+               EvalPlace(sandbox=box, env=dict(os.environ), timeout_s=400, work_root=run_dir / ".verify"))
     details = v.details or {}
     overhead = sum(x for x in (clock.get("startup_s"), clock.get("post_s"), v.seconds) if x)
     rec.update(phase="done", verify={"ok": v.ok, "reason": v.reason, "trusted_bpb": v.trusted_bpb,

@@ -114,9 +114,9 @@ def _run_subprocess(task: Task, log: Path, env: dict, prepare_dir: str,
 def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
     from harness.job import materialise
     from search.proxy import Proxy
-    from harness.runner import run_train
+    from harness.runner import RunFiles, RunSpec, RunView, run_train
     from harness.sandbox import DataView, detect
-    from harness.verify import verify
+    from harness.verify import EvalPlace, Evaluation, verify
     box = detect("bwrap")
     data, proxy = DataView.from_dict(seal["data"]), Proxy.from_dict(seal["proxy"])
     source = Path(task.source).read_text()
@@ -125,18 +125,18 @@ def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
     work = materialise(files, log.parent / f".{task.id}.src")
     out = log.parent / f".{task.id}.out"
     try:
-        run = run_train(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sandbox=box, data=data,
-                        sealed=True, data_mode="train", stand_ins=proxy.stand_ins if proxy else None,
-                        eval_rows=seal["rows"], log_path=log, out_dir=out, pid_name=f".{task.id}.pid",
-                        extra_readonly=[task.state.resume] if task.state.resume is not None else [],
-                        extra_writable=[Path(task.state.save).parent] if task.state.save is not None else [])
+        seen = RunView(sandbox=box, data=data, data_mode="train", stand_ins=proxy.stand_ins if proxy else None,
+                       extra_readonly=[task.state.resume] if task.state.resume is not None else [],
+                       extra_writable=[Path(task.state.save).parent] if task.state.save is not None else [])
+        run = run_train(RunSpec(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sealed=True,
+                                eval_rows=seal["rows"], view=seen,
+                                files=RunFiles(log_path=log, out_dir=out, pid_name=f".{task.id}.pid")))
         if run.crash_class is not None:
             return 1, f"crashed: {run.crash_class}", None
         cache = proxy.cache if proxy else Path(seal["eval_cache"]) if seal.get("eval_cache") else None
-        v = verify(run.artifact, train_source=source, prepare_source=files["prepare.py"], printed_bpb=None,
-                   rows=seal["rows"], sandbox=box, eval_cache=cache, sealed=True,
-                   eval_tokens=seal.get("eval_tokens"), work_root=log.parent / ".verify",
-                   pid_name=f"verify-{task.id}.pid")
+        v = verify(run.artifact, Evaluation(source, files["prepare.py"], seal["rows"], sealed=True,
+                                            eval_tokens=seal.get("eval_tokens"), eval_cache=cache),
+                   EvalPlace(sandbox=box, work_root=log.parent / ".verify", pid_name=f"verify-{task.id}.pid"))
         with open(log, "a") as f:
             f.write(f"[pool] trusted evaluation on {'the proxy split' if proxy else 'the validation data'}: "
                     f"{v.reason}\n")

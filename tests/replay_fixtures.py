@@ -12,7 +12,7 @@ import torch
 import runtime
 from harness import graph as G
 from harness.eval_worker import Checked
-from harness.verify import eval_rows, verify
+from harness.verify import Evaluation, eval_rows, verify
 
 ROWS = 8          # the tiny profile's evaluation batch (harness.verify.EVAL_ROWS)
 WIDTH = 32
@@ -119,8 +119,7 @@ def save_artifact(model, folder, name, source="# a train.py\n"):
 
 
 def verify_artifact(path, prepare_source, source="# a train.py\n"):
-    return verify(path, train_source=source, prepare_source=prepare_source, printed_bpb=None,
-                  rows=eval_rows("tiny"), sealed=True)
+    return verify(path, Evaluation(source, prepare_source, eval_rows("tiny"), sealed=True))
 
 
 def sha_of(t: torch.Tensor) -> str:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness import runner, secrets
-from harness.runner import run_train
+from harness.runner import RunSpec, RunView, run_train
 from harness.sandbox import DataView, Sandbox, View, data_view, detect, gpu_devices, gpus_of
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
 from tests.test_cheats import SRC, commit, ctx_for, repo  # noqa: F401  (fixture)
@@ -205,8 +205,9 @@ def test_without_a_sandbox_secrets_still_stay_out(tmp_path):
     (wt / "train.py").write_text("import os, json\nprint(json.dumps(dict(os.environ)))\n")
     os.environ["MY_SERVICE_PASSWORD"] = "hunter2hunter2"
     try:
-        run = run_train(wt, tmp_path / "run", 1, 5, sandbox=Sandbox("none", "test"),
-                        env={"ANTHROPIC_API_KEY": KEY, "PLAIN": "visible", "COPIED": KEY})
+        run = run_train(RunSpec(wt, tmp_path / "run", 1, 5, env={"ANTHROPIC_API_KEY": KEY, "PLAIN": "visible",
+                                                                    "COPIED": KEY},
+                                view=RunView(sandbox=Sandbox("none", "test"))))
     finally:
         del os.environ["MY_SERVICE_PASSWORD"]
     printed = json.loads(run.log_path.read_text().splitlines()[0])
@@ -237,7 +238,7 @@ def test_a_flood_ends_the_run_and_the_loop_lives_on(tmp_path, monkeypatch, body,
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "train.py").write_text(body)
-    run = run_train(wt, tmp_path / "run", 1, 5, timeout=120)
+    run = run_train(RunSpec(wt, tmp_path / "run", 1, 5, timeout=120))
     assert run.crash_class == runner.FLOOD, run.log_tail
     assert why in run.log_tail
     assert run.log_path.stat().st_size < (4 << 20) + 70_000
@@ -249,7 +250,7 @@ def test_log_lines_lose_secrets_as_they_are_read(tmp_path):
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "train.py").write_text(f"print('key {KEY} and a shape sk-ant-api03-' + 'Z' * 30)\n")
-    run = run_train(wt, tmp_path / "run", 1, 5)
+    run = run_train(RunSpec(wt, tmp_path / "run", 1, 5))
     text = run.log_path.read_text()
     assert KEY not in text and "ZZZZZZ" not in text and text.count("[redacted]") == 2
 

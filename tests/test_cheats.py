@@ -18,7 +18,7 @@ from search import knobs
 from harness.job import FIXED_SOURCES, EvalSpec, JobSeal, TrainJob, evaluate
 from harness.sandbox import detect
 from runfiles.queue_store import QueueStore
-from harness.runner import RunResult, run_train
+from harness.runner import RunResult, RunSpec, run_train
 from tests.test_verify import NON_CAUSAL, make_artifact
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_printed_fake_val_bpb_is_caught_after_a_real_run(repo, tiny_cache):
     h = JudgeHierarchy(budget=5)
     assert h.guard(ctx_for(wt, base, cheat)).ok
     sha = commit(wt, cheat)
-    run = run_train(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"}, eval_rows=8)
+    run = run_train(RunSpec(wt, wt, 2, 5, env={"AUTORESEARCH_STEPS": "2", "AUTORESEARCH_THREADS": "1"}, eval_rows=8))
     assert run.crash_class is None, run.log_tail
     assert run.artifact is not None and run.artifact.exists()
     d = h.judge(ctx_for(wt, base, cheat, commit=sha), evaluated(run, wt, base, cheat))

@@ -171,12 +171,12 @@ def test_the_reference_keeps_the_baselines_pace():
 def test_the_runner_tells_the_run_its_credit(tmp_path):
     """The real runner and a stand-in train.py that prints what it was told: the reference's own
     startup (not the allowance: no jitter, no load stretch), and the first allowance before one."""
-    from harness.runner import run_train
+    from harness.runner import RunSpec, run_train
     (tmp_path / "train.py").write_text(
         "import os\nprint('clock', os.environ.get('AUTORESEARCH_CLOCK'), flush=True)\n"
         "print('step 00001 | loss 3.0', flush=True)\n")
     for ref, credit in ((REF, REF.startup_s), (None, clock_mod.STARTUP_FIRST_S)):
-        run = run_train(tmp_path, tmp_path / "run", 1, 5.0, sealed=True, clock_reference=ref)
+        run = run_train(RunSpec(tmp_path, tmp_path / "run", 1, 5.0, sealed=True, clock_reference=ref))
         line = next(x for x in run.log_path.read_text().splitlines() if x.startswith("clock "))
         told = json.loads(line.split(" ", 1)[1])
         assert set(told) == {"started_at", "startup_s"} and told["startup_s"] == credit

@@ -11,7 +11,7 @@ import pytest
 
 from agent import compile_warm
 from harness import compiled as compile_cache
-from harness.runner import run_train
+from harness.runner import RunSpec, RunView, run_train
 from harness.sandbox import Sandbox, detect
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_warm_up_publishes_and_later_runs_read_a_private_copy(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(STAND_IN)
-    warm = report(run_train(src, run_dir, 1, 5, sandbox=box, sealed=True))
+    warm = report(run_train(RunSpec(src, run_dir, 1, 5, sealed=True, view=RunView(sandbox=box))))
     assert warm["cache"] == "/tmp/inductor-cache"                 # its own /tmp, as every sealed run
     assert warm["files_at_start"] > 0 and warm["hits"] >= 1       # the trusted copy was there: a cache hit
     # the read-only mount refuses the plant; what it wrote to its own copy vanished with its /tmp
@@ -82,7 +82,7 @@ def test_warm_up_publishes_and_later_runs_read_a_private_copy(tmp_path):
     # a second warm-up does nothing: the trusted cache is written once
     assert compile_warm.warm(files, run_dir, 5, sandbox=box, data=None, say=said.append)["status"] == "skipped"
     # "off": cold again
-    off = report(run_train(src, run_dir, 2, 5, sandbox=box, sealed=True, compile_cache="off"))
+    off = report(run_train(RunSpec(src, run_dir, 2, 5, sealed=True, view=RunView(sandbox=box, compile_cache="off"))))
     assert off["files_at_start"] == 0 and off["hits"] == 0
 
 

@@ -17,11 +17,11 @@ SUMMARY = textwrap.dedent('''
 ''')
 
 
-def run_script(tmp_path, body, budget=1.0, timeout=None, **kw):
+def run_script(tmp_path, body, budget=1.0, timeout=None, on_tick=None, **kw):
     work = tmp_path / "wt"
     work.mkdir(exist_ok=True)
     (work / "train.py").write_text(textwrap.dedent(body))
-    return runner.run_train(work, tmp_path / "run", 7, budget, timeout=timeout, **kw)
+    return runner.run_train(runner.RunSpec(work, tmp_path / "run", 7, budget, timeout=timeout, **kw), on_tick=on_tick)
 
 
 def test_success_parses_summary_and_passes_env(tmp_path):

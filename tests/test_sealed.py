@@ -21,7 +21,7 @@ from agent import gitops
 from harness import runner
 from agent.gitops import sources_at
 from harness.job import TrainJob, eval_spec, job_seal, run_job
-from harness.runner import run_train
+from harness.runner import RunSpec, run_train
 from runfiles.run import RunInfo
 from harness.sandbox import detect
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
@@ -264,7 +264,7 @@ def test_live_kill_of_a_run_far_past_its_budget(tmp_path, monkeypatch):
     (wt / "train.py").write_text("import time\nfor i in range(1, 10000):\n"
                                  "    print(f'step {i:05d} | loss 1.0 | trained 0.0s', flush=True)\n"
                                  "    time.sleep(0.05)\n")
-    run = run_train(wt, tmp_path / "run", 3, 0.5, sealed=True, timeout=120)
+    run = run_train(RunSpec(wt, tmp_path / "run", 3, 0.5, sealed=True, timeout=120))
     assert run.crash_class == runner.OVER_BUDGET
     assert run.wall_seconds < 60 and "trained far past" in run.log_tail
 

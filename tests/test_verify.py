@@ -15,7 +15,7 @@ import attention as attn
 import runtime
 from harness import graph as G
 from search import knobs
-from harness.verify import EVAL_ROWS, eval_rows, judge_worker_output, tolerance, verify
+from harness.verify import EVAL_ROWS, Evaluation, eval_rows, judge_worker_output, tolerance, verify
 
 REPO = Path(__file__).resolve().parent.parent
 # train.py as a tiny-profile tag commits it (the loop writes the profile's knob values into the base)
@@ -73,9 +73,8 @@ def prepare_source():
     return (REPO / "prepare.py").read_text()
 
 
-def run_verify(art, source, prepare_source, printed, **kw):
-    return verify(art, train_source=source, prepare_source=prepare_source, printed_bpb=printed,
-                  rows=eval_rows("tiny"), **kw)
+def run_verify(art, source, prepare_source, printed, sealed=False):
+    return verify(art, Evaluation(source, prepare_source, eval_rows("tiny"), printed_bpb=printed, sealed=sealed))
 
 
 def test_honest_graph_verifies_and_agrees(tiny_cache, tmp_path, prepare_source):
@@ -187,7 +186,7 @@ def test_a_refused_graph_fails_the_real_evaluation(tiny_cache, tmp_path, prepare
 
 
 def test_missing_artifact_and_worker_verdicts(tmp_path):
-    r = verify(tmp_path / "nope.pt", train_source="", prepare_source="", printed_bpb=1.0, rows=8)
+    r = verify(tmp_path / "nope.pt", Evaluation("", "", 8, printed_bpb=1.0))
     assert not r.ok and "no model artifact" in r.reason
     good = {"ok": True, "trusted_bpb": 1.5, "causality": {"causal": True, "checked_rows": 8, "max_leak": 0.0, "limit": 1e-5,
                                                           "splice_excess": 0.0, "splice_limit": 1.0},
