@@ -104,25 +104,30 @@ def estimate_of(commit: str, runs: list[float], sigma: float, history, prior: sh
     return then if then is not None else Estimate(float("nan"), float("inf"))
 
 
-def surprise(d: float, var: float, prior: shrink.Prior) -> float:
-    """P(D >= d) under the prior predictive of a first run's effect: the atoms plus the run's noise."""
+def surprise(d: float, var: float, prior: shrink.Prior, df: float | None = None) -> float:
+    """P(D >= d) under the prior predictive of a first run's effect: the atoms plus the run's noise.
+    `df`: the degrees of freedom behind sigma (var is in its units): the noise's tail is Student's t,
+    so a sigma measured on 3 runs (2 df, often half the true one) does not make an ordinary gain
+    look impossible; None or under 1 (no measured sigma): the normal."""
     sd = math.sqrt(max(var, 1e-30))
-    return sum(w * 0.5 * math.erfc((d - a) / (sd * math.sqrt(2))) for a, w in zip(prior.atoms, prior.weights))
+    nu = df if df is not None and df >= 1 else math.inf
+    return sum(w * (1.0 - stats.t_cdf((d - a) / sd, nu)) for a, w in zip(prior.atoms, prior.weights))
 
 
 def advance(y: float, inc: Estimate, sigma: float, effects: list[tuple[float, float]], *,
-            net_lines: int, equal_result_ok: bool, big_diff_lines: int) -> Call:
+            net_lines: int, equal_result_ok: bool, big_diff_lines: int, df: float | None = None) -> Call:
     """The default rule on a candidate's first run `y` against the incumbent's estimate `inc`.
     `effects`: the night's earlier first-run effects; `equal_result_ok`: the candidate is cheaper
-    to serve or shorter (an equal result could keep it: the strict judge confirms that)."""
+    to serve or shorter (an equal result could keep it: the strict judge confirms that); `df`: the
+    degrees of freedom behind `sigma` (surprise)."""
     var_d = inc.var + sigma * sigma
     d = inc.mean - y
     prior = shrink.fit_prior(effects + [(d, var_d)], sigma)
     est, p_better = shrink.posterior(inc, [y], sigma, prior)
     # how surprising this run is, under what the night showed before it (itself left out: a prior
     # fitted on it would find its own luck plausible)
-    tail = surprise(d, var_d, shrink.fit_prior(effects, sigma))
-    figures = {"rule": "default", "run": y, "bar": inc.mean, "bar_sd": inc.sd, "sigma": sigma,
+    tail = surprise(d, var_d, shrink.fit_prior(effects, sigma), df)
+    figures = {"rule": "default", "run": y, "bar": inc.mean, "bar_sd": inc.sd, "sigma": sigma, "df": df,
                "effect": {"d": d, "var": var_d}, "surprise": tail, "p_better": p_better,
                "estimate": {"mean": est.mean, "var": est.var, "parent": {"mean": inc.mean, "var": inc.var}},
                "confirmed": False}

@@ -367,7 +367,8 @@ class JudgeHierarchy:
             serving = serving_savings(*judge.serving_costs(ctx.best, ctx.history, v.serving))
             call = advance.advance(s.bpb, est, sigma, advance.effects_of(ctx.history), net_lines=lines["net"],
                                    equal_result_ok=bool(judge.clearly_cheaper(serving))
-                                   or lines["net"] <= -judge.DELETION_LINES, big_diff_lines=judge.BIG_DIFF_LINES)
+                                   or lines["net"] <= -judge.DELETION_LINES, big_diff_lines=judge.BIG_DIFF_LINES,
+                                   df=noise.df if noise.sigma else None)
             self._memo.rule_figures[ctx.n] = call.figures     # written with the strict judge's record too
             self._memo.handed[ctx.n] = call.why
             if call.said == "strict":
