@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.compiled import WARM_STEPS, WARM_TIMEOUT_S, WORK, publish, published
 from search import knobs
 from harness.job import materialise
-from harness.runner import RunFiles, RunSpec, RunView, run_train
+from harness.runner import RunPlace, RunSpec, RunView, run_train
 
 
 def warm(files: dict, run_dir: Path, budget: float, *, sandbox, data, eval_rows: int | None = None,
@@ -37,7 +37,7 @@ def warm(files: dict, run_dir: Path, budget: float, *, sandbox, data, eval_rows:
         run = run_train(RunSpec(folder, run_dir, 0, budget, timeout=WARM_TIMEOUT_S,
                                 env={"AUTORESEARCH_STEPS": str(WARM_STEPS)}, sealed=True, eval_rows=eval_rows,
                                 view=RunView(sandbox=sandbox, data=data, compile_cache="write", cache_work=work),
-                                files=RunFiles(log_path=run_dir / "logs" / "compile-warmup.log", out_dir=work / "out")))
+                                place=RunPlace(log_path=run_dir / "logs" / "compile-warmup.log", out_dir=work / "out")))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     seconds = round(time.time() - t0, 1)

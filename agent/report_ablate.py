@@ -56,10 +56,10 @@ class Scratch:
 
 def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     """Simple-reviewer semantics: train unsealed, the printed val_bpb is the figure."""
-    from harness.runner import RunFiles, RunSpec, run_train
+    from harness.runner import RunPlace, RunSpec, run_train
     budget = RunInfo.from_dict(data["info"]).budget or 300.0
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
-    run = run_train(RunSpec(scratch.path, data["run"], n, budget, files=RunFiles(log_name=f"ablate-{commit[:7]}.log")))
+    run = run_train(RunSpec(scratch.path, data["run"], n, budget, place=RunPlace(log_name=f"ablate-{commit[:7]}.log")))
     if run.crash_class is not None:
         return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": str(run.log_path)}
     bpb = fnum(run.printed("val_bpb"))

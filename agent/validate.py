@@ -118,12 +118,12 @@ def sealed_measure(t: dict, scratch: Path, budget: float):
 
 def printed_measure(t: dict, scratch: Path, budget: float):
     """measure(commit, n, seed) -> Measurement: an unsealed run, its printed val_bpb (simple reviewer)."""
-    from harness.runner import RunFiles, RunSpec, run_train
+    from harness.runner import RunPlace, RunSpec, run_train
 
     def measure(commit: str, n: int, seed: int) -> Measurement:
         gitops.git(scratch, "checkout", "-q", "--detach", commit)
         run = run_train(RunSpec(scratch, t["run"], n, budget, env={"AUTORESEARCH_SEED": str(seed)},
-                                files=RunFiles(log_name=f"validate-{commit[:7]}-s{seed}.log")))
+                                place=RunPlace(log_name=f"validate-{commit[:7]}-s{seed}.log")))
         if run.crash_class is not None:
             return Measurement(False, f"crashed: {run.crash_class}", None, str(run.log_path))
         bpb = run.printed("val_bpb")

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from harness import verify as pinned_inputs
 from harness.clock import ClockReference
-from harness.runner import TAIL_LINES, RunFiles, RunSpec, RunView, run_train
+from harness.runner import TAIL_LINES, RunPlace, RunSpec, RunView, run_train
 from harness.sandbox import DataView, detect
 from harness.verify import EvalPlace, Evaluation, VerifyResult, eval_rows, verify
 
@@ -306,7 +306,7 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
                             clock_reference=ClockReference(**(seal.clock_reference or {})), eval_rows=rows,
                             stop_limits=job.stop_limits,
                             view=RunView(sandbox=box, data=data, data_mode=seal.data_mode, stand_ins=seal.stand_ins),
-                            files=RunFiles(log_name=job.log_name, pid_name=f"child-{slot}.pid", out_dir=staging)),
+                            place=RunPlace(log_name=job.log_name, pid_name=f"child-{slot}.pid", out_dir=staging)),
                     on_tick=on_tick)
     run = swap_in(run, staging, out_dir)
     result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,

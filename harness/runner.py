@@ -195,7 +195,7 @@ class RunView:
 
 
 @dataclass
-class RunFiles:
+class RunPlace:
     """Where a run's things go: its log (run_dir/logs/exp-NNNN.log, or `log_name` there, or
     `log_path`), its output folder (run_dir/artifacts/exp-NNNN/, or `out_dir`), the file in run_dir
     that records its process group while it runs (`pid_name`: one per worker or executor slot when
@@ -233,7 +233,7 @@ class RunSpec:
     eval_rows: int | None = None
     stop_limits: list | None = None
     view: RunView = field(default_factory=RunView)
-    files: RunFiles = field(default_factory=RunFiles)
+    place: RunPlace = field(default_factory=RunPlace)
 
 
 def run_train(spec: RunSpec, on_tick=None) -> RunResult:
@@ -244,7 +244,7 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     on_tick(seconds, log_path) is called while it runs. KeyboardInterrupt (and anything else raised
     while waiting, e.g. from on_tick) ends the child's whole process group before propagating.
     """
-    seen, place = spec.view, spec.files
+    seen, place = spec.view, spec.place
     folder, run_dir, n, budget, sealed = Path(spec.folder), Path(spec.run_dir), spec.n, spec.budget, spec.sealed
     # once per process: without .pyc files every run compiles torch from source (its group recorded
     # in the run folder, so --resume ends it after a kill -9 of the loop)

@@ -58,7 +58,7 @@ class Record(dict):
 
 def end_started(scratch):
     """The trusted evaluator runs in a process group of its own (harness/verify.py), recorded in a
-    pid file; train.py (RunFiles(own_session=False)) is in this step's group."""
+    pid file; train.py (RunPlace(own_session=False)) is in this step's group."""
     from harness.procs import kill_leftover
     for run_dir in Path(scratch).glob("tag*"):
         kill_leftover(run_dir)
@@ -207,7 +207,7 @@ def train_run(rec, spec, label, n, files, *, budget, env, compile_cache="off"):
     import prepare
     from harness import compiled as cc
     from harness.job import materialise
-    from harness.runner import RunFiles, RunSpec, RunView, run_train
+    from harness.runner import RunPlace, RunSpec, RunView, run_train
     from harness.sandbox import DataView, detect
     from harness.verify import eval_rows
     run_dir = Path(spec["scratch"]) / "tag"
@@ -219,7 +219,7 @@ def train_run(rec, spec, label, n, files, *, budget, env, compile_cache="off"):
     res = run_train(RunSpec(src, run_dir, n, budget, timeout=budget + 400, env=env, sealed=True,
                             eval_rows=eval_rows(prepare.PROFILE),
                             view=RunView(sandbox=box, data=view, compile_cache=compile_cache, cache_work=run_dir / cc.WORK),
-                            files=RunFiles(log_path=log_path, own_session=False)))
+                            place=RunPlace(log_path=log_path, own_session=False)))
     return res, run_dir, box
 
 

@@ -114,7 +114,7 @@ def _run_subprocess(task: Task, log: Path, env: dict, prepare_dir: str,
 def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
     from harness.job import materialise
     from search.proxy import Proxy
-    from harness.runner import RunFiles, RunSpec, RunView, run_train
+    from harness.runner import RunPlace, RunSpec, RunView, run_train
     from harness.sandbox import DataView, detect
     from harness.verify import EvalPlace, Evaluation, verify
     box = detect("bwrap")
@@ -130,7 +130,7 @@ def _run_sealed(task: Task, log: Path, env: dict, prepare_dir: str, seal: dict):
                        extra_writable=[Path(task.state.save).parent] if task.state.save is not None else [])
         run = run_train(RunSpec(work, log.parent, 0, 0.0, timeout=seal.get("timeout"), env=env, sealed=True,
                                 eval_rows=seal["rows"], view=seen,
-                                files=RunFiles(log_path=log, out_dir=out, pid_name=f".{task.id}.pid")))
+                                place=RunPlace(log_path=log, out_dir=out, pid_name=f".{task.id}.pid")))
         if run.crash_class is not None:
             return 1, f"crashed: {run.crash_class}", None
         cache = proxy.cache if proxy else Path(seal["eval_cache"]) if seal.get("eval_cache") else None

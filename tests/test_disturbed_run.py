@@ -15,7 +15,7 @@ import pytest
 
 from agent.judges import pairing
 from agent.judges.hierarchy import JudgeHierarchy
-from harness.runner import RunFiles, RunSpec, run_train
+from harness.runner import RunPlace, RunSpec, run_train
 from harness.verify import VerifyResult
 
 # Tries of the slowed run (each a second or two) before the test gives up on this machine's load.
@@ -40,7 +40,7 @@ HOG = "print('spinning', flush=True)\nwhile True:\n    pass\n"
 
 
 def _run(wt, n, log):
-    return run_train(RunSpec(wt, wt, n, 1.0, timeout=120, files=RunFiles(log_name=log)))
+    return run_train(RunSpec(wt, wt, n, 1.0, timeout=120, place=RunPlace(log_name=log)))
 
 
 def _slowed_run(wt, hogs):
