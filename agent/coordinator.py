@@ -32,7 +32,7 @@ from search import knobs
 from harness.results_table import as_str
 from runfiles.run import Best, best_of
 from harness.records import ExperimentRecord
-from harness.results import read_json, write_json_atomic
+from runfiles.state import read_json, write_json_atomic
 from harness.secrets import scrub
 
 BEING_PROPOSED = "(being proposed)"

@@ -24,12 +24,12 @@ from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from agent import gitops
 from search import knobs
 from harness.clock import ClockReference
-from harness.job import Executor
-from harness.verify import Seal
+from executors import Executor
+from harness.verify import Seal, eval_rows
 from harness.records import Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun
 from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
-from harness.job import CANCELLED, TrainJob, eval_spec, job_seal
+from harness.job import CANCELLED, EvalSpec, JobSeal, TrainJob
 from executors import LocalExecutor, SharedExecutor
 from agent.gitops import sources_at
 from harness.runner import RunResult
@@ -50,6 +50,37 @@ MAX_REBASES = 3
 # How often a worker asks the executor whether its job is done (a dict lookup; the status panel
 # ticks at most once a second): a run ends on average half of it before the loop sees it.
 EXECUTOR_POLL_S = 0.05
+
+
+def reference_of(history: list) -> ClockReference:
+    """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts):
+    the baseline's runs (its own clock figures and those of its repeats)."""
+    for rec in history:
+        rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
+        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.run.clock, dict):
+            return ClockReference.from_figures(rec.clock_runs())
+    return ClockReference()
+
+
+def job_seal(seal, *, sealed: bool = False, data_mode: str = "train", clock_reference: dict | None = None,
+             stand_ins: dict | None = None) -> JobSeal:
+    """A job's JobSeal from a harness.verify.Seal (the loop's sandbox and data view; None: no
+    sandbox, no data view): TrainJob(..., seal=job_seal(loop.seal, sealed=True, ...))."""
+    if seal is None:
+        return JobSeal(sealed=sealed, data_mode=data_mode, clock_reference=clock_reference, stand_ins=stand_ins)
+    return JobSeal(sealed=sealed, sandbox=seal.sandbox.kind, data=seal.data.as_dict() if seal.data else None,
+                   data_mode=data_mode, stand_ins=stand_ins, clock_reference=clock_reference)
+
+
+def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
+              timeout_s: float | None = None, eval_tokens: int | None = None) -> EvalSpec:
+    """The EvalSpec of a loop's run (harness/job.py evaluates it where the model is): the trusted prepare.py, the
+    run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
+    return EvalSpec(prepare_source=prepare_source, batch_size=eval_rows(profile),
+                    inputs=dict(seal.inputs) if seal is not None else {},
+                    eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
+                    data_cache=str(seal.data.cache) if seal is not None and seal.data else None,
+                    timeout_s=timeout_s, train_source=train_source, eval_tokens=eval_tokens)
 
 
 @dataclass(frozen=True)

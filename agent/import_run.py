@@ -54,7 +54,8 @@ from agent import cli, workspace   # noqa: E402
 from agent import gitops   # noqa: E402
 from search import knobs   # noqa: E402
 from harness.records import ExperimentRecord  # noqa: E402
-from harness.results import RESULTS_HEADER, append_journal, rewrite_results, write_json_atomic   # noqa: E402
+from harness.results import RESULTS_HEADER, append_journal, rewrite_results   # noqa: E402
+from runfiles.state import write_json_atomic   # noqa: E402
 from harness.results_table import ResultRow, parse_results   # noqa: E402
 from runfiles.shared_results import IMPORTED_JSON, ImportedInfo, clean_hardware   # noqa: E402
 

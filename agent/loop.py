@@ -69,7 +69,8 @@ from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.verify import PinnedError
 from agent import gitops
 from harness.results import is_out_of_space
-from harness.clock import ClockReference, reference_of
+from agent.experiment import reference_of
+from harness.clock import ClockReference
 from runfiles.run import DataInfo
 from runfiles.shared_results import ImportedInfo
 from harness.records import ExperimentRecord

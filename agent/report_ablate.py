@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from agent import gitops
-from harness.results import write_json_atomic
+from runfiles.state import write_json_atomic
 from harness.results_table import fnum
 from runfiles.journal import Measurement
 from runfiles.run import RunInfo
@@ -97,7 +97,7 @@ def _slot(worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
     the tag's clock reference (agent/experiment.py Slot)."""
     from agent.experiment import Slot, one_slot
     from agent.workspace import RunFiles
-    from harness.clock import reference_of
+    from agent.experiment import reference_of
     from harness.runner import timeout_for
     run_info = RunInfo.from_dict(data["info"]) if data else RunInfo()
     records = list(data["records"]) if data else []

@@ -30,7 +30,7 @@ from agent.judges.advance import EQUAL_RESULT
 from agent.tracing import span_of
 from harness.records import ExperimentRecord
 from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
-from harness.results import write_state
+from runfiles.state import write_state
 
 # The training progress line of train.py: "... | trained 12.3s" (shows the evaluating phase).
 TRAINED_RE = re.compile(r"trained ([0-9.]+)s")

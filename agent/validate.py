@@ -29,7 +29,8 @@ from agent import gitops
 from runfiles.journal import Measurement
 from runfiles.run import RunInfo
 from harness.records import experiment_records
-from harness.results import read_journal, write_json_atomic
+from harness.results import read_journal
+from runfiles.state import write_json_atomic
 from runfiles.shared_results import VALIDATION_JSON
 
 # Experiment numbers of validation runs (logs/validate-*.log, artifacts/exp-95NNN/).
@@ -85,7 +86,7 @@ def _slot(scratch: Path, t: dict, budget: float, seal):
     run's clock reference (agent/experiment.py Slot)."""
     from agent.experiment import Slot, one_slot
     from agent.workspace import RunFiles
-    from harness.clock import reference_of
+    from agent.experiment import reference_of
     from harness.runner import timeout_for
     info, records = t["info"], t["records"]
     return Slot(files=RunFiles(scratch, info.tag or "", scratch, t["run"]), run_info=info, budget=budget,

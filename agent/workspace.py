@@ -22,7 +22,8 @@ from harness import verify as pinned_inputs
 from search import knobs
 from harness.verify import PinnedError, Seal
 from runfiles.run import DataInfo, RunInfo
-from harness.results import init_results, write_json_atomic
+from harness.results import init_results
+from runfiles.state import write_json_atomic
 from harness.sandbox import DataView, detect, refusal, warning
 
 # Default home of the worktrees, under the repository (and ignored by a .gitignore of "*").

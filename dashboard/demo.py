@@ -25,7 +25,8 @@ from search import knobs
 from runfiles.queue_store import QueueStore
 from harness.records import Basis, Decision, ExperimentRecord
 from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
-from harness.results import append_journal, append_result, init_results, write_state
+from harness.results import append_journal, append_result, init_results
+from runfiles.state import write_state
 
 # The synthetic baseline val_bpb, run-to-run spread, and the Judge's multiple k.
 BASELINE_BPB, SPREAD, K = 1.1020, 0.0015, 2.0

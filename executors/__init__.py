@@ -1,7 +1,7 @@
 """Executors: run training jobs (and their trusted evaluation) a few at a time, here or on Ray.
 
-    from harness.job import TrainJob, wait
-    from executors import LocalExecutor
+    from harness.job import TrainJob
+    from executors import LocalExecutor, wait
     from agent.gitops import sources_at
     ex = LocalExecutor(slots=2, gpus=["0", "1"])
     jid = ex.submit(TrainJob(n=3, files=sources_at(repo, sha), budget=300, run_dir=str(run_dir)))
@@ -13,10 +13,57 @@ SharedExecutor is the executor every run is submitted to (agent/experiment.py ru
 --workers' N threads share one over their slots (agent/workers.py), and the single loop runs on one
 over a single local slot (agent/experiment.py one_slot; the report's ablations use one too).
 """
-import threading
+from __future__ import annotations
 
-from executors.local import LocalExecutor
-from harness.job import Executor
+import threading
+import time
+from typing import Protocol, runtime_checkable
+
+from harness.job import JobResult, TrainJob
+
+# How often wait() polls the executor.
+WAIT_POLL_S = 0.1
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs TrainJobs, `slots` at once. Implementations: LocalExecutor, RayExecutor."""
+    slots: int
+
+    def submit(self, job: TrainJob) -> str:
+        """Queue `job`; returns its id. Jobs beyond `slots` wait for a free slot."""
+
+    def poll(self, job_id: str) -> JobResult | None:
+        """The job's result once it has ended (cancelled ones too), else None."""
+
+    def cancel(self, job_id: str) -> None:
+        """End the job and every process it started; returns once they are gone (where the
+        executor can see them: a remote node's watchdog ends them there)."""
+
+    def close(self) -> None:
+        """Cancel everything still running and release the executor's resources."""
+
+
+def wait(executor: Executor, ids: list[str], timeout: float | None = None,
+         first: bool = False) -> dict[str, JobResult]:
+    """Poll until every job in `ids` (or, with first=True, any one) has a result or `timeout`
+    seconds pass; returns the results that are in, by id."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done: dict[str, JobResult] = {}
+    while True:
+        for jid in ids:
+            if jid not in done:
+                res = executor.poll(jid)
+                if res is not None:
+                    done[jid] = res
+        if len(done) == len(ids) or (first and done):
+            return done
+        if deadline is not None and time.monotonic() >= deadline:
+            return done
+        time.sleep(WAIT_POLL_S)
+
+
+from executors.local import LocalExecutor  # noqa: E402  (it implements the protocol above)
 
 
 def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_address: str | None = None,

@@ -48,7 +48,7 @@ class _Entry:
 
 
 class LocalExecutor:
-    """Runs TrainJobs on this machine, `slots` at once (harness.job.Executor)."""
+    """Runs TrainJobs on this machine, `slots` at once (executors.Executor)."""
 
     def __init__(self, slots: int = 1, gpus: list[str] | None = None, root: Path | None = None,
                  env: dict | None = None):

@@ -117,7 +117,7 @@ def _node_task(job: TrainJob):
 
 
 class RayExecutor:
-    """Runs TrainJobs as Ray tasks (harness.job.Executor)."""
+    """Runs TrainJobs as Ray tasks (executors.Executor)."""
 
     def __init__(self, address: str | None = None, slots: int = 1, num_gpus_per_job: float = 0,
                  num_cpus_per_job: float = 1, num_cpus: int | None = None, runtime_env: dict | None = None):

@@ -48,7 +48,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from harness.experiment_record import ExperimentRecord
 from harness.procs import MAX_LOAD, LoadMeter, Span
 
 STEP_RE = re.compile(r"^step (\d+) \|")
@@ -188,21 +187,6 @@ class ClockReference:
 
     def post_allowance(self) -> float:
         return self.post_s * (1 + JITTER) if self.post_s is not None else POST_FIRST_S
-
-
-def reference_of(history: list) -> ClockReference:
-    """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts):
-    the baseline's runs (its own clock figures and those of its repeats)."""
-    for rec in history:
-        rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
-        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.run.clock, dict):
-            return ClockReference.from_figures(rec.clock_runs())
-    return ClockReference()
-
-
-def startup_allowance(reference_startup: float | None) -> float:
-    """The startup not charged: the reference's own (kept for callers that pass a float)."""
-    return ClockReference(reference_startup).startup_allowance()
 
 
 @dataclass
@@ -460,9 +444,6 @@ def progress_fields(line: str) -> dict:
 # such block in the log, so a run that printed `---` earlier (or a traceback after a partial block)
 # is still read correctly. Values that look numeric become floats (or ints); the rest stay strings.
 # Parsing is done here, in code, never by an LLM.
-# The keys the seed's program.md promises, in order; a block without val_bpb is not a summary.
-REQUIRED_KEYS = ("val_bpb", "training_seconds", "total_seconds", "peak_vram_mb", "mfu_percent",
-                 "total_tokens_M", "num_steps", "num_params_M", "depth")
 # A summary line: a bare identifier, a colon, a value. train.py pads "key:" to KEY_FIELD characters;
 # we rely on that so that lines printed after the block at exit ("nanobind: leaked 4 instances!")
 # are not mistaken for summary keys.
@@ -512,8 +493,3 @@ def parse_summary(text: str) -> dict | None:
             if "val_bpb" in block:
                 return block
     return None
-
-
-def missing_keys(summary: dict) -> list[str]:
-    """The promised keys a summary lacks (for a warning in the journal, not a crash)."""
-    return [k for k in REQUIRED_KEYS if k not in summary]

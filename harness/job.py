@@ -22,13 +22,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from harness import verify as pinned_inputs
 from harness.clock import ClockReference
 from harness.runner import TAIL_LINES, RunPlace, RunSpec, RunView, run_train
 from harness.sandbox import DataView, detect
-from harness.verify import EvalPlace, Evaluation, VerifyResult, eval_rows, verify
+from harness.verify import EvalPlace, Evaluation, VerifyResult, verify
 
 # crash_class of a job that was cancelled before it finished (never judged).
 CANCELLED = "cancelled"
@@ -39,8 +38,6 @@ NODE_ERROR = "node_error"
 FIXED_SOURCES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py")
 # Files of a commit a run needs (and all of the project a sandboxed run sees).
 RUN_SOURCES = ("train.py", *FIXED_SOURCES)
-# How often wait() polls the executor.
-WAIT_POLL_S = 0.1
 
 
 @dataclass
@@ -157,65 +154,6 @@ class JobResult:
                          wall_seconds=t.wall_seconds, timed_out=self.timed_out,
                          artifact=Path(self.artifact) if self.artifact else None, log_tail=log.tail,
                          started_at=t.started_at, ended_at=t.ended_at, extra=dict(self.extra))
-
-
-@runtime_checkable
-class Executor(Protocol):
-    """Runs TrainJobs, `slots` at once. Implementations: LocalExecutor, RayExecutor."""
-    slots: int
-
-    def submit(self, job: TrainJob) -> str:
-        """Queue `job`; returns its id. Jobs beyond `slots` wait for a free slot."""
-
-    def poll(self, job_id: str) -> JobResult | None:
-        """The job's result once it has ended (cancelled ones too), else None."""
-
-    def cancel(self, job_id: str) -> None:
-        """End the job and every process it started; returns once they are gone (where the
-        executor can see them: a remote node's watchdog ends them there)."""
-
-    def close(self) -> None:
-        """Cancel everything still running and release the executor's resources."""
-
-
-def wait(executor: Executor, ids: list[str], timeout: float | None = None,
-         first: bool = False) -> dict[str, JobResult]:
-    """Poll until every job in `ids` (or, with first=True, any one) has a result or `timeout`
-    seconds pass; returns the results that are in, by id."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    done: dict[str, JobResult] = {}
-    while True:
-        for jid in ids:
-            if jid not in done:
-                res = executor.poll(jid)
-                if res is not None:
-                    done[jid] = res
-        if len(done) == len(ids) or (first and done):
-            return done
-        if deadline is not None and time.monotonic() >= deadline:
-            return done
-        time.sleep(WAIT_POLL_S)
-
-
-def job_seal(seal, *, sealed: bool = False, data_mode: str = "train", clock_reference: dict | None = None,
-             stand_ins: dict | None = None) -> JobSeal:
-    """A job's JobSeal from a harness.verify.Seal (the loop's sandbox and data view; None: no
-    sandbox, no data view): TrainJob(..., seal=job_seal(loop.seal, sealed=True, ...))."""
-    if seal is None:
-        return JobSeal(sealed=sealed, data_mode=data_mode, clock_reference=clock_reference, stand_ins=stand_ins)
-    return JobSeal(sealed=sealed, sandbox=seal.sandbox.kind, data=seal.data.as_dict() if seal.data else None,
-                   data_mode=data_mode, stand_ins=stand_ins, clock_reference=clock_reference)
-
-
-def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
-              timeout_s: float | None = None, eval_tokens: int | None = None) -> EvalSpec:
-    """The EvalSpec agent/judges/hierarchy.py's _verify amounts to: the trusted prepare.py, the
-    run's evaluation batch, the seal's pinned inputs (and the data cache to repair them from)."""
-    return EvalSpec(prepare_source=prepare_source, batch_size=eval_rows(profile),
-                    inputs=dict(seal.inputs) if seal is not None else {},
-                    eval_cache=str(seal.eval_cache) if seal is not None and seal.eval_cache else None,
-                    data_cache=str(seal.data.cache) if seal is not None and seal.data else None,
-                    timeout_s=timeout_s, train_source=train_source, eval_tokens=eval_tokens)
 
 
 # Where a node without the tag's pinned copy keeps its own (one per set of input hashes).

@@ -116,23 +116,6 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, default=str))
-
-
-def write_state(path: Path, **state) -> dict:
-    state["updated_at"] = time.time()
-    write_json_atomic(path, state)
-    return state
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):   # absent, torn, not JSON, not UTF-8
-        return None
-
-
 def rewrite_results(path: Path, lines: list[str]) -> None:
     """Replace results.tsv by the header and `lines` (each ending in a newline), atomically."""
     write_text_atomic(path, RESULTS_HEADER + "\n" + "".join(lines))

@@ -3,10 +3,32 @@
 Read from disk it is data: from_dict never raises."""
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from harness.records import as_int, as_str, fnum
+from harness.results import write_text_atomic
 from runfiles.run import Best, best_of
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """A JSON file of the run folder (state.json, knob_space.json, run.json), written atomically."""
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
+
+
+def write_state(path: Path, **state) -> dict:
+    state["updated_at"] = time.time()
+    write_json_atomic(path, state)
+    return state
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):   # absent, torn, not JSON, not UTF-8
+        return None
 
 
 # ---------------------------------------------------------------- state.json
@@ -73,7 +95,7 @@ class SessionTally:
 
 @dataclass
 class RunState:
-    """state.json: the loop's live status, rewritten atomically (harness/results.write_state).
+    """state.json: the loop's live status, rewritten atomically (write_state above).
     The file is flat (STATE_KEYS); the running experiment and the tally are the type's parts."""
     tag: str | None = None
     phase: str | None = None

@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.job import TrainJob, wait  # noqa: E402
+from executors import wait  # noqa: E402
+from harness.job import TrainJob  # noqa: E402
 from executors import LocalExecutor  # noqa: E402
 
 STANDIN = '''

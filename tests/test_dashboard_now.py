@@ -12,7 +12,7 @@ from dashboard.browser import Chromium
 from dashboard.demo import build
 from harness.records import ExperimentRecord
 from runfiles.state import RunState
-from harness.results import write_state
+from runfiles.state import write_state
 from tests.dashboard_fixtures import HEADER, client
 from tests.test_dashboard_browser import server  # noqa: F401  (the real app.py on a port)
 from tests.test_results_analysis import crashing_run, integrity_records

@@ -13,7 +13,9 @@ from agent import gitops
 from harness import runner
 from harness import verify as pinned_inputs
 from harness.job import FIXED_SOURCES
-from harness.job import CANCELLED, Executor, TrainJob, eval_spec, job_seal, wait
+from agent.experiment import eval_spec, job_seal
+from executors import Executor, wait
+from harness.job import CANCELLED, TrainJob
 from executors import LocalExecutor
 from harness.sandbox import DataView, detect
 from harness.verify import eval_rows

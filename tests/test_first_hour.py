@@ -310,7 +310,7 @@ def test_a_short_budget_is_evaluated_on_a_share_of_the_tokens():
     """A 30 s run is not measured for minutes: the trusted evaluation's tokens follow the budget
     below the reference 300 s (never under EVAL_TOKENS_MIN), and reach the evaluation job."""
     from agent.cli import EVAL_TOKENS_MIN, eval_tokens_for
-    from harness.job import eval_spec
+    from agent.experiment import eval_spec
     assert eval_tokens_for(128 * 1024, 30) == 13107
     assert eval_tokens_for(128 * 1024, 300) is None and eval_tokens_for(128 * 1024, 600) is None
     assert eval_tokens_for(8192, 10) is None, "the tiny profile's evaluation is already the minimum"

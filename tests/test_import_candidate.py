@@ -14,7 +14,8 @@ from agent.import_run import TIP_PROPOSER
 from agent.judges.hierarchy import JudgeHierarchy
 from agent import gitops
 from search import knobs
-from harness.clock import ClockReference, reference_of
+from agent.experiment import reference_of
+from harness.clock import ClockReference
 from harness.records import Basis
 from harness.results import read_journal
 from harness.records import experiment_records

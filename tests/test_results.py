@@ -4,6 +4,7 @@ import json
 import pytest
 
 from harness import results
+from runfiles import state
 
 
 def test_header_and_rows(tmp_path):
@@ -59,9 +60,9 @@ def test_journal_skips_bad_lines_and_other_kinds(tmp_path):
 
 def test_state_is_replaced_atomically(tmp_path):
     path = tmp_path / "state.json"
-    results.write_state(path, phase="training", experiment=3)
-    results.write_state(path, phase="idle", experiment=3)
+    state.write_state(path, phase="training", experiment=3)
+    state.write_state(path, phase="idle", experiment=3)
     data = json.loads(path.read_text())
     assert data["phase"] == "idle" and "updated_at" in data
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"], "no temp files left behind"
-    assert results.read_json(tmp_path / "missing.json") is None
+    assert state.read_json(tmp_path / "missing.json") is None

@@ -20,7 +20,8 @@ from harness import clock as clock_mod
 from agent import gitops
 from harness import runner
 from agent.gitops import sources_at
-from harness.job import TrainJob, eval_spec, job_seal, run_job
+from agent.experiment import eval_spec, job_seal
+from harness.job import TrainJob, run_job
 from harness.runner import RunSpec, run_train
 from runfiles.run import RunInfo
 from harness.sandbox import detect

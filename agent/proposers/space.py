@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from agent.proposers.base import ProposalError
-from harness.results import write_json_atomic
+from runfiles.state import write_json_atomic
 from search import knobs
 
 # Knob names we never touch: the seed (fishing in noise), what counts as training time or as a
