@@ -24,13 +24,12 @@ from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
 from agent import gitops
 from search import knobs
 from harness.clock import ClockReference
-from executors import Executor
 from harness.verify import Seal, eval_rows
 from harness.records import Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun
 from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
 from harness.job import CANCELLED, EvalSpec, JobSeal, TrainJob
-from executors import LocalExecutor, SharedExecutor
+from executors import Executor, LocalExecutor, SharedExecutor
 from agent.gitops import sources_at
 from harness.runner import RunResult
 from harness.secrets import scrub

@@ -65,7 +65,7 @@ class EvalSpec:
 class JobSeal:
     """How the run is sealed (harness.runner's RunSpec and RunView fields of the same names): whether the
     harness clock times it against the tag's baseline, the sandbox it runs in and the data that
-    sandbox shows. job_seal() below fills it from the loop's harness.verify.Seal."""
+    sandbox shows. agent/experiment.py job_seal() fills it from the loop's harness.verify.Seal."""
     sealed: bool = False
     sandbox: str = "none"                # "bwrap" | "none"
     data: dict | None = None             # harness.sandbox.DataView fields (str paths), for the sandbox
@@ -77,7 +77,7 @@ class JobSeal:
 @dataclass
 class TrainJob:
     """One training run. Mirrors harness.runner's RunSpec (picklable: no paths, no sandbox) plus what a remote node
-    needs, the files themselves; job_seal() and eval_spec() below fill the seal and the
+    needs, the files themselves; agent/experiment.py job_seal() and eval_spec() fill the seal and the
     trusted evaluation from the loop's harness.verify.Seal."""
     n: int
     files: dict                          # name -> str | bytes, written into the run's folder
