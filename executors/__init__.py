@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
+from executors.local import LocalExecutor
 from harness.job import JobResult, TrainJob
 
 # How often wait() polls the executor.
@@ -62,8 +63,6 @@ def wait(executor: Executor, ids: list[str], timeout: float | None = None,
             return done
         time.sleep(WAIT_POLL_S)
 
-
-from executors.local import LocalExecutor  # noqa: E402  (it implements the protocol above)
 
 
 def make_executor(kind: str, slots: int, *, gpus: list[str] | None = None, ray_address: str | None = None,
