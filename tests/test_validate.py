@@ -108,8 +108,34 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     assert out["sealed"] is True and out["budget"] == 2
     assert len(out["final"]["runs"]) == 2 and len(out["base"]["runs"]) == 2, out
     assert out["verdict"] == "holds" and out["gain_long"] > 0, out
-    logs = sorted((run / "logs").glob("validate-*.log"))
-    assert len(logs) == 4 and all("step" in p.read_text() for p in logs)
+    logs = sorted((run / "logs").glob("validate-*.log"))   # a disturbed run's rerun keeps a log of its own
+    assert len([p for p in logs if ".rerun" not in p.name]) == 4 and all("step" in p.read_text() for p in logs)
     assert json.loads((run / "report" / "validation.json").read_text())["verdict"] == "holds"
     report.report(run)
     assert "the gain HOLDS" in (run / "report" / "report.md").read_text()
+
+
+def test_a_disturbed_validation_run_is_run_again_and_a_cheat_is_not():
+    """A run the harness's clock calls "no evidence" (slowed past what its load explains) is run
+    again on its seed under a log of its own, up to the tries; an integrity failure, a crash or a
+    failed evaluation is final, as in the judge and agent/remeasure.py."""
+    def script(*outcomes):
+        logs = []
+
+        def one(log):
+            logs.append(log)
+            return outcomes[len(logs) - 1]
+        return one, logs
+    over = {"ok": False, "reason": "no evidence: slowed", "clock": "over"}
+    good = {"ok": True, "reason": "", "trusted_bpb": 2.5}
+    one, logs = script(over, good)
+    assert validate.until_evidence(one, "validate-abc-s7") == good
+    assert logs == ["validate-abc-s7.log", "validate-abc-s7.rerun1.log"]
+    one, logs = script(over, over, over, good)
+    out = validate.until_evidence(one, "v", tries=3)
+    assert out["clock"] == "over" and len(logs) == 3          # out of tries: still no figure, never a pass
+    assert validate.Measurement.of(out).ok is False
+    for final in ({"ok": False, "reason": "integrity: trained past", "clock": "cheat"},
+                  {"ok": False, "reason": "crashed: oom"}, {"ok": False, "reason": "evaluation failed"}):
+        one, logs = script(final, good)
+        assert validate.until_evidence(one, "v") == final and len(logs) == 1
