@@ -128,10 +128,10 @@ def one_line(text) -> str:
 def decision_line(rec: ExperimentRecord) -> str:
     bpb = rec.decision_bpb
     bpb_text = f"{bpb:.6f}" if bpb is not None else "-"
-    extra = f" [{one_line(rec.run.crash_class)}]" if rec.run.crash_class else ""
+    extra = f" [{one_line(rec.crash_class)}]" if rec.crash_class else ""
     extra += " (escalated to the human queue)" if rec.escalated else ""
-    why = rec.why_kept if rec.status == "keep" else rec.decision.decision_reason   # a keep always says why
-    return (f"exp {rec.n} {rec.ident.short} {rec.status}{extra} val_bpb {bpb_text}: "
+    why = rec.why_kept if rec.status == "keep" else rec.decision_reason   # a keep always says why
+    return (f"exp {rec.n} {rec.short} {rec.status}{extra} val_bpb {bpb_text}: "
             f"{one_line(rec.description)} -- {one_line(why)}")
 
 

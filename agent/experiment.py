@@ -25,7 +25,7 @@ from agent import gitops
 from search import knobs
 from harness.clock import ClockReference
 from harness.verify import Seal, eval_rows
-from harness.records import Basis, ExperimentRecord, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun
+from harness.records import Basis, ExperimentRecord
 from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
 from harness.job import CANCELLED, EvalSpec, JobSeal, TrainJob
@@ -56,7 +56,7 @@ def reference_of(history: list) -> ClockReference:
     the baseline's runs (its own clock figures and those of its repeats)."""
     for rec in history:
         rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
-        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.run.clock, dict):
+        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.clock, dict):
             return ClockReference.from_figures(rec.clock_runs())
     return ClockReference()
 
@@ -273,7 +273,7 @@ def rebase_onto_tip(a: Attempt, tag, slot: Slot, reviewer, status, old_source: s
                a.commit)
     _timed_git(a, gitops.reset_hard, slot.files.worktree, tip)
     old_parent = a.parent
-    a.parent, a.info.prefetch.rebased_from = tip, old_parent
+    a.parent, a.info.rebased_from = tip, old_parent
     a.proposal = replace(a.proposal, source=merged,
                          notes=(a.proposal.notes + f" [rebased from {str(old_parent)[:7]} onto {tip[:7]} "
                                 "to be confirmed]").strip())
@@ -370,7 +370,7 @@ def _fix(a: Attempt, tag, slot: Slot, ideas, status, crashed_source: str, run: R
     try:
         fix, info = ideas.fix(a.n, a.proposal, crashed_source, run)
     except ProposalError as exc:
-        a.info.fixing.fix_error = str(exc)
+        a.info.fix_error = str(exc)
         return False
     ref = gitops.discarded_ref(slot.files.tag, a.n, attempt=len(a.attempts))
     _timed_git(a, gitops.update_ref, slot.files.repo, ref, a.commit)
@@ -381,9 +381,9 @@ def _fix(a: Attempt, tag, slot: Slot, ideas, status, crashed_source: str, run: R
     if a.parent is None:
         a.parent = base   # a fixed baseline becomes a commit on top of the base
     a.proposal = fix
-    a.info.fixing.fixes = [*(a.info.fixing.fixes or []), info.to_dict()]
+    a.info.fixes = [*(a.info.fixes or []), info.to_dict()]
     if not _commit(slot, a):
-        a.info.fixing.fix_error = "the fix did not change train.py"
+        a.info.fix_error = "the fix did not change train.py"
         _timed_git(a, gitops.reset_hard, slot.files.worktree, a.attempts[-1]["commit"])
         a.commit = a.attempts.pop()["commit"]
         return False
@@ -431,26 +431,23 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
         verdicts["judge"] = dict(judge, basis=decision.basis.value)
     p = a.proposal
     rec = ExperimentRecord(
-        ident=RecordIdentity(n=a.n, tag=files.tag, parent=a.parent, commit=commit, short=commit[:7],
-                             discarded_ref=discarded, worker=slot.wid),   # --workers N: which carried it
-        proposal=RecordProposal(description=p.description, hypothesis=p.hypothesis, proposer=p.proposer,
-                                model=p.model, notes=p.notes, info=a.info.for_record(),
-                                diff=gitops.diff(files.repo, a.parent, a.commit) if a.parent and a.commit else ""),
-        run=RecordRun(summary=summary or None, clock=run.clock_figures if run else None, sealed=sealed,
-                      verify_seconds=decision.verify_figure("seconds"),   # trusted re-evaluation cost
-                      crash_class=run.crash_class if run else None, log=_rel(slot, run.log_path) if run else None,
-                      memory_gb=_num(run.printed("peak_vram_mb") if run else None) / 1024,
-                      config=knobs.values(new_source), code=knobs.code_fingerprint(new_source), attempts=a.attempts),
-        decision=RecordDecision(status=outcome, decision_reason=decision.reason, trusted_bpb=decision.trusted_bpb,
-                                verdicts=verdicts, evidence=evidence),
-        costs=RecordCosts(
-            timings={"proposal": a.info.proposal_seconds, "proposal_wait": a.info.proposal_wait,
-                     "run": wall, "runs": a.run_seconds, "training": training, "eval": eval_s,
-                     "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
-            tokens=dict(p.tokens), cost_usd=p.cost_usd + decision.verdict_cost(),
-            started_at=a.started_at, ended_at=time.time()))
+        n=a.n, tag=files.tag, parent=a.parent, commit=commit, short=commit[:7], status=outcome,
+        description=p.description, hypothesis=p.hypothesis, proposer=p.proposer, model=p.model,
+        diff=gitops.diff(files.repo, a.parent, a.commit) if a.parent and a.commit else "",
+        summary=summary or None, trusted_bpb=decision.trusted_bpb, clock=run.clock_figures if run else None,
+        sealed=sealed, verify_seconds=decision.verify_figure("seconds"),   # trusted re-evaluation cost
+        crash_class=run.crash_class if run else None, decision_reason=decision.reason, verdicts=verdicts,
+        timings={"proposal": a.info.proposal_seconds, "proposal_wait": a.info.proposal_wait,
+                 "run": wall, "runs": a.run_seconds, "training": training, "eval": eval_s,
+                 "startup": max(0.0, wall - training - eval_s) if run else 0.0, "git": a.git_seconds},
+        tokens=dict(p.tokens), cost_usd=p.cost_usd + decision.verdict_cost(),
+        log=_rel(slot, run.log_path) if run else None, discarded_ref=discarded, started_at=a.started_at,
+        memory_gb=_num(run.printed("peak_vram_mb") if run else None) / 1024,
+        config=knobs.values(new_source), code=knobs.code_fingerprint(new_source), attempts=a.attempts,
+        notes=p.notes, evidence=evidence, worker=slot.wid,   # --workers N: which carried it
+        ended_at=time.time(), **a.info.for_record())
     total = time.monotonic() - a.t0
-    rec.costs.timings.update(total=total, overhead=total - training)
+    rec.timings.update(total=total, overhead=total - training)
     # The record as the journal will hold it: every value through the one scrubber.
     rec = ExperimentRecord.from_dict(scrub(rec.to_dict()))
     with tag.critical():
@@ -476,7 +473,7 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
                                                      f"val_bpb={bpb} ({decision.reason})"))
         except gitops.GitError as exc:
             status.event(f"warning: could not write git note: {exc}")
-        rec.costs.timings["git"] += time.monotonic() - t0
+        rec.timings["git"] += time.monotonic() - t0
         tag.decided(rec, bpb)
     status.decided(rec)
     return rec

@@ -337,8 +337,8 @@ def write(p: Plan) -> Path:
     records = records_of(p)
     for rec in records:
         append_journal(p.worktree / "journal.jsonl", rec.to_dict())
-        if rec.ident.discarded_ref:
-            gitops.update_ref(p.repo, rec.ident.discarded_ref, rec.commit)
+        if rec.discarded_ref:
+            gitops.update_ref(p.repo, rec.discarded_ref, rec.commit)
     rewrite_results(p.worktree / "results.tsv",
                     [ResultRow(r.commit, r.bpb, r.memory_gb, r.status, r.description).format() for r in p.rows])
     info = {"repo": str(p.repo), "branch": p.branch, "tip": p.tip, "branch_tip": p.branch_tip,
@@ -379,7 +379,7 @@ def tip_proposal(repo: Path, worktree: Path, history: list, profile: str | None,
     info = ImportedInfo.read(worktree)
     if info is None or not info.base or not info.tip:
         return None
-    if any(not r.ident.imported and not r.is_baseline for r in history if r.is_experiment):
+    if any(not r.imported and not r.is_baseline for r in history if r.is_experiment):
         return None
     try:
         runtime = gitops.show_file(repo, base, "runtime.py")
@@ -387,14 +387,14 @@ def tip_proposal(repo: Path, worktree: Path, history: list, profile: str | None,
         runtime = None
     source = gitops.show_file(repo, info.tip, "train.py")
     new, changes = knobs.for_profile(source, profile or "", runtime)
-    first = next((r.commit for r in history if r.ident.imported and r.commit), None)
+    first = next((r.commit for r in history if r.imported and r.commit), None)
     kept = moved_knobs(repo, first, source) & set(changes)
     if kept:   # the imported run's own moves stay, even one back to the repository's value
         old = knobs.values(source)
         new = knobs.set_knobs(new, {k: old[k] for k in kept})
     if new == gitops.show_file(repo, base, "train.py"):
         return None
-    kept_rows = sum(1 for r in history if r.ident.imported and r.status == "keep")
+    kept_rows = sum(1 for r in history if r.imported and r.status == "keep")
     where = f" from {info.hardware}" if info.hardware else ""
     return Proposal(
         description=f"imported tip of {info.branch}{where}",

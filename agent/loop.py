@@ -326,13 +326,13 @@ class Loop:
         while self.best is None:
             tries = [r for r in self.history if r.proposer == "baseline"]
             if len(tries) >= BASELINE_TRIES:
-                why = tries[-1].decision.decision_reason or tries[-1].run.crash_class
+                why = tries[-1].decision_reason or tries[-1].crash_class
                 raise workspace.SetupError(
                     f"the baseline (unmodified train.py) failed {len(tries)} times; the tag stops rather "
                     f"than measure experiments against nothing. Last reason: {why}. Logs: "
                     f"{self.run_dir / 'logs'}")
             if tries:
-                self.panel.event(f"baseline try {len(tries)} was not kept ({tries[-1].decision.decision_reason}); "
+                self.panel.event(f"baseline try {len(tries)} was not kept ({tries[-1].decision_reason}); "
                                  "running it again")
             self.check_space()
             self.experiment(self.baseline())

@@ -376,11 +376,11 @@ class Watch:
         with self._lock:
             self._since.append(rec)
             bpb = rec.decision_bpb
-            if rec.status == "keep" and bpb is not None and not rec.ident.imported:
+            if rec.status == "keep" and bpb is not None and not rec.imported:
                 prev = self._best if self._best is not None else _best_before(history[:-1])
                 if rec.is_baseline:
                     self.post("baseline", f"autoresearch {self.tag}: baseline {bpb:.6f} measured "
-                              f"({rec.decision.decision_reason[:200]})")
+                              f"({rec.decision_reason[:200]})")
                 elif prev is None or bpb < prev:
                     gain = f", {prev - bpb:+.6f} over {prev:.6f}" if prev is not None else ""
                     self.post("new_best", f"autoresearch {self.tag}: new best {bpb:.6f}{gain} by exp {rec.n} "
@@ -389,17 +389,17 @@ class Watch:
                     self.post("keep", f"autoresearch {self.tag}: exp {rec.n} ({str(rec.commit)[:7]}) kept at "
                               f"{bpb:.6f}, the best stays {prev:.6f}: {rec.description[:200]}. {_why(rec)}{_evidence(rec)}")
                 self._best = bpb if prev is None else min(prev, bpb)
-            elif rec.status == "keep" and not rec.ident.imported:   # a keep without a figure: still why
+            elif rec.status == "keep" and not rec.imported:   # a keep without a figure: still why
                 self.post("keep", f"autoresearch {self.tag}: exp {rec.n} ({str(rec.commit)[:7]}) kept without a "
                           f"figure: {rec.description[:200]}. {_why(rec)}")
             crashes = _trailing_crashes(history)
             if crashes == self.streak:
                 self.post("crash_streak", f"autoresearch {self.tag}: {crashes} crashes in a row, the last "
-                          f"exp {rec.n} ({rec.run.crash_class}): {rec.description[:200]}")
+                          f"exp {rec.n} ({rec.crash_class}): {rec.description[:200]}")
             for kind, item in _escalations(rec):
                 show = f"show {item}" if item is not None else "list"
                 self.post("queue", f"autoresearch {self.tag}: exp {rec.n} went to the human queue ({kind}): "
-                          f"{rec.decision.decision_reason[:300]}. Review: uv run agent/review_queue.py {show}")
+                          f"{rec.decision_reason[:300]}. Review: uv run agent/review_queue.py {show}")
 
     def tick(self, running: str = "") -> None:
         """At most once per digest_every_s: what was decided since the last digest."""
@@ -422,7 +422,7 @@ class Watch:
 def _best_before(history: list[ExperimentRecord]) -> float | None:
     """The best kept figure of the tag's own (an imported one is another machine's, never the bar)."""
     vals = [r.decision_bpb for r in history
-            if r.status == "keep" and r.decision_bpb is not None and not r.ident.imported]
+            if r.status == "keep" and r.decision_bpb is not None and not r.imported]
     return min(vals) if vals else None
 
 

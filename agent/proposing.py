@@ -18,7 +18,7 @@ import difflib
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,8 +28,72 @@ from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.local import FINE_SCALE, LocalProposer
 from agent import gitops
-from harness.record_parts import INFO_KEYS, TIMING_KEYS, ProposalInfo  # noqa: F401  (the loop's name for it)
 from harness.records import ExperimentRecord
+from harness.results_table import fnum
+
+
+@dataclass
+class ProposalInfo:
+    """How experiment n's proposal came to be, and what happened to it before its record. The loop
+    carries it with the proposal (pending.json holds to_dict()); the record keeps every key but the
+    timings (`seconds`, `waited`: the record's `timings`) as one of its optional keys
+    (harness/experiment_record.py OPTIONAL_KEYS), written when set."""
+    seconds: float | None = None          # proposing it (a screen: every candidate's, and the screen's)
+    waited: float | None = None           # a prefetched one: how long the loop waited for it
+    handover: str | None = None           # why the offline proposer had this turn (agent/budget.py)
+    fallback: str | None = None           # "offline": the proposer failed or was unavailable
+    proposal_error: str | None = None
+    prefetched: bool | None = None        # made ahead while the previous experiment trained (Prefetch)
+    stale_parent: str | None = None       # ...on a parent that was not kept
+    rebased_from: str | None = None       # ...so its edit was merged onto the last kept commit
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged here)
+    screen: dict | None = None            # --screen K: the screen that picked it (agent/screening.py)
+    screen_error: str | None = None
+    fixes: list | None = None             # the fix proposals of the experiment's crashed tries
+    fix_error: str | None = None
+    rebases: list | None = None           # --workers: the runs on parents the branch moved past
+    resumed: bool | None = None           # re-run after a stop (agent/recovery.py)
+    extra: dict = field(default_factory=dict)                             # keys this class does not know
+    _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
+
+    def to_dict(self) -> dict:
+        """pending.json's object: one read by from_dict gives back the same keys in the same order
+        (unknown ones kept), then keys set since; a new one gives INFO_KEYS' order, keys set only."""
+        vals = {k: getattr(self, k) for k in INFO_KEYS}
+        order = [k for k in (self._keys or ()) if k in vals or k in self.extra]
+        order += [k for k in INFO_KEYS if k not in order and vals[k] is not None]
+        out = {k: (vals[k] if k in vals else self.extra[k]) for k in order}
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d) -> "ProposalInfo":
+        """Never raises; anything but a dict reads as an empty ProposalInfo."""
+        d = d if isinstance(d, dict) else {}
+        return cls(**{k: d[k] for k in INFO_KEYS if k in d},
+                   extra={k: v for k, v in d.items() if k not in INFO_KEYS}, _keys=tuple(d))
+
+    def for_record(self) -> dict:
+        """What the experiment record keeps: its optional keys that are set (the timings go to
+        its `timings`, keys this class does not know stay in pending.json)."""
+        return {k: v for k, v in self.to_dict().items() if k in INFO_KEYS and k not in TIMING_KEYS}
+
+    @property
+    def proposal_seconds(self) -> float:
+        return fnum(self.seconds) or 0.0    # pending.json is data: a bad value reads as 0
+
+    @property
+    def proposal_wait(self) -> float:
+        """What the loop waited for the proposal: a prefetched one's wait, else all of its time."""
+        waited = fnum(self.waited)
+        return waited if waited is not None else self.proposal_seconds
+
+
+# pending.json's keys of a ProposalInfo, in the order they are written
+INFO_KEYS = tuple(f.name for f in fields(ProposalInfo) if f.name not in ("extra", "_keys"))
+# The timings go to the record's `timings`; every other key is one of the record's optional keys.
+TIMING_KEYS = ("seconds", "waited")
 
 
 @dataclass(frozen=True)
@@ -106,8 +170,7 @@ def with_dropped(proposal: Proposal, info: ProposalInfo, dropped: list) -> tuple
         return proposal, info
     cost = sum(p.cost_usd for p in dropped)
     tokens = {k: proposal.tokens.get(k, 0) + sum(p.tokens.get(k, 0) for p in dropped) for k in proposal.tokens}
-    info = replace(info, prefetch=replace(
-        info.prefetch, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped]))
+    info = replace(info, dropped_prefetch=[{"description": p.description, "cost_usd": p.cost_usd} for p in dropped])
     dropped.clear()
     return replace(proposal, cost_usd=proposal.cost_usd + cost, tokens=tokens), info
 
@@ -175,17 +238,17 @@ class Prefetch:
         if isinstance(result, BaseException) or result is None:
             return None
         proposal, info = result
-        info = replace(info, prefetch=replace(info.prefetch, waited=time.monotonic() - t0, prefetched=True))
+        info = replace(info, waited=time.monotonic() - t0, prefetched=True)
         if self.parent == parent:
             return proposal, info
-        info.prefetch.stale_parent = self.parent
+        info.stale_parent = self.parent
         if self.proposers.proposer.cheap_redo or proposal.proposer == "offline":
             return None   # re-asking costs nothing and sees the latest history
         merged = gitops.merge_file(parent_source, self.parent_source, proposal.source)
         if merged is None or not same_edit(self.parent_source, proposal.source, parent_source, merged):
             self.dropped.append(proposal)   # a conflict, or only part of the edit applies: ask again
             return None
-        info.prefetch.rebased_from = self.parent
+        info.rebased_from = self.parent
         proposal = replace(proposal, source=merged,
                            notes=(proposal.notes + f" [rebased from {self.parent[:7]} onto {parent[:7]}]").strip())
         return proposal, info

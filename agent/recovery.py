@@ -69,7 +69,7 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
     notes += [f"results.tsv {p} (left as is)" for p in read_results(files.results_path).problems]
 
     for rec in records:
-        ref = rec.ident.discarded_ref
+        ref = rec.discarded_ref
         if ref and rec.commit and not gitops.ref_exists(files.repo, ref):
             gitops.update_ref(files.repo, ref, rec.commit)
             notes.append(f"git: restored {ref}")
@@ -93,7 +93,7 @@ def _branch_head(journal_path, base) -> tuple[str, float | None]:
     for rec in everything:
         typed = ExperimentRecord.from_dict(rec)
         if typed.is_experiment:
-            if typed.status == "keep" and typed.commit and not typed.ident.imported:   # imported: another machine's
+            if typed.status == "keep" and typed.commit and not typed.imported:   # imported: another machine's
                 head, bpb = typed.commit, typed.decision_bpb
             continue
         applied = QueueAppliedRecord.from_dict(rec)   # a human decision applied at a boundary
@@ -153,7 +153,7 @@ def _match_records_and_rows(files: RunFiles, records: list[ExperimentRecord], ta
 
 
 def _row_of_record(r: ExperimentRecord) -> str:
-    return ResultRow(r.commit, r.row_bpb, r.run.memory_gb, r.status, r.description or "").format()
+    return ResultRow(r.commit, r.row_bpb, r.memory_gb, r.status, r.description or "").format()
 
 
 def _rebuild_rows(files, records, table, row_of, missing) -> list[str]:

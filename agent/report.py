@@ -85,14 +85,14 @@ def kept_changes(data: dict) -> list[ExperimentRecord]:
 
 def _parent_config(rec: ExperimentRecord, by_commit: dict) -> dict | None:
     parent = by_commit.get(rec.parent) if isinstance(rec.parent, str) else None
-    return parent.run.config if parent else None
+    return parent.config if parent else None
 
 
 def idea_of(rec: ExperimentRecord, by_commit: dict) -> str:
     """Knob names a change moved (same code), else the first words of its description."""
     parent = by_commit.get(rec.parent) if isinstance(rec.parent, str) else None
-    if parent and parent.run.code and parent.run.code == rec.run.code:
-        old, new = parent.run.config or {}, rec.run.config or {}
+    if parent and parent.code and parent.code == rec.code:
+        old, new = parent.config or {}, rec.config or {}
         moved = sorted(k for k in new if old.get(k) != new.get(k))
         if moved:
             return "knobs: " + ", ".join(moved)
@@ -105,7 +105,7 @@ def runs_total(recs: list[ExperimentRecord]) -> dict:
     out = {"runs": 0, "decisions": 0, "baseline": 0, "confirming": 0}
     for r in recs:
         ev = r.evidence_view()
-        k = ev.runs_spent if ev else (1 if r.status in ("keep", "discard") and r.decision.trusted_bpb is not None else 0)
+        k = ev.runs_spent if ev else (1 if r.status in ("keep", "discard") and r.trusted_bpb is not None else 0)
         out["runs"] += k
         out["decisions"] += 1
         if r.is_baseline:
@@ -125,11 +125,11 @@ def summarize(data: dict) -> dict:
         judge = rec.judge
         ev = rec.evidence_view()
         changes.append({"k": k, "n": rec.n, "commit": rec.commit, "parent": rec.parent,
-                        "description": rec.description, "hypothesis": rec.proposal.hypothesis,
-                        "diff": rec.proposal.diff or "", "bpb": bpb, "before": best,
+                        "description": rec.description, "hypothesis": rec.hypothesis,
+                        "diff": rec.diff or "", "bpb": bpb, "before": best,
                         "gain": (best - bpb) if best is not None and bpb is not None else None,
                         "threshold": fnum(_find(judge, "threshold")), "spread": fnum(_find(judge, "spread")),
-                        "reason": rec.decision.decision_reason,
+                        "reason": rec.decision_reason,
                         "evidence": ev.summary() if ev else None, "unshown": rec.decision_bpb if bpb is None else None,
                         "label": confirm.label(rec, data["claims"] if "claims" in data else [])})
         if bpb is not None:
@@ -146,7 +146,7 @@ def summarize(data: dict) -> dict:
                          "best": bpb_of(top) if top else None, "best_n": top.n if top else None,
                          "best_description": top.description if top else rs[-1].description})
     discards.sort(key=lambda d: (-d["count"], d["best"] if d["best"] is not None else 1e9))
-    crashes = Counter(r.run.crash_class or "unknown" for r in recs if r.status == "crash")
+    crashes = Counter(r.crash_class or "unknown" for r in recs if r.status == "crash")
     tokens = {"input": 0, "output": 0}
     cost = 0.0
     for r in recs:

@@ -34,7 +34,7 @@ def without(repo: Path, final: str, change: dict) -> str | None:
 
 def measured_by_judge(data: dict) -> bool:
     """Was the run judged on the trusted (sealed) evaluation? Then ablations are measured so too."""
-    return any(r.decision.trusted_bpb is not None for r in data["records"])
+    return any(r.trusted_bpb is not None for r in data["records"])
 
 
 class Scratch:

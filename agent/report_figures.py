@@ -27,7 +27,7 @@ def kept_baseline(records: list[ExperimentRecord], base: str | None) -> Experime
 
 
 def _interval(rec: ExperimentRecord) -> tuple[float, float] | None:
-    start, end = fnum(rec.costs.started_at), fnum(rec.costs.ended_at)
+    start, end = fnum(rec.started_at), fnum(rec.ended_at)
     if start is not None and end is None:
         total = rec.timing("total")
         end = start + total if total is not None else None
@@ -53,7 +53,7 @@ def device_seconds(rec: ExperimentRecord) -> float:
     """One record's device time: its run (train.py's whole process, its own evaluation included)
     and the trusted evaluation of it (verify_seconds), plus each earlier run of the decision
     (verdicts.reruns: the baseline's repeats, confirming runs) with an evaluation of the same cost."""
-    evaluation = fnum(rec.run.verify_seconds) or 0.0
+    evaluation = fnum(rec.verify_seconds) or 0.0
     out = (rec.timing("run") or 0.0) + evaluation
     return out + sum(ran + evaluation for ran in rec.rerun_seconds())
 

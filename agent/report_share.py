@@ -23,14 +23,14 @@ PNG = "progress.png"
 def own_records(records: list[ExperimentRecord]) -> list[ExperimentRecord]:
     """The tag's own experiments when it has any, else every record (an imported tag not resumed
     yet): the report's figures never mix another machine's with this tag's."""
-    own = [r for r in records if not r.ident.imported]
+    own = [r for r in records if not r.imported]
     return own or records
 
 
 def imported_only(records: list[ExperimentRecord]) -> bool:
     """The report's records are all imported (a tag not resumed yet): its figures are the
     original run's, on the original run's hardware."""
-    return bool(records) and all(r.ident.imported for r in records)
+    return bool(records) and all(r.imported for r in records)
 
 
 def figures_hardware(hw: dict, imported: ImportedInfo | None, only_imported: bool) -> dict:

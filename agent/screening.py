@@ -26,7 +26,6 @@ from agent.proposing import Proposers, call_proposer
 from agent.workspace import RunFiles
 from agent import gitops
 from search.proxy import make_proxy
-from harness.record_parts import ScreenInfo
 from harness.results import append_journal
 from harness.verify import PROXY_EVAL_TOKENS_MAX, eval_rows
 
@@ -129,7 +128,7 @@ def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[
         except Exception as exc:   # a broken screen must not stop the loop: run the first candidate
             s.say(f"screen failed ({exc}); running the first candidate unscreened")
             sp.log(output={"error": str(exc)})
-            return first[0], replace(first[1], screening=ScreenInfo(first[1].screening.screen, str(exc)))
+            return first[0], replace(first[1], screen_error=str(exc))
         sp.log(output={"winner": res.winner, "ranking": res.ranking, "spent_steps": res.spent_steps})
     for rec in res.records:
         append_journal(s.files.journal_path, dict(rec, n=n, tag=s.files.tag))
@@ -142,6 +141,6 @@ def pick(s: Screen, n: int, source: str, first: tuple[Proposal, dict]) -> tuple[
     note = f" [screened: won {len(candidates)}-way successive halving]"
     # The proposal time of the whole screen is part of this experiment's overhead.
     extra = sum(i.proposal_seconds for _, i in candidates if i is not info)
-    info = replace(info, screening=replace(info.screening, screen=summary),
+    info = replace(info, screen=summary,
                    seconds=info.proposal_seconds + extra + seconds)
     return replace(proposal, notes=(proposal.notes + note).strip()), info

@@ -173,7 +173,7 @@ class Panel:
     def decided(self, rec: ExperimentRecord) -> None:
         """A recorded decision (the tag's history has it already)."""
         self.spend.add(rec)
-        self.shown.last_decision = f"exp {rec.n} {rec.status}: {rec.decision.decision_reason}"
+        self.shown.last_decision = f"exp {rec.n} {rec.status}: {rec.decision_reason}"
         self.shown.idea, self.shown.run_of = None, None   # decided: no longer shown in flight
         self.console.decision(rec)
         self.notify.record(rec, self.coord.history, self.coord.in_flight)

@@ -53,9 +53,9 @@ def build(run_dir: Path, tag: str, reason: str, session_seconds: float, cap: flo
                      results_path=Path(run_dir) / "results.tsv", dashboard=dashboard_command(run_dir, tag),
                      night=budget.night_lines(records, cap))
     out.unsealed = (RunInfo.read(Path(run_dir) / "run.json") or RunInfo()).unsealed
-    out.imported = _imported_line(run_dir, [r for r in records if r.ident.imported])
+    out.imported = _imported_line(run_dir, [r for r in records if r.imported])
     for rec in records:
-        if rec.ident.imported:   # another machine's figure, not measured here: never the best
+        if rec.imported:   # another machine's figure, not measured here: never the best
             continue
         if rec.status in out.counts:
             out.counts[rec.status] += 1

@@ -55,7 +55,7 @@ def terms(run_dir: Path) -> dict:
     info = RunInfo.read(run_dir / "run.json")
     if info is None or info.budget is None or not info.base_commit:
         raise ValidateError(f"{run_dir}: no run.json with a budget and a base commit (has the loop run here?)")
-    own = [r for r in records if not r.ident.imported]
+    own = [r for r in records if not r.imported]
     keeps = [r for r in own if r.status == "keep" and r.commit]
     base_rec = next((r for r in keeps if r.commit == info.base_commit), None)
     final_rec = keeps[-1] if keeps else None
@@ -65,7 +65,7 @@ def terms(run_dir: Path) -> dict:
         if base_rec.decision_bpb is not None and final_rec.decision_bpb is not None else None
     steps = base_rec.summary_figure("num_steps") if info.smoke else None
     return {"run": run_dir, "info": info, "records": records, "base": info.base_commit, "final": final_rec.commit,
-            "gain_short": gain, "sealed": any(r.decision.trusted_bpb is not None for r in own),
+            "gain_short": gain, "sealed": any(r.trusted_bpb is not None for r in own),
             "steps": int(steps) if steps else None}
 
 
@@ -95,17 +95,17 @@ def _slot(scratch: Path, t: dict, budget: float, seal):
                 clock_reference=lambda: reference_of(records))
 
 
-def until_evidence(one: Callable[[str], dict], stem: str, tries: int | None = None) -> dict:
-    """`one(log_name)`'s outcome (JudgeHierarchy.measure's dict), run again on the same seed while
-    the harness's clock calls it disturbed ("no evidence": slowed past what its load explains), as
-    the judge and agent/remeasure.py do; each try keeps its own log. A cheat, a crash or a failed
-    evaluation is final (the tries: agent/remeasure.py DISTURBED_TRIES)."""
+def until_evidence(one: Callable[[str], Measurement], stem: str, tries: int | None = None) -> Measurement:
+    """`one(log_name)`'s measurement, run again on the same seed while the harness's clock calls
+    it disturbed ("no evidence": slowed past what its load explains), as the judge and
+    agent/remeasure.py do; each try keeps its own log. A cheat, a crash or a failed evaluation is
+    final (the tries: agent/remeasure.py DISTURBED_TRIES)."""
     if tries is None:
         from agent.remeasure import DISTURBED_TRIES as tries
-    out: dict = {}
+    out = Measurement(False, "not measured")
     for attempt in range(tries):
         out = one(stem + (f".rerun{attempt}" if attempt else "") + ".log")
-        if out.get("clock") != "over":
+        if out.clock != "over":
             break
     return out
 
@@ -126,9 +126,9 @@ def sealed_measure(t: dict, scratch: Path, budget: float):
 
     def measure(commit: str, n: int, seed: int) -> Measurement:
         gitops.git(scratch, "checkout", "-q", "--detach", commit)
-        return Measurement.of(until_evidence(lambda log: judge.measure(
+        return until_evidence(lambda log: Measurement.of(judge.measure(
             commit, worktree=scratch, run_dir=t["run"], train=lambda c: run_commit(
-                slot, n, c, log, env={"AUTORESEARCH_SEED": str(seed)})), f"validate-{commit[:7]}-s{seed}"))
+                slot, n, c, log, env={"AUTORESEARCH_SEED": str(seed)}))), f"validate-{commit[:7]}-s{seed}")
     measure.close = slot.executor.close
     return measure
 
@@ -238,7 +238,7 @@ def confirm_run(run_dir: Path, n: int | None = None, runs: int = 2, say=print, m
     from agent.judges import confirm
     from agent.remeasure import CLAIM_SEED_BASE, fresh_seeds, loop_seeds
     t = terms(run_dir)
-    keeps = [r for r in t["records"] if not r.ident.imported and r.status == "keep" and r.commit and not r.is_baseline]
+    keeps = [r for r in t["records"] if not r.imported and r.status == "keep" and r.commit and not r.is_baseline]
     rec = next((r for r in keeps if r.n == n), None) if n is not None else (keeps[-1] if keeps else None)
     if rec is None:
         raise ValidateError(f"{run_dir}: " + (f"experiment {n} is not a keep of this tag" if n is not None

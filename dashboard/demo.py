@@ -204,7 +204,7 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
                       started, log)
         # The loop's order: the journal record, then the results.tsv row with the decision's figure.
         append_journal(run / "journal.jsonl", rec.to_dict())
-        append_result(run / "results.tsv", commit, decision.trusted_bpb, rec.run.memory_gb, status, desc)
+        append_result(run / "results.tsv", commit, decision.trusted_bpb, rec.memory_gb, status, desc)
         records.append(rec)
         trace = f"t{i:04d}"
         for j, (name, a, b) in enumerate([("experiment", 0, 371), ("propose", 0, 20), ("guard", 20, 21),
@@ -227,7 +227,7 @@ def build(root: Path, tag: str = "demo", n: int = 24, seed: int = 0, git_upto: i
               "hypothesis": f"{EDITS[n % len(EDITS)][0]} at {EDITS[n % len(EDITS)][1]} should lower val_bpb"},
         run={"k": 2, "of": 3, "why": "confirming: one run is no evidence"})
     tally = SessionTally(best={"commit": parent, "val_bpb": best},
-                         last_decision=f"exp {n} {records[-1].status}: {records[-1].decision.decision_reason}",
+                         last_decision=f"exp {n} {records[-1].status}: {records[-1].decision_reason}",
                          keep_rate=sum(r.status == "keep" for r in records) / len(records),
                          tokens={"input": 182_340, "output": 20_115}, cost_usd=0.87)
     state = RunState(tag=tag, phase=phase, phase_started_at=now - 95, started_at=t0, budget=300, pid=None,

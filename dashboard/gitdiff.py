@@ -59,7 +59,7 @@ def experiment_diff(git_dir: Path | None, tag: str, row: ResultLine, record: Exp
     """The diff of one experiment: its results.tsv line and its journal record (None: lost)."""
     d = Diff()
     commit = str((record.commit if record else None) or row.commit or "").strip()
-    ref = record.ident.discarded_ref if record else None
+    ref = record.discarded_ref if record else None
     if not ref and row.status in ("discard", "crash") and record is not None and isinstance(record.n, int):
         ref = f"refs/autoresearch/{tag}/discarded/{record.n}"
     found = None
@@ -82,7 +82,7 @@ def experiment_diff(git_dir: Path | None, tag: str, row: ResultLine, record: Exp
             d.text = show(git_dir, found)
             if d.text is None:
                 d.problems.append(f"git show {found[:12]} failed")
-    if d.text is None and record is not None and isinstance(record.proposal.diff, str) and record.proposal.diff:
-        d.text = record.proposal.diff[:MAX_DIFF_CHARS]
+    if d.text is None and record is not None and isinstance(record.diff, str) and record.diff:
+        d.text = record.diff[:MAX_DIFF_CHARS]
         d.source = "the journal's copy (git does not have it)"
     return d

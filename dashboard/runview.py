@@ -93,7 +93,7 @@ def noise_band(rows: list[ResultLine], records: list) -> dict:
             continue
         band = r.noise_band()
         values = band.values if band else []
-        base = sum(values) / len(values) if values else r.decision.trusted_bpb
+        base = sum(values) / len(values) if values else r.trusted_bpb
         if not _finite(base):
             continue
         threshold = band.threshold if band else None
@@ -192,8 +192,8 @@ def now_panel(run: Run, rows: list[ResultLine], records: list[ExperimentRecord],
     out["cost_usd"] = tally.cost_usd if tally.cost_usd is not None else sum(r.cost() for r in records)
     # Rates over the journal's span: experiments per hour, and the share of wall time spent
     # training (duty cycle), which is what a faster harness improves.
-    starts = [r.costs.started_at for r in records if _fnum(r.costs.started_at) is not None]
-    ends = [r.costs.ended_at for r in records if _fnum(r.costs.ended_at) is not None]
+    starts = [r.started_at for r in records if _fnum(r.started_at) is not None]
+    ends = [r.ended_at for r in records if _fnum(r.ended_at) is not None]
     wall = (max(ends) - min(starts)) if starts and ends and max(ends) > min(starts) else None
     run_s = sum(_training_seconds(r) for r in records)
     wall = wall if wall is not None and math.isfinite(wall) else None
@@ -234,7 +234,7 @@ def _num(v) -> float:
 def _training_seconds(rec: ExperimentRecord) -> float:
     """Training seconds where the journal has them (timings.training), else the run's wall time
     (timings.run, which includes start-up); 0 for anything that is not a finite number."""
-    t = rec.costs.timings if isinstance(rec.costs.timings, dict) else {}
+    t = rec.timings if isinstance(rec.timings, dict) else {}
     return _num(t["training"] if "training" in t else t["run"] if "run" in t else None)
 
 
@@ -248,7 +248,7 @@ def spans_for(spans: list[dict], record: ExperimentRecord | None) -> list[dict]:
     if record is None:
         return []
     n = record.n
-    t0, t1 = record.costs.started_at, record.costs.ended_at
+    t0, t1 = record.started_at, record.ended_at
     typed = [sp for sp in (SpanRecord.from_dict(d) for d in spans) if sp is not None]
     traces = {sp.trace for sp in typed if sp.trace is not None and sp.names_experiment(n)}
     timed = _finite(t0) and _finite(t1)
@@ -303,7 +303,7 @@ def experiment(run: Run, n: int) -> dict | None:
     # The MetaJudge's audits: journal records of their own kind (harness/records.py AuditRecord).
     audits = [a.raw for a in (AuditRecord.from_dict(r) for r in journal.records) if a is not None
               and rn is not None and a.n == rn]
-    log_rel = rec.run.log if rec else None
+    log_rel = rec.log if rec else None
     if not isinstance(log_rel, str) or not log_rel:
         log_rel = f"logs/exp-{rn:04d}.log" if isinstance(rn, int) and 0 <= rn < 10 ** 6 else None
     log, log_problem = (data.log_tail(data.inside(run.path, log_rel)) if log_rel

@@ -1,13 +1,12 @@
 """The journal's experiment record, typed: what the loop keeps in memory and every reader reads.
 
 - Decision, Basis and VerdictReads live in harness/decision.py (re-exported here).
-- ExperimentRecord: the journal's "experiment" record (agent/experiment.py record()), held in
-  typed parts (harness/record_parts.py: ident, proposal with its ProposalInfo, run, decision,
-  costs), with to_dict/from_dict that round-trip a flat journal line exactly (unknown keys kept
-  in `extra`) and
-  typed accessors for what readers need (the decision's val_bpb, the judge's figures, the noise
-  band, the basis, timings...). The loop's history is a list of these; a record becomes a dict
-  only where it is written (the journal) and is built with from_dict only where it is read.
+- ExperimentRecord: the journal's "experiment" record (agent/experiment.py record()), one flat
+  record: one field per key of the journal line, in the line's order, with to_dict/from_dict that
+  round-trip a line exactly (unknown keys kept in `extra`) and typed accessors for what readers
+  need (the decision's val_bpb, the judge's figures, the noise band, the basis, timings...). The
+  loop's history is a list of these; a record becomes a dict only where it is written (the
+  journal) and is built with from_dict only where it is read.
 - EvidenceFigures: a record's `evidence`, read safely (harness/decision.py, re-exported).
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
@@ -16,15 +15,12 @@ harness/records.py re-exports every name here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from harness.decision import (  # noqa: F401  (the record's verdicts and evidence are read the decision's way)
     AGAIN, DECIDED, FIGURE_KEYS, BarFigures, Basis, ComparisonFigures, Decision, EvidenceFigures, EvidenceRun,
     VerdictReads)
 from harness.results_table import as_dict, as_int, as_str, finite, fnum
-from harness.record_parts import (  # noqa: F401  (re-exported: the record's parts)
-    INFO_KEYS, INFO_PATHS, TIMING_KEYS, FixInfo, PrefetchInfo, ProposalInfo, RecordCosts, RecordDecision,
-    RecordIdentity, RecordProposal, RecordRun, ScreenInfo, flat, get_path, set_path)
 
 
 @dataclass
@@ -38,86 +34,106 @@ class NoiseBandFigures:
 
 @dataclass
 class ExperimentRecord(VerdictReads):
-    """journal.jsonl, kind "experiment": the keys agent/experiment.py record() writes, in order,
-    held in typed parts (harness/record_parts.py; RECORD_PATHS says where each key lives)."""
-    ident: RecordIdentity = field(default_factory=RecordIdentity)
-    proposal: RecordProposal = field(default_factory=RecordProposal)
-    run: RecordRun = field(default_factory=RecordRun)
-    decision: RecordDecision = field(default_factory=RecordDecision)
-    costs: RecordCosts = field(default_factory=RecordCosts)
+    """journal.jsonl, kind "experiment": the keys agent/experiment.py record() writes, in order, one
+    field each (RECORD_KEYS is this order; OPTIONAL_KEYS are written only when set)."""
+    # which experiment: its number, branch and commits
+    kind: str = "experiment"
+    n: int | None = None
+    tag: str | None = None
+    parent: str | None = None
+    commit: str | None = None
+    short: str | None = None
+    status: str | None = None            # keep | discard | crash
+    # what was proposed
+    description: str = ""
+    hypothesis: str = ""
+    proposer: str | None = None
+    model: str | None = None
+    diff: str = ""
+    # what the run measured, and what the judges decided on it
+    summary: dict | None = None          # train.py's summary block (a sealed run's val_bpb is the trusted one)
+    trusted_bpb: float | None = None     # the figure the decision rests on (the mean of the baseline's runs)
+    clock: dict | None = None            # the harness clock's figures (harness/clock.py)
+    sealed: bool = False
+    verify_seconds: float | None = None  # the trusted re-evaluation's cost
+    crash_class: str | None = None
+    decision_reason: str = ""
+    verdicts: dict = field(default_factory=dict)   # what each judge said (VerdictReads reads it)
+    # what it cost, and where its things are
+    timings: dict = field(default_factory=dict)    # seconds: proposal, run, eval, git, overhead...
+    tokens: dict = field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float = 0.0
+    log: str | None = None
+    discarded_ref: str | None = None     # where a commit not kept is preserved (git ref)
+    started_at: float | None = None
+    memory_gb: float = 0.0
+    config: dict = field(default_factory=dict)     # the knob values of its train.py (search/knobs.py)
+    code: str | None = None                        # the code fingerprint of its train.py
+    attempts: list = field(default_factory=list)   # crashed tries a fix replaced
+    notes: str = ""
+    # written only when set: how the proposal came to be (the loop's ProposalInfo, agent/proposing.py,
+    # less its timings), recovery's and the import's marks, the judge's evidence
+    fallback: str | None = None          # "offline": the proposer failed or was unavailable
+    proposal_error: str | None = None
+    fix_error: str | None = None
+    prefetched: bool | None = None       # proposed ahead while the previous experiment trained
+    rebased_from: str | None = None      # made on a parent that was not kept, merged onto the last kept
+    fixes: list | None = None            # the fix proposals of its crashed tries
+    resumed: bool | None = None          # re-run after a stop (agent/recovery.py)
+    stale_parent: str | None = None
+    screen: dict | None = None           # --screen K: the screen that picked it (agent/screening.py)
+    screen_error: str | None = None
+    recovered: bool | None = None        # rebuilt from results.tsv by recovery (agent/recovery.py)
+    rebases: list | None = None          # --workers: the runs on parents the branch moved past
+    evidence: dict | None = None         # the judge's evidence: the runs, the bar, the noise, the test
+    handover: str | None = None          # why the offline proposer had this turn (agent/budget.py)
+    dropped_prefetch: list | None = None  # LLM proposals made ahead and not used (charged here)
+    worker: int | None = None            # --workers: which worker carried it
+    imported: str | None = None          # where an imported experiment came from (agent/import_run.py): unsealed
+    ended_at: float | None = None
     extra: dict = field(default_factory=dict)                            # keys this class does not know
     _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
 
     # ---- (de)serialisation
     def to_dict(self) -> dict:
-        """The journal object: a record read by from_dict gives back the same keys in the same
-        order; a new one gives record()'s keys (optional ones only when set)."""
-        return flat(self, RECORD_PATHS, self.extra, self._keys,
-                    lambda k, v: k not in OPTIONAL_KEYS or v is not None, lambda k, v: v != _DEFAULTS[k])
+        """The journal object. A record read by from_dict gives back the keys it was read with, in
+        that order, then any key set since (a value other than the default), then unknown keys; a
+        new one gives record()'s keys in order (optional ones only when set)."""
+        vals = {k: getattr(self, k) for k in RECORD_KEYS}
+        if self._keys is None:
+            order = [k for k in RECORD_KEYS if k not in OPTIONAL_KEYS or vals[k] is not None]
+        else:
+            order = [k for k in self._keys if k in vals or k in self.extra]
+            order += [k for k in RECORD_KEYS if k not in self._keys and vals[k] != _DEFAULTS[k]]
+        out = {k: (vals[k] if k in vals else self.extra[k]) for k in order}
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "ExperimentRecord":
         """Never raises on a dict; values are kept as read (check them with the accessors)."""
-        rec = cls.of(**{k: d[k] for k in RECORD_PATHS if k in d})
-        rec.extra, rec._keys = {k: v for k, v in d.items() if k not in RECORD_PATHS}, tuple(d)
+        rec = cls.of(**{k: d[k] for k in RECORD_KEYS if k in d})
+        rec.extra, rec._keys = {k: v for k, v in d.items() if k not in _KEY_SET}, tuple(d)
         return rec
 
     @classmethod
     def of(cls, **keys) -> "ExperimentRecord":
-        """A new record from journal keys (`ExperimentRecord.of(n=2, status="keep")`), each put in
-        its part; a key the journal does not have raises TypeError."""
-        rec = cls()
-        for k, v in keys.items():
-            if k not in RECORD_PATHS:
-                raise TypeError(f"not a key of the experiment record: {k!r}")
-            set_path(rec, RECORD_PATHS[k], v)
-        return rec
+        """A new record from journal keys (`ExperimentRecord.of(n=2, status="keep")`); a key the
+        journal does not have raises TypeError."""
+        unknown = set(keys) - _KEY_SET
+        if unknown:
+            raise TypeError(f"not a key of the experiment record: {sorted(unknown)!r}")
+        return cls(**keys)
 
     def value(self, key: str):
         """The value of one journal key as held (known or not; None when absent)."""
-        return get_path(self, RECORD_PATHS[key]) if key in RECORD_PATHS else self.extra.get(key)
-
-    # ---- what a decided record shares with an experiment in flight (agent/coordinator.py InFlight):
-    # proposers and the hand-over read the two alike (ProposalRequest.tried()), so these few
-    # read-only names stay on the record; everything else is read through its part.
-    @property
-    def n(self):
-        return self.ident.n
-
-    @property
-    def commit(self):
-        return self.ident.commit
-
-    @property
-    def parent(self):
-        return self.ident.parent
-
-    @property
-    def status(self):
-        """The decision: keep, discard or crash (an entry in flight says "pending")."""
-        return self.decision.status
-
-    @property
-    def description(self):
-        return self.proposal.description
-
-    @property
-    def proposer(self):
-        return self.proposal.proposer
-
-    @property
-    def handover(self):
-        return self.proposal.info.handover
-
-    @property
-    def verdicts(self) -> dict:
-        """What each judge said (the decision part's): VerdictReads reads it."""
-        return self.decision.verdicts
+        return getattr(self, key) if key in _KEY_SET else self.extra.get(key)
 
     # ---- typed accessors
     @property
     def number(self) -> int | None:
-        return self.ident.n if isinstance(self.ident.n, int) and not isinstance(self.ident.n, bool) else None
+        return self.n if isinstance(self.n, int) and not isinstance(self.n, bool) else None
 
     @property
     def basis(self) -> Basis | None:
@@ -126,7 +142,7 @@ class ExperimentRecord(VerdictReads):
     @property
     def is_baseline(self) -> bool:
         """The loop's baseline: the unmodified train.py (basis "baseline", or proposer "baseline")."""
-        return self.basis is Basis.BASELINE or self.proposal.proposer == "baseline"
+        return self.basis is Basis.BASELINE or self.proposer == "baseline"
 
     @property
     def why_kept(self) -> str:
@@ -140,9 +156,9 @@ class ExperimentRecord(VerdictReads):
     @property
     def decision_bpb(self) -> float | None:
         """The val_bpb the decision rests on: the trusted figure, else the printed one."""
-        if finite(self.decision.trusted_bpb):
-            return float(self.decision.trusted_bpb)
-        printed = self.run.summary.get("val_bpb") if isinstance(self.run.summary, dict) else None
+        if finite(self.trusted_bpb):
+            return float(self.trusted_bpb)
+        printed = self.summary.get("val_bpb") if isinstance(self.summary, dict) else None
         return fnum(printed)
 
     @property
@@ -161,7 +177,7 @@ class ExperimentRecord(VerdictReads):
         not kept stays in the journal only (the baseline is run again on the same commit, and the
         table's first row is the kept baseline every reader measures against), and so does the
         continuation of a baseline's repeats after an interrupt (no commit is on two rows)."""
-        return not (self.proposal.proposer == "baseline" and (self.status != "keep" or self.continues is not None))
+        return not (self.proposer == "baseline" and (self.status != "keep" or self.continues is not None))
 
     @property
     def cut_short(self) -> bool:
@@ -176,8 +192,8 @@ class ExperimentRecord(VerdictReads):
     def trusted(self) -> tuple[float | None, str | None]:
         """(trusted val_bpb, where from): the decision's figure (the mean of the runs for the
         baseline), else the trusted re-evaluation's own."""
-        if finite(self.decision.trusted_bpb):
-            return self.decision.trusted_bpb, "decision"
+        if finite(self.trusted_bpb):
+            return self.trusted_bpb, "decision"
         v = self.verify.get("trusted_bpb")
         return (v, "verification") if finite(v) else (None, None)
 
@@ -195,30 +211,30 @@ class ExperimentRecord(VerdictReads):
 
     def evidence_figures(self) -> dict:
         """The judge's evidence (the hierarchy: runs, bar, noise, test) as stored, or {}."""
-        return self.decision.evidence if isinstance(self.decision.evidence, dict) else {}
+        return self.evidence if isinstance(self.evidence, dict) else {}
 
     def evidence_view(self) -> "EvidenceFigures | None":
         """The same, typed (hostile values read as None)."""
-        return EvidenceFigures.of(self.decision.evidence)
+        return EvidenceFigures.of(self.evidence)
 
     def token_counts(self) -> dict:
         """{"input", "output"} as ints (0 for anything that is not a finite number)."""
-        t = self.costs.tokens if isinstance(self.costs.tokens, dict) else {}
+        t = self.tokens if isinstance(self.tokens, dict) else {}
         return {k: int(fnum(t.get(k)) or 0) for k in ("input", "output")}
 
     def cost(self) -> float:
-        return fnum(self.costs.cost_usd) or 0.0
+        return fnum(self.cost_usd) or 0.0
 
     # ---- what the readers look at (every one safe on a hostile record)
     @property
     def is_experiment(self) -> bool:
         """kind "experiment" (the journal's default when absent)."""
-        return self.ident.kind == "experiment"
+        return self.kind == "experiment"
 
     @property
     def summary_view(self) -> dict:
         """The summary block as parsed (train.py's keys), or {}."""
-        return as_dict(self.run.summary)
+        return as_dict(self.summary)
 
     def summary_figure(self, key: str) -> float | None:
         """One summary key as a finite float, else None."""
@@ -271,24 +287,24 @@ class ExperimentRecord(VerdictReads):
         for it, and crashed tries a fix replaced. Each run writes a log of its own, so the distinct
         logs count them (a record whose last run was the incumbent's, or crashed, describes a run
         already among its reruns); a guard refusal ran nothing."""
-        logs = {self.run.log} | {as_str(r.get("log")) for r in self.reruns} | \
-            {as_str(as_dict(a).get("log")) for a in self.run.attempts}
+        logs = {self.log} | {as_str(r.get("log")) for r in self.reruns} | \
+            {as_str(as_dict(a).get("log")) for a in self.attempts}
         return len({x for x in logs if x})
 
     def clock_runs(self) -> list[dict]:
         """The harness clock figures of this record's run and of its reruns (harness/clock.py)."""
-        return [c for c in [self.run.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]
+        return [c for c in [self.clock] + [r.get("clock") for r in self.reruns] if isinstance(c, dict)]
 
     def own_clock_runs(self) -> list[dict]:
         """The harness clock figures of this record's commit's own runs: its run and its reruns,
         not the incumbent's runs its decision asked for (those carry their commit)."""
-        runs = [self.run.clock] + [r.get("clock") for r in self.reruns
+        runs = [self.clock] + [r.get("clock") for r in self.reruns
                                    if isinstance(r, dict) and r.get("commit") in (None, self.commit)]
         return [c for c in runs if isinstance(c, dict)]
 
     def timing(self, key: str) -> float | None:
         """timings[key] (proposal, run, eval, git, overhead...) in seconds, else None."""
-        return fnum(as_dict(self.costs.timings).get(key))
+        return fnum(as_dict(self.timings).get(key))
 
     @property
     def knob_values(self) -> dict | None:
@@ -296,12 +312,12 @@ class ExperimentRecord(VerdictReads):
         or when the journal object it was read from had none."""
         if self._keys is not None and "config" not in self._keys:
             return None
-        return self.run.config if isinstance(self.run.config, dict) else None
+        return self.config if isinstance(self.config, dict) else None
 
     @property
     def code_id(self) -> str | None:
         """The code fingerprint of its train.py (search/knobs.code_fingerprint), None when not a string."""
-        return self.run.code if isinstance(self.run.code, str) and self.run.code else None
+        return self.code if isinstance(self.code, str) and self.code else None
 
     def text(self, name: str) -> str:
         """A text field (description, hypothesis, decision_reason, diff, crash_class...) as a string
@@ -310,30 +326,9 @@ class ExperimentRecord(VerdictReads):
         return v if isinstance(v, str) else ""
 
 
-# record()'s keys in order (optional ones before ended_at, as the loop writes them), and the part
-# each lives in: the journal line stays flat, the record holds it in parts.
-_ID, _PROP, _RUN, _DEC, _COST = "ident", "proposal", "run", "decision", "costs"
-RECORD_PATHS = {
-    "kind": (_ID, "kind"), "n": (_ID, "n"), "tag": (_ID, "tag"), "parent": (_ID, "parent"),
-    "commit": (_ID, "commit"), "short": (_ID, "short"), "status": (_DEC, "status"),
-    "description": (_PROP, "description"), "hypothesis": (_PROP, "hypothesis"), "proposer": (_PROP, "proposer"),
-    "model": (_PROP, "model"), "diff": (_PROP, "diff"), "summary": (_RUN, "summary"),
-    "trusted_bpb": (_DEC, "trusted_bpb"), "clock": (_RUN, "clock"), "sealed": (_RUN, "sealed"),
-    "verify_seconds": (_RUN, "verify_seconds"), "crash_class": (_RUN, "crash_class"),
-    "decision_reason": (_DEC, "decision_reason"), "verdicts": (_DEC, "verdicts"), "timings": (_COST, "timings"),
-    "tokens": (_COST, "tokens"), "cost_usd": (_COST, "cost_usd"), "log": (_RUN, "log"),
-    "discarded_ref": (_ID, "discarded_ref"), "started_at": (_COST, "started_at"), "memory_gb": (_RUN, "memory_gb"),
-    "config": (_RUN, "config"), "code": (_RUN, "code"), "attempts": (_RUN, "attempts"), "notes": (_PROP, "notes"),
-    # written only when present (the loop's optional keys; recovery's minimal records)
-    **{k: (_PROP, "info", *INFO_PATHS[k]) for k in ("fallback", "proposal_error", "fix_error", "prefetched",
-                                                    "rebased_from", "fixes", "resumed", "stale_parent", "screen",
-                                                    "screen_error")},
-    "recovered": (_ID, "recovered"), "rebases": (_PROP, "info", "rebases"), "evidence": (_DEC, "evidence"),
-    "handover": (_PROP, "info", "handover"), "dropped_prefetch": (_PROP, "info", *INFO_PATHS["dropped_prefetch"]),
-    "worker": (_ID, "worker"), "imported": (_ID, "imported"),
-    "ended_at": (_COST, "ended_at"),
-}
-RECORD_KEYS = tuple(RECORD_PATHS)
+# record()'s keys in order (the fields', optional ones before ended_at, as the loop writes them)
+RECORD_KEYS = tuple(f.name for f in fields(ExperimentRecord) if f.name not in ("extra", "_keys"))
+_KEY_SET = frozenset(RECORD_KEYS)
 OPTIONAL_KEYS = ("fallback", "proposal_error", "fix_error", "prefetched", "rebased_from", "fixes",
                  "resumed", "stale_parent", "screen", "screen_error", "recovered", "rebases", "evidence", "handover",
                  "dropped_prefetch", "worker", "imported")

@@ -24,7 +24,6 @@ from harness.results_table import (MAX_DESCRIPTION, QUOTE_CHARS, RESULT_COLUMNS,
 # ---------------------------------------------------------------- decisions, the journal record, evidence
 # Basis, Decision: harness/decision.py; ExperimentRecord (and its accessors), EvidenceFigures: harness/experiment_record.py.
 from harness.experiment_record import (  # noqa: E402, F401  (re-exported: readers import them from here)
-    OPTIONAL_KEYS, RECORD_KEYS, RECORD_PATHS, Basis, Decision, EvidenceFigures, EvidenceRun, ExperimentRecord,
-    NoiseBandFigures, ProposalInfo, RecordCosts, RecordDecision, RecordIdentity, RecordProposal, RecordRun,
+    OPTIONAL_KEYS, RECORD_KEYS, Basis, Decision, EvidenceFigures, EvidenceRun, ExperimentRecord, NoiseBandFigures,
     experiment_records)
 from harness.results_table import as_dict, as_int, as_str  # noqa: E402, F401  (the readers' helpers)

@@ -64,7 +64,7 @@ def append_record(path: Path, rec) -> str | None:
     kept) writes nothing and returns None."""
     if not rec.in_results:
         return None
-    return append_result(path, rec.commit, rec.row_bpb, rec.run.memory_gb, rec.status, rec.description)
+    return append_result(path, rec.commit, rec.row_bpb, rec.memory_gb, rec.status, rec.description)
 
 
 def read_results(path: Path) -> ResultTable:

@@ -151,13 +151,14 @@ class Measurement:
     reason: str | None = None
     bpb: float | None = None
     log: str | None = None
+    clock: str | None = None     # the harness clock's verdict on the run: "over" (no evidence) or "cheat"
 
     @classmethod
     def of(cls, d, figure: str = "trusted_bpb") -> "Measurement":
         """`d` read (None or no dict: not measured); `figure` names its val_bpb key."""
         d = as_dict(d)
         return cls(ok=d.get("ok") is True, reason=as_str(d.get("reason")), bpb=fnum(d.get(figure)),
-                   log=as_str(d.get("log")))
+                   log=as_str(d.get("log")), clock=as_str(d.get("clock")))
 
 
 @dataclass(frozen=True)

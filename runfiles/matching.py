@@ -35,7 +35,7 @@ def _typed(rec) -> ExperimentRecord:
 
 def record_key(rec: ExperimentRecord | dict) -> tuple[str, str | None]:
     r = _typed(rec)
-    return _short(r.ident.short or r.commit), _status(r.status)
+    return _short(r.short or r.commit), _status(r.status)
 
 
 def match_rows(rows: list[ResultLine], records: list, *, loose: bool = False) -> dict[int, int]:

@@ -152,7 +152,7 @@ class CostPerGain:
 
     @classmethod
     def of(cls, records: list[ExperimentRecord]) -> "CostPerGain":
-        own = [r for r in records if not r.ident.imported]
+        own = [r for r in records if not r.imported]
         def bpb(r):   # an impossible figure (1e308, negative) is no result (harness/results_table.py bpb_figure)
             return bpb_figure(r.decision_bpb)
         base = next((bpb(r) for r in own if r.is_baseline and r.status == "keep"), None)

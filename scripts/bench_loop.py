@@ -52,7 +52,7 @@ def per_run_figures(records: list[dict], loop_wall: float) -> dict:
     recs = [ExperimentRecord.from_dict(r) for r in records]
     training, runs, git_s, proposal_s, wall = 0.0, 0, 0.0, 0.0, 0.0
     for rec in recs:
-        trained = {rec.run.log: rec.timing("training") or 0.0} if rec.run.log else {}
+        trained = {rec.log: rec.timing("training") or 0.0} if rec.log else {}
         for r in rec.reruns:
             summary = r.get("summary") if isinstance(r.get("summary"), dict) else {}
             if r.get("log"):

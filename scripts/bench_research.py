@@ -161,12 +161,12 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
         "headline": headline, "claim_runs": len(claim["runs"]) if claim else 0,
         "confirmed": bool(claim and claim["confirmed"]),
         "device_seconds": sum((r.timing("runs") or r.timing("run") or 0.0) for r in recs) + claim_seconds(claim),
-        "stopped_early": sum(1 for r in exps if r.decision.decision_reason.startswith("stopped early")),
+        "stopped_early": sum(1 for r in exps if r.decision_reason.startswith("stopped early")),
         "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
         "stop_reason": loop.stop_reason,
         "decisions": [{"n": r.n, "description": r.description, "status": r.status, "runs": r.training_runs,
-                       "val_bpb": r.decision.trusted_bpb if r.decision.trusted_bpb is not None else r.printed_bpb,
-                       "reason": r.decision.decision_reason} for r in recs],
+                       "val_bpb": r.trusted_bpb if r.trusted_bpb is not None else r.printed_bpb,
+                       "reason": r.decision_reason} for r in recs],
     }
 
 

@@ -102,7 +102,7 @@ def test_decision_line_prints_the_trusted_figure():
                                       "decision_reason": "better", "summary": {"val_bpb": 2.691109},
                                       "trusted_bpb": 2.685143})
     assert "val_bpb 2.685143" in con.decision_line(rec) and "2.691109" not in con.decision_line(rec)
-    rec.decision.trusted_bpb = None     # no trusted figure (simple reviewer): the printed one, as results.tsv
+    rec.trusted_bpb = None     # no trusted figure (simple reviewer): the printed one, as results.tsv
     assert "val_bpb 2.691109" in con.decision_line(rec)
 
 

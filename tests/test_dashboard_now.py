@@ -56,8 +56,8 @@ def judged_run(tmp_path):
     run = build(tmp_path / "d", "demo", n=2, seed=8, queue=False)
     recs = integrity_records()
     recs[1].verdicts["judge"]["threshold"] = 1.82
-    recs[5].decision.evidence = {"call": "keep", "comparison": {"margin": 0.28, "sigma": 0.05, "gain": 0.07}}
-    recs[2].decision.evidence = {"call": "discard", "comparison": {"margin": 0.31, "sigma": 0.06}}
+    recs[5].evidence = {"call": "keep", "comparison": {"margin": 0.28, "sigma": 0.05, "gain": 0.07}}
+    recs[2].evidence = {"call": "discard", "comparison": {"margin": 0.31, "sigma": 0.06}}
     (run / "journal.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in recs))
     rows = [f"{'a' * 7}\t3.270000\t1.0\tkeep\tbaseline", f"{'b' * 7}\t3.250000\t1.0\tdiscard\tmeasured, integrity",
             f"{'c' * 7}\tnan\t0.0\tdiscard\tguard: no change", f"{'d' * 7}\t0.000000\t0.0\tcrash\toom",

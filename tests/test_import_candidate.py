@@ -90,21 +90,21 @@ def test_an_imported_tip_that_trains_past_its_budget_is_a_candidate_discarded_fo
     baseline, candidate = recs[2], recs[3]
 
     own = knobs.for_profile(files["train.py"], "tiny")[0]
-    assert baseline.is_baseline and baseline.run.sealed and baseline.decision.trusted_bpb is not None
+    assert baseline.is_baseline and baseline.sealed and baseline.trusted_bpb is not None
     assert gitops.show_file(repo, baseline.commit, "train.py") == own, "the baseline is the project's own train.py"
     assert "hidden" not in own and "t_more" not in own
 
     assert candidate.proposer == TIP_PROPOSER and candidate.description == "imported tip of exp/CPU/silent from CPU"
-    assert candidate.run.sealed and candidate.parent == baseline.commit
+    assert candidate.sealed and candidate.parent == baseline.commit
     imported = gitops.show_file(repo, tip, "train.py")   # as any train.py here: in the profile's knob values
     assert gitops.show_file(repo, candidate.commit, "train.py") == knobs.for_profile(imported, "tiny")[0]
-    assert candidate.status == "discard" and candidate.basis is Basis.INTEGRITY, candidate.decision.decision_reason
-    assert "trained past the budget" in candidate.decision.decision_reason
+    assert candidate.status == "discard" and candidate.basis is Basis.INTEGRITY, candidate.decision_reason
+    assert "trained past the budget" in candidate.decision_reason
 
     ref = reference_of(recs)   # what every later run's startup is charged against
     assert ref == ClockReference.from_figures(baseline.clock_runs()) and ref.startup_s is not None
     phase = "startup_s" if variant == "silent steps first" else "post_s"   # where it trained unseen
-    assert candidate.run.clock[phase] > getattr(ref, phase), (phase, candidate.run.clock, ref)
+    assert candidate.clock[phase] > getattr(ref, phase), (phase, candidate.clock, ref)
     assert git(repo, "rev-parse", "autoresearch/imp") == baseline.commit, "the project's baseline stays the bar"
     info = json.loads((run / "run.json").read_text())
     assert info["base_commit"] == baseline.commit and info["profile"] == "tiny" and info["sandbox"]["kind"] == "bwrap"

@@ -115,11 +115,11 @@ def test_import_then_show_then_resume(tmp_path):
     run = repo / ".autoresearch" / "imp"
     recs = _records(run)
     assert [r.status for r in recs] == [r[3] for r in rows]
-    assert all(r.ident.imported and r.proposer == "imported" and not r.run.sealed and r.decision.trusted_bpb is None for r in recs)
-    assert recs[1].description == DESC_TAB and "DEPTH = 5" in recs[1].proposal.diff
+    assert all(r.imported and r.proposer == "imported" and not r.sealed and r.trusted_bpb is None for r in recs)
+    assert recs[1].description == DESC_TAB and "DEPTH = 5" in recs[1].diff
     assert recs[0].commit == git(repo, "rev-parse", "master"), "the word 'baseline' is the first change's parent"
     assert recs[4].commit == tip and recs[4].parent == recs[1].commit
-    assert recs[3].run.crash_class and recs[3].run.summary is None
+    assert recs[3].crash_class and recs[3].summary is None
     table = read_results(run / "results.tsv")
     assert not table.problems and [ln.commit for ln in table.rows] == [r.commit[:7] for r in recs]
     assert table.rows[1].description == DESC_TAB.replace("\t", " ")
@@ -141,10 +141,10 @@ def test_import_then_show_then_resume(tmp_path):
     recs = _records(run)
     assert [r.n for r in recs] == [1, 2, 3, 4, 5, 6, 7, 8]
     baseline, candidate, later = recs[5:]
-    assert baseline.is_baseline and not baseline.ident.imported and baseline.commit == base
+    assert baseline.is_baseline and not baseline.imported and baseline.commit == base
     assert gitops.show_file(repo, baseline.commit, "train.py") == gitops.show_file(repo, "master", "train.py"), \
         "the baseline is this project's own train.py, not the imported code"
-    assert candidate.proposer == TIP_PROPOSER and not candidate.ident.imported and not candidate.is_baseline
+    assert candidate.proposer == TIP_PROPOSER and not candidate.imported and not candidate.is_baseline
     assert candidate.description == "imported tip of autoresearch/mar5" and candidate.parent == base
     assert gitops.show_file(repo, candidate.commit, "train.py") == gitops.show_file(repo, tip, "train.py")
     assert candidate.status == "keep", "depth 6 measured here beats the project's depth 4"
@@ -177,7 +177,7 @@ def test_a_branch_published_like_the_reference_s_imports_and_resumes(tmp_path):
     recs = _records(run)
     assert [r.status for r in recs] == [r[3] for r in rows] and recs[0].commit == git(repo, "rev-parse", "master")
     gone = [r for r in recs if r.commit in info.missing_commits]
-    assert len(gone) == 3 and all(r.ident.discarded_ref is None and r.proposal.diff == "" for r in gone)
+    assert len(gone) == 3 and all(r.discarded_ref is None and r.diff == "" for r in gone)
     assert gitops.ref_exists(repo, "refs/autoresearch/mar8-here/discarded/7"), "the published tip's discard stays reachable"
 
     p = run_loop(repo, fake_env(tmp_path), "--tag", "mar8-here", "--resume", "--budget", "1", "--max-experiments", "9")

@@ -127,6 +127,6 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
     assert len({seed for _, _, seed in ran}) == 4                    # a seed of its own each
     assert Reviewer.said == [("judge", "exp-0004.log"), ("judge", "exp-0004.rerun1.log"),
                              ("incumbent", "exp-0004.rerun2.incumbent.log"), ("judge", "exp-0004.rerun3.log")]
-    assert rec.status == "keep" and rec.run.log == str(tmp_path / "exp-0004.rerun3.log")
+    assert rec.status == "keep" and rec.log == str(tmp_path / "exp-0004.rerun3.log")
     assert [r.get("commit") for r in rec.verdicts["reruns"]] == [None, None, base]
     assert coord.last_kept == cand and gitops.head(repo) == cand     # kept: the branch moved

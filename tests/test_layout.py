@@ -122,8 +122,8 @@ EXTERNAL_GETS = ("os.environ.get(", "request.args.get(", "request.headers.get(",
 def test_records_are_read_through_their_types():
     """No `.get("...")` reads a record in agent/ or dashboard/: run.json, the incumbent,
     a run's summary and clock, the verdicts, the journal's other kinds, the traces, a proposal's
-    info and a re-measurement each have a type (harness/records.py,
-    harness/record_parts.py ProposalInfo) and are read through it."""
+    info and a re-measurement each have a type (harness/records.py, agent/proposing.py
+    ProposalInfo) and are read through it."""
     found = []
     for folder in ("agent", "dashboard"):
         for path in sorted((REPO / folder).rglob("*.py")):

@@ -87,8 +87,8 @@ def test_seeded_from_the_whole_history(tmp_path):
     biased = knobs.set_knobs(FAKE_TRAIN, {"USE_BIAS": True})
     history = [record(1, FAKE_TRAIN, "keep", 1.02), record(2, deeper, "keep", 1.01),
                record(3, wide, "crash", None), record(4, biased, "discard", None)]   # 4: refused, never ran
-    history[1].decision.trusted_bpb = 1.005                                                    # the trusted figure wins
-    history[1].run.summary["val_bpb"] = "sealed"
+    history[1].trusted_bpb = 1.005                                                    # the trusted figure wins
+    history[1].summary["val_bpb"] = "sealed"
     p = OfflineProposer()
     p.propose(request(tmp_path, deeper, history, n=5))
     got = {t.user_attrs.get("n"): t for t in trials(tmp_path)}
@@ -152,7 +152,7 @@ def test_resumes_its_study_after_kill_9(tmp_path):
     assert len(after) == len(before) + 1, "one new draw: the study continued where the killed process left it"
     done = {t.user_attrs.get("asked_for"): t.value for t in after if t.state == TrialState.COMPLETE}
     assert done == {None: 1.0, 2: 1.02, 3: 1.03, 4: 1.04}
-    assert knobs.values(prop.source) not in [h.run.config for h in history]
+    assert knobs.values(prop.source) not in [h.config for h in history]
 
 
 def test_refuses_a_duplicate_and_names_it(tmp_path):
@@ -201,7 +201,7 @@ def search(folder, sampler, seed, trials_n):
     for n in range(2, trials_n + 2):
         prop = p.propose(request(folder, SYNTHETIC, history, n=n, seed=seed))
         history.append(record(n, prop.source, "discard", synthetic(knobs.values(prop.source))))
-    return min(h.run.summary["val_bpb"] for h in history)
+    return min(h.summary["val_bpb"] for h in history)
 
 
 def test_tpe_beats_random_search_at_equal_trials(tmp_path):

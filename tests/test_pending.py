@@ -56,18 +56,16 @@ def test_in_flight_entries_carry_what_the_proposal_tries():
 
 
 def test_proposal_info_round_trips_and_feeds_the_record():
-    """ProposalInfo (harness/record_parts.py, the loop's through agent/proposing.py): what
-    pending.json holds comes back as it was, and every key that is not a timing is one the
-    experiment record carries, in the record's ProposalInfo (one type, not two lists)."""
+    """ProposalInfo (agent/proposing.py): what pending.json holds comes back as it was, and every
+    key that is not a timing is one of the experiment record's optional keys, under its name."""
     from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
-    from harness.records import OPTIONAL_KEYS, RECORD_PATHS
+    from harness.records import OPTIONAL_KEYS
     assert set(INFO_KEYS) - set(TIMING_KEYS) <= set(OPTIONAL_KEYS)
-    assert all(RECORD_PATHS[k][:2] == ("proposal", "info") for k in set(INFO_KEYS) - set(TIMING_KEYS))
     raw = {"seconds": 2.0, "waited": 0.5, "fallback": "offline", "screen": {"k": 3}, "future_key": 1}
     info = ProposalInfo.from_dict(raw)
     assert info.to_dict() == raw and info.extra == {"future_key": 1}
     assert (info.proposal_seconds, info.proposal_wait) == (2.0, 0.5)
-    assert info.for_record().to_dict() == {"fallback": "offline", "screen": {"k": 3}}
+    assert info.for_record() == {"fallback": "offline", "screen": {"k": 3}}
     assert ProposalInfo(seconds=1.5).proposal_wait == 1.5 and ProposalInfo().proposal_seconds == 0.0
     assert ProposalInfo.from_dict({"seconds": "soon", "waited": None}).proposal_wait == 0.0
     # an Attempt handed pending.json's dict reads it

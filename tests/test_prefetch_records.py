@@ -89,7 +89,7 @@ def test_a_prefetch_whose_whole_edit_applies_is_rebased_with_its_description():
     pf, got = _take(candidate, proposal, BASE)
     assert got is not None and pf.dropped == []
     prop, info = got
-    assert prop.source == BASE.replace("C = 3", "C = 4") and info.prefetch.rebased_from == "cand"
+    assert prop.source == BASE.replace("C = 3", "C = 4") and info.rebased_from == "cand"
     assert prop.description == "revert B and raise C"
 
 

@@ -42,7 +42,7 @@ def test_real_results_rows_agree_with_the_typed_records(loop_run):
     records = experiment_records(results.read_journal(loop_run / "journal.jsonl")[0])
     assert [r.number for r in records] == [1, 2, 3, 4]
     for rec, ln in zip(records, table.lines):
-        assert (ln.row.commit, ln.row.status) == (rec.ident.short, rec.status)
+        assert (ln.row.commit, ln.row.status) == (rec.short, rec.status)
         assert ln.row.val_bpb == pytest.approx(rec.decision_bpb, abs=1e-6)
     assert records[0].is_baseline and records[0].proposer == "baseline"
     assert not any(r.is_baseline for r in records[1:])
@@ -119,7 +119,7 @@ def test_unknown_keys_are_kept_in_place_and_hostile_values_never_raise():
     assert json.dumps(rec.to_dict()) == json.dumps(json.loads(line))
     assert rec.decision_bpb is None and rec.trusted() == (None, None) and rec.judge == {} and rec.basis is None
     assert rec.token_counts() == {"input": 0, "output": 0} and rec.noise_band() is None
-    rec.proposal.description = "changed after reading"     # a field set later is written too
+    rec.description = "changed after reading"     # a field set later is written too
     assert rec.to_dict()["description"] == "changed after reading"
     for hostile in ({}, {"n": True, "summary": [1]}, {"verdicts": {"judge": {"baseline_values": "x"}}}):
         r = ExperimentRecord.from_dict(hostile)

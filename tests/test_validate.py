@@ -101,8 +101,8 @@ def test_on_the_tiny_profile_sealed_and_trusted(tiny_cache, tmp_path, monkeypatc
     lp.stop()
     run = repo / ".autoresearch" / "v"
     recs = experiment_records(read_journal(run / "journal.jsonl")[0])
-    assert [r.status for r in recs] == ["keep", "keep"], [r.decision.decision_reason for r in recs]
-    assert all(r.decision.trusted_bpb is not None for r in recs)
+    assert [r.status for r in recs] == ["keep", "keep"], [r.decision_reason for r in recs]
+    assert all(r.trusted_bpb is not None for r in recs)
     monkeypatch.delenv("AUTORESEARCH_STEPS")
     out = validate.validate(run, 2, seeds=2)
     assert out["sealed"] is True and out["budget"] == 2
@@ -124,18 +124,17 @@ def test_a_disturbed_validation_run_is_run_again_and_a_cheat_is_not():
 
         def one(log):
             logs.append(log)
-            return outcomes[len(logs) - 1]
+            return validate.Measurement.of(outcomes[len(logs) - 1])
         return one, logs
     over = {"ok": False, "reason": "no evidence: slowed", "clock": "over"}
     good = {"ok": True, "reason": "", "trusted_bpb": 2.5}
     one, logs = script(over, good)
-    assert validate.until_evidence(one, "validate-abc-s7") == good
+    assert validate.until_evidence(one, "validate-abc-s7") == validate.Measurement.of(good)
     assert logs == ["validate-abc-s7.log", "validate-abc-s7.rerun1.log"]
     one, logs = script(over, over, over, good)
     out = validate.until_evidence(one, "v", tries=3)
-    assert out["clock"] == "over" and len(logs) == 3          # out of tries: still no figure, never a pass
-    assert validate.Measurement.of(out).ok is False
+    assert out.clock == "over" and not out.ok and out.bpb is None and len(logs) == 3   # out of tries: no figure
     for final in ({"ok": False, "reason": "integrity: trained past", "clock": "cheat"},
                   {"ok": False, "reason": "crashed: oom"}, {"ok": False, "reason": "evaluation failed"}):
         one, logs = script(final, good)
-        assert validate.until_evidence(one, "v") == final and len(logs) == 1
+        assert validate.until_evidence(one, "v") == validate.Measurement.of(final) and len(logs) == 1

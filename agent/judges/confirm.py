@@ -41,7 +41,7 @@ def claim(commit: str, history: list[ExperimentRecord], fresh: list[float], *, f
     rec = keep_record(history, commit)
     store = evidence.restore(history)
     noise = evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
-    parent = rec.ident.parent if rec is not None else None
+    parent = rec.parent if rec is not None else None
     parent_runs = evidence.values(store.get(parent, [])) if parent else []
     out = {"kind": "claim", "commit": commit, "n": rec.number if rec is not None else None, "runs": list(fresh),
            "parent": parent, "parent_runs": parent_runs, "failed": list(failed), "final": final, "at": time.time(),

@@ -185,7 +185,7 @@ def repeat_of(ctx) -> GuardVerdict | None:
     history = getattr(ctx, "history", None) or []
     code, config = code_fingerprint(ctx.new_source), values(ctx.new_source)
     for rec in reversed(history):
-        if rec.run.code == code and rec.run.config == config and rec.status in FINISHED:
+        if rec.code == code and rec.config == config and rec.status in FINISHED:
             return GuardVerdict(False, f"guard: a repeat of experiment {rec.n} ({_said(rec)}): the same "
                                        f"code and knob values were already tried; propose something else",
                                 {"rule": "repeat", "repeat_of": rec.n})

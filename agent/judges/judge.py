@@ -276,7 +276,7 @@ class Audit:
 
 def view(rec: ExperimentRecord) -> dict | None:
     """The audit's view of one journal experiment record, or None if it was not judged on a metric."""
-    trusted, best, th = fnum(rec.decision.trusted_bpb), rec.judge_figure("best_before"), rec.judge_figure("threshold")
+    trusted, best, th = fnum(rec.trusted_bpb), rec.judge_figure("best_before"), rec.judge_figure("threshold")
     if rec.status not in ("keep", "discard") or trusted is None or best is None or not th:
         return None
     basis = rec.basis

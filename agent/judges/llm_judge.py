@@ -135,7 +135,7 @@ def parse_verdict(content) -> Opinion:
 def build_prompt(*, diff, hypothesis, description, figures, rule: Opinion, history) -> str:
     rows = []
     for r in history[-HISTORY_ROWS:]:
-        rows.append(f"  exp {r.n}: {r.status} trusted={r.decision.trusted_bpb} {(r.description or '')[:80]}")
+        rows.append(f"  exp {r.n}: {r.status} trusted={r.trusted_bpb} {(r.description or '')[:80]}")
     d = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n... (diff truncated)"
     return (f"Experiment: {description}\nHypothesis: {hypothesis}\n\n"
             f"Figures (bpb, lower is better):\n{json.dumps(figures, indent=1, default=str)}\n\n"

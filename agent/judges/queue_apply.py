@@ -121,7 +121,7 @@ def apply_item(item: QueueItem, *, repo: Path, worktree: Path, tag: str, measure
 def _measured_value(history: list[ExperimentRecord], commit: str | None) -> float | None:
     for r in reversed(history):
         if commit and r.commit == commit and r.status == "keep":
-            return r.decision.trusted_bpb or r.printed_bpb
+            return r.trusted_bpb or r.printed_bpb
     return None
 
 

@@ -129,14 +129,14 @@ def _status_line(r: ExperimentRecord) -> str:
     parts = [f"#{'?' if r.n is None else r.n} {'?' if r.status is None else r.status}",
              f"val_bpb={bpb:.6f}" if bpb is not None else "val_bpb=-",
              f"mem={mem / 1024:.1f}GB" if mem is not None else None,
-             f"commit={r.ident.short or str(r.commit or '')[:7]}" if r.commit else None,
+             f"commit={r.short or str(r.commit or '')[:7]}" if r.commit else None,
              f"| {r.description}"]
-    if r.proposal.hypothesis:
-        parts.append(f"| hypothesis: {r.proposal.hypothesis}")
-    if r.run.crash_class:
-        parts.append(f"| crash: {r.run.crash_class}")
-    if r.decision.decision_reason:
-        parts.append(f"| why: {r.decision.decision_reason}")
+    if r.hypothesis:
+        parts.append(f"| hypothesis: {r.hypothesis}")
+    if r.crash_class:
+        parts.append(f"| crash: {r.crash_class}")
+    if r.decision_reason:
+        parts.append(f"| why: {r.decision_reason}")
     return " ".join(p for p in parts if p).replace("\n", " ")
 
 

@@ -1,17 +1,16 @@
-"""harness/record_parts.py: the experiment record held in typed parts, the journal line unchanged.
+"""harness/experiment_record.py: the experiment record is one flat record, one field per key of
+the journal line.
 
 Real journal lines (written by the real loop's record()) and adversarial dicts go through the
-parts and come back as the same flat object, keys in the same order; pending.json's ProposalInfo
-likewise."""
+record and come back as the same object, keys in the same order; pending.json's ProposalInfo
+(agent/proposing.py) likewise, and what the record keeps of it is its optional keys."""
 import json
 from dataclasses import fields
 
 import pytest
 
-from harness.record_parts import (INFO_KEYS, INFO_PATHS, FixInfo, PrefetchInfo, ProposalInfo, RecordCosts,
-                                  RecordDecision, RecordIdentity, RecordProposal, RecordRun, ScreenInfo, get_path)
-from harness.records import OPTIONAL_KEYS, RECORD_KEYS, RECORD_PATHS, ExperimentRecord, experiment_records
-from scripts.core_size import MAX_ATTRIBUTES, REPO, class_attributes
+from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
+from harness.records import OPTIONAL_KEYS, RECORD_KEYS, ExperimentRecord, experiment_records
 
 ADVERSARIAL = [
     {},
@@ -37,9 +36,9 @@ def _round_trip(d: dict) -> None:
         assert rec.value(k) is d[k], k
 
 
-def test_real_journal_lines_go_through_the_parts_unchanged(loop_run):
-    """Written by the real loop (record()): each line read into parts and written back is the same
-    line; every key is in a part (nothing left over in `extra`)."""
+def test_real_journal_lines_go_through_the_record_unchanged(loop_run):
+    """Written by the real loop (record()): each line read and written back is the same line; every
+    key is a field (nothing left over in `extra`)."""
     lines = (loop_run / "journal.jsonl").read_text().splitlines()
     recs = experiment_records([json.loads(x) for x in lines])
     assert len(recs) >= 3 and {r.status for r in recs} >= {"keep"}
@@ -47,10 +46,8 @@ def test_real_journal_lines_go_through_the_parts_unchanged(loop_run):
         obj = json.loads(line)
         _round_trip(obj)
         assert rec.extra == {} and json.dumps(rec.to_dict()) == line
-        # each key lives where RECORD_PATHS says, in a typed part
-        assert rec.ident.n == obj["n"] and rec.ident.commit == obj["commit"] and rec.decision.status == obj["status"]
-        assert rec.run.summary == obj["summary"] and rec.costs.timings == obj["timings"]
-        assert rec.proposal.description == obj["description"] and rec.decision.verdicts == obj["verdicts"]
+        for k, v in obj.items():                            # each key is the field of its name
+            assert getattr(rec, k) == v, k
         # a fresh record built from the same keys writes record()'s order
         assert list(ExperimentRecord.of(**obj).to_dict()) == list(obj)
 
@@ -62,60 +59,48 @@ def test_adversarial_dicts_round_trip_without_raising(d):
     # the typed reads never raise on what was read
     rec.decision_bpb, rec.row_bpb, rec.basis, rec.token_counts(), rec.cost(), rec.training_runs
     rec.knob_values, rec.code_id, rec.text("description"), rec.evidence_view(), rec.noise_band()
+    for k in ("extra", "_keys", "value", "info", "ident", "proposal"):   # never a field set from a line
+        if k in d:
+            assert rec.extra[k] is d[k]
 
 
 def test_a_new_record_writes_record_keys_in_order_and_optional_keys_only_when_set():
     rec = ExperimentRecord.of(n=4, status="keep", worker=2, handover="cost cap", fixes=[{"a": 1}])
     out = rec.to_dict()
     assert list(out) == [k for k in RECORD_KEYS if k not in OPTIONAL_KEYS or k in ("worker", "handover", "fixes")]
-    assert rec.proposal.info.handover == "cost cap" and rec.proposal.info.fixing.fixes == [{"a": 1}]
-    assert rec.ident.worker == 2 and out["worker"] == 2
+    assert rec.handover == "cost cap" and rec.fixes == [{"a": 1}] and out["worker"] == 2
     with pytest.raises(TypeError):
         ExperimentRecord.of(nope=1)
+    with pytest.raises(TypeError):
+        ExperimentRecord.of(extra={"a": 1})                 # the record's own bookkeeping is no key
     # a key set after reading is written after the keys read
     read = ExperimentRecord.from_dict({"n": 1})
-    read.proposal.info.screening.screen = {"k": 2}
-    read.run.sealed = True
+    read.screen = {"k": 2}
+    read.sealed = True
     assert list(read.to_dict()) == ["n", "sealed", "screen"]
 
 
-def test_every_journal_key_has_one_place_in_the_parts():
-    assert len(set(RECORD_PATHS.values())) == len(RECORD_PATHS) == len(RECORD_KEYS)
-    fresh = ExperimentRecord()
-    for k, path in RECORD_PATHS.items():
-        get_path(fresh, path)                               # the path exists
-    leaves = {p for p in RECORD_PATHS.values()}
-    parts = {"ident": RecordIdentity, "run": RecordRun, "decision": RecordDecision, "costs": RecordCosts}
-    for name, cls in parts.items():
-        assert {(name, f.name) for f in fields(cls)} <= leaves, f"a field of {cls.__name__} that is no key"
-    assert {("proposal", f.name) for f in fields(RecordProposal) if f.name != "info"} <= leaves
+def test_every_journal_key_is_one_field():
+    names = [f.name for f in fields(ExperimentRecord)]
+    assert list(RECORD_KEYS) == [n for n in names if n not in ("extra", "_keys")]
+    assert len(set(RECORD_KEYS)) == len(RECORD_KEYS) and set(OPTIONAL_KEYS) <= set(RECORD_KEYS)
+    assert RECORD_KEYS[-1] == "ended_at" and RECORD_KEYS[0] == "kind"   # record()'s order: ended last
 
 
-def test_proposal_info_is_the_loop_type_and_the_record_part():
-    """pending.json's ProposalInfo round-trips exactly (unknown keys, order, None), and the
-    record's optional proposal keys are the same ProposalInfo."""
-    from agent.proposing import ProposalInfo as LoopInfo
-    assert LoopInfo is ProposalInfo
+def test_proposal_info_round_trips_and_the_record_keeps_its_optional_keys():
+    """pending.json's ProposalInfo round-trips exactly (unknown keys, order, None); every key but the
+    timings is one of the record's optional keys, and a record built from for_record() writes them."""
+    assert set(INFO_KEYS) - set(TIMING_KEYS) <= set(OPTIONAL_KEYS)
     for d in ({}, {"resumed": True, "seconds": 1.0, "zz": [1]}, {"waited": None, "screen": "x", "fixes": 3},
               {k: f"v{i}" for i, k in enumerate(reversed(INFO_KEYS))}):
         info = ProposalInfo.from_dict(d)
         assert info.to_dict() == d and list(info.to_dict()) == list(d)
     assert ProposalInfo.from_dict(["not", "a", "dict"]).to_dict() == {}
-    info = ProposalInfo(seconds=2.0, handover="h", prefetch=PrefetchInfo(waited=0.5, stale_parent="p"),
-                        screening=ScreenInfo(screen={"k": 2}), fixing=FixInfo(fix_error="f"), extra={"zz": 1})
+    info = ProposalInfo(seconds=2.0, handover="h", waited=0.5, stale_parent="p", screen={"k": 2}, fix_error="f",
+                        extra={"zz": 1})
     assert list(info.to_dict()) == [k for k in INFO_KEYS if k in ("seconds", "waited", "handover", "stale_parent",
                                                                   "screen", "fix_error")] + ["zz"]
     kept = info.for_record()
-    assert kept.to_dict() == {"handover": "h", "stale_parent": "p", "screen": {"k": 2}, "fix_error": "f"}
-    rec = ExperimentRecord(proposal=RecordProposal(info=kept))
-    assert {k: v for k, v in rec.to_dict().items() if k in OPTIONAL_KEYS} == kept.to_dict()
-    assert all(get_path(info, INFO_PATHS[k]) is not None for k in info.to_dict() if k != "zz")
-
-
-def test_no_record_class_holds_more_than_a_reader_can():
-    """scripts/core_size.py's count: the record, its parts and ProposalInfo each <= 12 attributes."""
-    counts = dict(class_attributes(REPO / "harness" / "experiment_record.py"))
-    counts |= dict(class_attributes(REPO / "harness" / "record_parts.py"))
-    for name in ("ExperimentRecord", "ProposalInfo", "RecordIdentity", "RecordProposal", "RecordRun",
-                 "RecordDecision", "RecordCosts", "PrefetchInfo", "ScreenInfo", "FixInfo"):
-        assert 0 < counts[name] <= MAX_ATTRIBUTES, (name, counts[name])
+    assert kept == {"handover": "h", "stale_parent": "p", "screen": {"k": 2}, "fix_error": "f"}
+    rec = ExperimentRecord.of(**kept)
+    assert {k: v for k, v in rec.to_dict().items() if k in OPTIONAL_KEYS} == kept
