@@ -131,10 +131,15 @@ class PendingFile:
 
 
 class Coordinator:
-    def __init__(self, last_kept: str | None = None):
+    """The tag's state: its decided history, and the branch moves made outside an experiment (a
+    human-queue decision applied). The tip and the best are derived from those, never stored:
+    what the journal holds is all there is to resume (agent/recovery.py)."""
+
+    def __init__(self, base: str | None = None):
+        self.base = base                            # the tag's base commit: the tip before any keep
         self.history: list[ExperimentRecord] = []   # decided experiment records, in decision order
-        self.best: Best | None = None      # the branch tip's commit and val_bpb
-        self.last_kept: str | None = last_kept
+        # (records before it, head, its best or None: unchanged): the journal's queue_applied moves
+        self.moves: list[tuple[int, str, Best | None]] = []
         self.in_flight: dict[int, InFlight] = {}   # n -> what the proposers are told about it
         # One record + git step at a time. Re-entrant: a record may refresh state under it.
         self.lock = threading.RLock()
@@ -142,6 +147,30 @@ class Coordinator:
         self.proposer_lock = threading.Lock()
         # The main thread's signal (Ctrl-C, SIGTERM) while it writes a record waits for the write.
         self.signals = DeferredSignal()
+
+    def tip(self) -> tuple[str | None, Best | None]:
+        """(the commit the branch points at, its best): the last event that moved the branch, a
+        kept experiment (another machine's imported keep never is one) or a move; the base and no
+        best before any."""
+        with self.lock:
+            head, best = self.base, None
+            moves = sorted(self.moves, key=lambda m: m[0])
+            at = 0
+            for i, rec in enumerate([*self.history, None]):
+                while at < len(moves) and moves[at][0] <= i:
+                    head, best = moves[at][1], moves[at][2] if moves[at][2] is not None else best
+                    at += 1
+                if rec is not None and rec.status == "keep" and rec.commit and not rec.imported:
+                    head, best = rec.commit, best_of(rec.commit, rec.decision_bpb)
+            return head, best
+
+    @property
+    def last_kept(self) -> str | None:
+        return self.tip()[0]
+
+    @property
+    def best(self) -> Best | None:
+        return self.tip()[1]
 
     @contextlib.contextmanager
     def critical(self):
@@ -151,13 +180,10 @@ class Coordinator:
             with self.signals.deferred():
                 yield
 
-    def decided(self, rec: ExperimentRecord, bpb) -> None:
+    def decided(self, rec: ExperimentRecord) -> None:
         """A recorded decision joins the tag's state (under the lock, with its record)."""
         with self.lock:
             self.history.append(rec)
-            if rec.status == "keep":
-                self.best = best_of(rec.commit, bpb)
-                self.last_kept = rec.commit
 
     def next_n(self) -> int:
         """The lowest experiment number neither decided nor in flight, without claiming it. A
@@ -212,9 +238,7 @@ class Coordinator:
         """The branch moved outside an experiment (a human-queue decision applied): its new head,
         and its measured best where that changed (None: unchanged)."""
         with self.lock:
-            self.last_kept = head
-            if best is not None:
-                self.best = best
+            self.moves.append((len(self.history), head, best))
 
 
 class LockedProposer:

@@ -139,7 +139,9 @@ def commit_message(p: Proposal) -> str:
 def context(tag, slot: Slot, a: Attempt, old_source: str, new_source: str, diff: str) -> ExperimentContext:
     return ExperimentContext(n=a.n, tag=slot.files.tag, worktree=slot.files.worktree, parent=a.parent or a.commit,
                              commit=a.commit, old_source=old_source, new_source=new_source, diff=diff,
-                             proposal=a.proposal, history=list(tag.history), best=tag.best,
+                             proposal=a.proposal, history=list(tag.history),
+                             # the baseline (its repeats continued after an interrupt too) is judged as one
+                             best=None if a.parent is None and a.proposal.proposer == "baseline" else tag.best,
                              run_dir=slot.files.run_dir)
 
 
@@ -474,7 +476,7 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
         except gitops.GitError as exc:
             status.event(f"warning: could not write git note: {exc}")
         rec.timings["git"] += time.monotonic() - t0
-        tag.decided(rec, bpb)
+        tag.decided(rec)
     status.decided(rec)
     return rec
 

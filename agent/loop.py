@@ -213,12 +213,12 @@ class Loop:
                          f"data {data.fingerprint} ({data.source or '?'}), proposer {proposer.name}")
         if data_warning(data):
             self.panel.event(data_warning(data))
-        self.coord.last_kept = run_info.base_commit
+        self.coord.base = run_info.base_commit
         rerun = None
         if c.resume:
             from agent.recovery import reconcile   # only a resumed tag has a state to reconcile
             found = reconcile(files, run_info.base_commit)   # the tag's state, as recorded
-            self.coord.history[:], self.coord.last_kept, self.coord.best = found.history, found.last_kept, found.best
+            self.coord.history[:], self.coord.moves[:] = found.history, found.moves   # the tip and best derive from them
             notes = found.notes + [f"removed the leftover folder {name} of a run or an evaluation"
                                    for name in clear_leftovers(files.run_dir) + clear_staging(files.run_dir)]
             for note in notes:
@@ -342,12 +342,7 @@ class Loop:
             self.panel.event(f"resume: the baseline (experiment {cut.n}) was interrupted with {counted} of its "
                              f"{planned} runs counted; its repeats go on as experiment {self.coord.next_n()}")
             self.check_space()
-            best, self.coord.best = self.coord.best, None   # judged as the baseline: its runs join the earlier ones
-            try:
-                self.experiment(self.baseline(BASELINE_CONTINUED))
-            finally:
-                if self.coord.best is None:   # nothing recorded (stopped before a run finished)
-                    self.coord.best = best
+            self.experiment(self.baseline(BASELINE_CONTINUED))   # judged as the baseline: its runs join the earlier ones
         # An imported tag's first experiment, once: the imported tip's train.py, a candidate like any
         # proposal (guarded, sealed, on the clock, judged against this baseline), never the baseline
         p = None

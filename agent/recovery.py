@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from agent.experiment import Attempt
 from agent.workspace import RunFiles
-from agent.coordinator import PendingFile
+from agent.coordinator import Coordinator, PendingFile
 from agent.proposing import ProposalInfo
 from agent import gitops
 from runfiles.matching import match_rows
@@ -34,8 +34,10 @@ from harness.runner import kill_leftover
 
 @dataclass
 class Recovered:
-    """What reconcile found: the tag's decided state and the experiment to run again."""
+    """What reconcile found: the tag's decided state (the journal's, agent/coordinator.py derives
+    the tip and the best from it) and the experiment to run again."""
     history: list[ExperimentRecord]      # the journal's experiment records, in journal order
+    moves: list                          # the journal's branch moves outside experiments (Coordinator.moves)
     last_kept: str                       # where the branch points: the last event that moved it
     best: dict | None                    # {"commit", "val_bpb"} of last_kept, None while at the base
     rerun: Attempt | None                # committed but not recorded: run it again
@@ -54,16 +56,9 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
         torn = repair_torn(path, complete)
         if torn:
             notes.append(torn)
-    journal, problems = read_journal(files.journal_path)
+    journal, problems = read_journal(files.journal_path, kind=None)
     notes += [f"journal {p} (skipped)" for p in problems]
-    seen, records = set(), []
-    for rec in map(ExperimentRecord.from_dict, journal):   # journal order: with --workers, not number order
-        key = rec.n if isinstance(rec.n, (int, str, type(None))) else repr(rec.n)   # a hostile n stays hashable
-        if key in seen:
-            notes.append(f"journal: duplicate record for experiment {rec.n} ignored")
-            continue
-        seen.add(key)
-        records.append(rec)
+    records, moves = _state_of(journal, notes)
     notes += _match_records_and_rows(files, records, read_results(files.results_path))
     # what is still wrong once the journal's rows are back (a replaced row is no longer)
     notes += [f"results.tsv {p} (left as is)" for p in read_results(files.results_path).problems]
@@ -74,34 +69,48 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
             gitops.update_ref(files.repo, ref, rec.commit)
             notes.append(f"git: restored {ref}")
 
-    last_kept, best_bpb = _branch_head(files.journal_path, base)
-    best = best_of(last_kept, best_bpb) if last_kept != base or best_bpb else None
+    state = _derived(base, records, moves)
+    last_kept, best = state.tip()
     rerun = _pending(files, records, base, last_kept, notes)
     gitops.reset_hard(files.worktree, rerun.commit if rerun else last_kept)
-    return Recovered(records, last_kept, best, rerun, notes)
+    return Recovered(records, moves, last_kept, best, rerun, notes)
 
 
-def _branch_head(journal_path, base) -> tuple[str, float | None]:
-    """The commit the branch should point at, and its val_bpb: the last event that moved it.
-
-    Kept experiments move the branch, and so do human-queue decisions applied at a boundary
-    (journal kind "queue_applied", action restore or revert, agent/judges/queue_apply.py). The journal
-    is chronological, so the last such record wins.
-    """
-    head, bpb = base, None
-    everything, _ = read_journal(journal_path, kind=None)
-    for rec in everything:
-        typed = ExperimentRecord.from_dict(rec)
-        if typed.is_experiment:
-            if typed.status == "keep" and typed.commit and not typed.imported:   # imported: another machine's
-                head, bpb = typed.commit, typed.decision_bpb
+def _state_of(journal: list[dict], notes: list[str]) -> tuple[list[ExperimentRecord], list]:
+    """The journal's experiment records (journal order: with --workers, not number order; a second
+    record of one n ignored) and its branch moves outside experiments: human-queue decisions
+    applied at a boundary (kind "queue_applied", action restore or revert, agent/judges/queue_apply.py),
+    each after the experiment records before it (Coordinator.moves)."""
+    seen, records, moves = set(), [], []
+    for raw in journal:
+        rec = ExperimentRecord.from_dict(raw)
+        if not rec.is_experiment:
+            applied = QueueAppliedRecord.from_dict(raw)
+            if applied is not None and applied.moved_branch:
+                moves.append((len(records), applied.commit,
+                              best_of(applied.commit, applied.trusted_bpb) if applied.trusted_bpb is not None else None))
             continue
-        applied = QueueAppliedRecord.from_dict(rec)   # a human decision applied at a boundary
-        if applied is not None and applied.moved_branch:
-            head = applied.commit
-            if applied.trusted_bpb is not None:
-                bpb = applied.trusted_bpb
-    return head, bpb
+        key = rec.n if isinstance(rec.n, (int, str, type(None))) else repr(rec.n)   # a hostile n stays hashable
+        if key in seen:
+            notes.append(f"journal: duplicate record for experiment {rec.n} ignored")
+            continue
+        seen.add(key)
+        records.append(rec)
+    return records, moves
+
+
+def _derived(base: str, records: list[ExperimentRecord], moves: list) -> Coordinator:
+    state = Coordinator(base)
+    state.history[:], state.moves[:] = records, moves
+    return state
+
+
+def branch_head(journal_path, base: str) -> tuple[str, float | None]:
+    """The commit the branch should point at and its val_bpb, from the journal alone: the last
+    event that moved it (a kept experiment, a human-queue decision applied)."""
+    journal, _ = read_journal(journal_path, kind=None)
+    head, best = _derived(base, *_state_of(journal, [])).tip()
+    return head, best["val_bpb"] if best else None
 
 
 def _pending(files: RunFiles, records, base, last_kept, notes) -> Attempt | None:

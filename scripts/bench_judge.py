@@ -250,7 +250,7 @@ def run_loop(repo: Path, nulls: dict[int, Edit], base_source: str, budget: float
         for n in sorted(planned):
             if loop.last_kept != base:   # a kept gain: back to the baseline
                 gitops.reset_hard(loop.worktree, base)
-                loop.coord.last_kept, loop.coord.best = base, dict(base_best)
+                loop.coord.moved(base, dict(base_best))
             loop.experiment(loop.next_attempt(n))
             scripted_or_stop(loop.history)
     finally:

@@ -21,7 +21,7 @@ def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, mon
             return [{"kind": "audit", "tag": "t", "n": 3}, {"kind": "experiment", "tag": "t", "n": 4, "status": "keep"}]
 
     files = RunFiles(tmp_path, "t", tmp_path, tmp_path)
-    coord = Coordinator(last_kept=A)
+    coord = Coordinator(A)
     phases = []
     coord.in_flight.update({n: None for n in range(1, 7)})   # numbers handed out: a re-measurement takes 7
     slot = SimpleNamespace(files=files)

@@ -113,8 +113,8 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
         def __getattr__(self, name):   # phase, tick, attempt, run, judged, decided, event: shown nowhere
             return lambda *a, **k: None
 
-    coord = Coordinator(last_kept=base)
-    coord.best = {"commit": base, "val_bpb": 1.1}
+    coord = Coordinator(base)
+    coord.moved(base, {"commit": base, "val_bpb": 1.1})
     slot = Slot(files=RunFiles(repo, "t", repo, tmp_path / "run"), run_info=RunInfo(), budget=1.0, timeout=10.0,
                 seal=None, sealed=False, executor=None, clock_reference=ClockReference)
     (tmp_path / "run").mkdir()

@@ -305,7 +305,7 @@ def test_other_workers_trials_are_not_failed_while_they_run(tmp_path):
     asks for one. The in-flight entry worker 2's request carries must keep worker 1's trial
     RUNNING (not told FAIL as 'superseded'), so its result reaches the study as a value."""
     from agent.coordinator import Coordinator, LockedProposer
-    coord = Coordinator(last_kept="c1")
+    coord = Coordinator("c1")
     coord.history.append(record(1, SYNTHETIC, "keep", 1.0))
     shared = LockedProposer(OfflineProposer(), coord.proposer_lock)
 

@@ -122,8 +122,8 @@ def test_hierarchy_boundary_moves_the_loop(branch):
     h = JudgeHierarchy()
     asked = []
     h.measure = lambda commit, **kw: asked.append((commit, kw)) or {"ok": True, "trusted_bpb": 1.25}
-    coord = Coordinator(last_kept=b.kept)
-    coord.best = {"commit": b.kept, "val_bpb": 1.3}
+    coord = Coordinator(b.kept)
+    coord.moved(b.kept, {"commit": b.kept, "val_bpb": 1.3})
 
     def train(commit):
         raise AssertionError("measure is replaced: nothing trains")

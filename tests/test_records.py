@@ -295,5 +295,5 @@ def test_the_coordinator_and_the_budget_read_a_hostile_history_safely():
     c = Coordinator()
     c.history = [ExperimentRecord.from_dict({"n": [1], "cost_usd": "a lot", "status": ["crash"]}),
                  ExperimentRecord.of(n=1, cost_usd=0.5), ExperimentRecord.from_dict({"n": "2", "handover": None})]
-    assert c.next_n() == 2 and budget.spent(c.history) == 0.5
+    assert c.next_n() == 2 and budget.spent(c.history) == 0.5 and c.tip() == (None, None)
     assert budget.streak_reason(c.history, 1) is None and budget.night_lines(c.history) == []

@@ -2,7 +2,7 @@
 applied human-queue decision (restore/revert), whichever came last in the journal."""
 import json
 
-from agent.recovery import _branch_head
+from agent.recovery import branch_head
 
 
 def _write(path, records):
@@ -18,7 +18,7 @@ def test_queue_restore_after_last_keep_moves_the_head(tmp_path):
         {"kind": "queue_applied", "action": "restore", "commit": "c" * 40, "trusted_bpb": 1.95},
         {"n": 3, "status": "discard", "commit": "d" * 40, "summary": {"val_bpb": 2.2}},
     ])
-    assert _branch_head(j, "base") == ("c" * 40, 1.95)
+    assert branch_head(j, "base") == ("c" * 40, 1.95)
 
 
 def test_keep_after_queue_revert_wins_and_failed_applications_are_ignored(tmp_path):
@@ -29,11 +29,11 @@ def test_keep_after_queue_revert_wins_and_failed_applications_are_ignored(tmp_pa
         {"kind": "queue_applied", "action": "restore_failed", "commit": "x" * 40, "trusted_bpb": 1.0},
         {"n": 2, "status": "keep", "commit": "k" * 40, "trusted_bpb": 1.9, "summary": {"val_bpb": 1.9}},
     ])
-    assert _branch_head(j, "base") == ("k" * 40, 1.9)
+    assert branch_head(j, "base") == ("k" * 40, 1.9)
 
 
 def test_no_journal_means_the_base_commit(tmp_path):
-    assert _branch_head(tmp_path / "missing.jsonl", "base") == ("base", None)
+    assert branch_head(tmp_path / "missing.jsonl", "base") == ("base", None)
 
 
 def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
@@ -74,3 +74,39 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     assert any("experiment 3 was committed but not recorded" in note for note in found.notes)
     assert [ln.commit for ln in read_results(files.results_path).rows] == [base[:7], kept[:7]]   # the row is back
     assert git(repo, "rev-parse", "HEAD") == pending   # the branch at the experiment to re-run
+
+
+def test_the_coordinator_derives_the_tip_the_way_resume_reads_the_journal(tmp_path):
+    """The tip and the best are never stored: the coordinator derives them from its history and the
+    moves made outside experiments, in order, and a journal of the same events read back by
+    --resume (branch_head) gives the same head and figure."""
+    from agent.coordinator import Coordinator
+    from harness.records import ExperimentRecord
+    a, b, c, d = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+    coord = Coordinator("base")
+    assert coord.tip() == ("base", None)
+    lines = []
+
+    def decided(**keys):
+        coord.decided(ExperimentRecord.of(**keys))
+        lines.append(keys)
+
+    def moved(head, bpb):
+        coord.moved(head, {"commit": head, "val_bpb": bpb} if bpb is not None else None)
+        lines.append({"kind": "queue_applied", "action": "restore", "commit": head, "trusted_bpb": bpb})
+    decided(n=1, status="keep", commit=a, trusted_bpb=2.0)
+    decided(n=2, status="discard", commit=b, trusted_bpb=1.5)
+    assert coord.tip() == (a, {"commit": a, "val_bpb": 2.0})
+    moved(c, 1.9)
+    assert coord.tip() == (c, {"commit": c, "val_bpb": 1.9})
+    decided(n=3, status="keep", commit=d, trusted_bpb=1.8, imported="elsewhere")   # another machine's: never the tip
+    assert coord.last_kept == c
+    moved(b, None)                                  # a move without a measurement leaves the best as it was
+    assert coord.tip() == (b, {"commit": c, "val_bpb": 1.9})
+    decided(n=4, status="keep", commit=d, trusted_bpb=1.7)
+    assert coord.tip() == (d, {"commit": d, "val_bpb": 1.7})
+    j = tmp_path / "journal.jsonl"
+    _write(j, lines)
+    assert branch_head(j, "base") == (d, 1.7)
+    _write(j, lines[:-1])
+    assert branch_head(j, "base") == (b, 1.9)
