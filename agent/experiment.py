@@ -51,14 +51,26 @@ MAX_REBASES = 3
 EXECUTOR_POLL_S = 0.05
 
 
-def reference_of(history: list) -> ClockReference:
+def reference_of(history: list, recipe: str | None = None) -> ClockReference:
     """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts):
-    the baseline's runs (its own clock figures and those of its repeats)."""
-    for rec in history:
-        rec = ExperimentRecord.from_dict(rec) if isinstance(rec, dict) else rec
-        if isinstance(rec, ExperimentRecord) and rec.proposer == "baseline" and isinstance(rec.clock, dict):
-            return ClockReference.from_figures(rec.clock_runs())
-    return ClockReference()
+    the baseline's runs (its own clock figures and those of its repeats). `recipe`: the kept
+    commit a run descends from (a candidate's parent; a kept commit run again is its own), whose
+    pace, where slower than the baseline's, is the pace a step of the run is measured in (steps
+    mode: the first step's credit and the step lines' slack, harness/clock.py): the tag accepted
+    that recipe's steps on its trusted figure, and a search compounds its moves from it, not from
+    the baseline (a deeper model on a doubled batch is 20x the baseline's step)."""
+    recs = [ExperimentRecord.from_dict(r) if isinstance(r, dict) else r for r in history]
+    recs = [r for r in recs if isinstance(r, ExperimentRecord)]
+    base = next((r for r in recs if r.proposer == "baseline" and isinstance(r.clock, dict)), None)
+    if base is None:
+        return ClockReference()
+    ref = ClockReference.from_figures(base.clock_runs())
+    kept = next((r for r in reversed(recs) if recipe and r.commit == recipe and r.status == "keep"
+                 and not r.imported), None)
+    pace = ClockReference.from_figures(kept.own_clock_runs()).pace_s if kept is not None else None
+    if pace is not None and ref.pace_s is not None and pace > ref.pace_s:
+        ref = replace(ref, pace_s=pace)
+    return ref
 
 
 def job_seal(seal, *, sealed: bool = False, data_mode: str = "train", clock_reference: dict | None = None,
@@ -98,7 +110,7 @@ class Slot:
     seal: Seal | None
     sealed: bool
     executor: Executor
-    clock_reference: Callable[[], ClockReference]
+    clock_reference: Callable[[str | None], ClockReference]   # (the kept recipe a run descends from) -> reference
     wid: int | None = None
     stop: threading.Event | None = None
     check_environment: Callable[[], None] | None = None
@@ -331,7 +343,7 @@ def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None 
         evaluation = eval_spec(slot.seal, prepare_source=gitops.show_file(slot.files.repo, base, "prepare.py"),
                                train_source=files[TRAIN], profile=profile, eval_tokens=slot.run_info.eval_tokens)
     seal = job_seal(slot.seal, sealed=slot.sealed, data_mode="train" if slot.sealed else "open",
-                    clock_reference=vars(slot.clock_reference()))
+                    clock_reference=vars(slot.clock_reference(parent or commit)))
     job = TrainJob(n=n, files=files, budget=slot.budget, run_dir=str(slot.files.run_dir), log_name=log_name,
                    commit=commit, timeout=slot.timeout, env=dict(env or {}), seal=seal, evaluation=evaluation,
                    stop_limits=stop_limits)

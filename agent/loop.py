@@ -232,10 +232,10 @@ class Loop:
                          early_stop=self.early_stop_limits if c.ideas.early_stop else None)
         return rerun
 
-    def clock_reference(self) -> ClockReference:
-        """The baseline's startup and post by the harness clock (the median over its runs): what
-        later runs are not charged for (harness/clock.py)."""
-        return reference_of(self.history)
+    def clock_reference(self, recipe: str | None = None) -> ClockReference:
+        """The baseline's startup and post by the harness clock: what later runs are not charged
+        for (harness/clock.py); the pace of the kept `recipe` a run descends from (reference_of)."""
+        return reference_of(self.history, recipe)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:

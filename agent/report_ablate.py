@@ -103,7 +103,7 @@ def _slot(worktree: Path, run_dir: Path, budget: float, seal=None, data=None):
     records = list(data["records"]) if data else []
     return Slot(files=RunFiles(worktree, run_info.tag or "", worktree, run_dir), run_info=run_info, budget=budget,
                 timeout=timeout_for(budget), seal=seal, sealed=True, executor=one_slot(run_dir),
-                clock_reference=lambda: reference_of(records))
+                clock_reference=lambda recipe=None: reference_of(records, recipe))
 
 
 def ablate(data: dict, summary: dict, measure=None) -> dict:

@@ -92,7 +92,7 @@ def _slot(scratch: Path, t: dict, budget: float, seal):
     info, records = t["info"], t["records"]
     return Slot(files=RunFiles(scratch, info.tag or "", scratch, t["run"]), run_info=info, budget=budget,
                 timeout=timeout_for(budget), seal=seal, sealed=seal is not None, executor=one_slot(t["run"]),
-                clock_reference=lambda: reference_of(records))
+                clock_reference=lambda recipe=None: reference_of(records, recipe))
 
 
 def until_evidence(one: Callable[[str], Measurement], stem: str, tries: int | None = None) -> Measurement:

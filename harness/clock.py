@@ -122,12 +122,14 @@ STEPS_SLACK_FRAC = 0.5
 # A step line comes after its step, so a startup ends with the run's first step: a recipe whose
 # steps are slower than the baseline's (a bigger batch, a deeper model) starts slower by that much.
 # Steps mode adds to the startup allowance one step at the run's own pace (the harness's stamps),
-# at most this many of the baseline's steps (x the load), and its slack counts each step at the
-# baseline's pace: wall time is not charged in steps mode, so a pace inflated by sleeping between
-# steps must not buy unbounded silent time. 8: the searches' largest moves together (DEPTH x2, the
-# batch x4) stay inside it. What a sleeping run can buy, (1 + STEPS_SLACK_FRAC) x (the startup
-# allowance + 8 of the baseline's steps) unseen, is about what an honest 8x recipe holds in two
-# printed steps (docs/limits.md "Steps mode is counted, not timed").
+# at most this many of the reference's steps (x the load), and its slack counts each step at the
+# reference's pace: wall time is not charged in steps mode, so a pace inflated by sleeping between
+# steps must not buy unbounded silent time. The reference's pace is the kept recipe's the run
+# descends from where that is slower than the baseline's (agent/experiment.py reference_of: a
+# search compounds its moves from the incumbent). 8: the searches' largest moves together (DEPTH
+# x2, the batch x4) stay inside it. What a sleeping run can buy, (1 + STEPS_SLACK_FRAC) x (the
+# startup allowance + 8 of the reference's steps) unseen, is about what an honest 8x recipe holds
+# in two printed steps (docs/limits.md "Steps mode is counted, not timed").
 # A time budget needs no such term: its honest run pays a slow start from its budget
 # (runtime.budget_spent is told the reference's startup), and wall time is what it is charged.
 FIRST_STEP_CAP = 8.0
@@ -168,7 +170,7 @@ class ClockReference:
     """The tag's baseline: how long the unmodified train.py takes to start, to step and to finish."""
     startup_s: float | None = None     # on an idle machine (each run's own divided by its load)
     post_s: float | None = None
-    pace_s: float | None = None        # seconds between its step lines (FIRST_STEP_CAP's unit)
+    pace_s: float | None = None        # seconds between its step lines (FIRST_STEP_CAP's unit; or the kept recipe's)
 
     @classmethod
     def from_figures(cls, figures: list[dict]) -> "ClockReference":

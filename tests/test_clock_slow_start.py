@@ -9,8 +9,9 @@ every run and was "no evidence" until contested. Now:
 - on a time budget the honest run pays its slow start from its budget (runtime.budget_spent is
   told the reference's startup), so the harness's charge stays inside the limit whatever the start;
 - in steps mode (not timed) the startup allowance adds one step at the run's own pace, at most
-  clock.FIRST_STEP_CAP of the baseline's steps: a pace inflated by sleeping between steps buys no
-  more silent time than that.
+  clock.FIRST_STEP_CAP steps of the reference (the baseline's pace, or the kept recipe's the run
+  descends from where that is slower): a pace inflated by sleeping between steps buys no more
+  silent time than that.
 
 Each variant is timed on the harness's own LogClock and judged by its own over_budget/over_steps.
 """
@@ -224,3 +225,40 @@ def test_a_real_slower_recipe_in_steps_mode_is_evidence(repo, tiny_cache, monkey
     assert fig.allowance_s > ref.startup_allowance() * fig.load.startup          # and allowed a first step
     kind, why = h._over_budget(ctx_for(wt, base, slower, commit=sha), run)
     assert kind is None, why
+
+
+def _kept(n, commit, paces, proposer="offline"):
+    """A keep record whose own runs stepped at `paces` (idle, seconds between step lines)."""
+    from harness.records import ExperimentRecord
+    runs = [{"startup_s": STEPS_REF.startup_s, "post_s": STEPS_REF.post_s, "pace_s": p, "load_train": 1.0,
+             "load_startup": 1.0, "load_post": 1.0} for p in paces]
+    return ExperimentRecord.of(n=n, commit=commit, status="keep", proposer=proposer, clock=runs[0],
+                               verdicts={"reruns": [{"commit": commit, "clock": c} for c in runs[1:]]})
+
+
+def test_a_run_is_measured_in_steps_of_the_kept_recipe_it_descends_from():
+    """The local search compounds its moves from the incumbent: on the bench DEPTH 4 -> 6 on a
+    doubled batch stepped 20x the baseline's pace, 2-3x its parent's, and was "no evidence" on 4
+    runs of 5 against the baseline's 8-step cap. The reference a run gets takes the pace of its
+    parent (a kept commit; the baseline's where that is slower), so the same run is evidence; a
+    candidate of the baseline is held to the baseline's cap as before, and so is a parent that was
+    never kept (or another machine's import)."""
+    from agent.experiment import reference_of
+    history = [_kept(1, "base", [STEPS_REF.pace_s, STEPS_REF.pace_s * 0.9], proposer="baseline"),
+               _kept(2, "mid", [7.0 * STEPS_REF.pace_s])]
+    assert reference_of(history) == ClockReference(STEPS_REF.startup_s, STEPS_REF.post_s, STEPS_REF.pace_s)
+    assert reference_of(history, "base").pace_s == STEPS_REF.pace_s
+    assert reference_of(history, "mid").pace_s == pytest.approx(7.0 * STEPS_REF.pace_s)
+    assert reference_of(history, "never-kept").pace_s == STEPS_REF.pace_s
+    assert reference_of([r.to_dict() for r in history], "mid") == reference_of(history, "mid")   # journal dicts too
+    pace = 20.0 * STEPS_REF.pace_s                                 # the child: 20x the baseline, ~3x its parent
+    assert clock_mod.over_steps(steps_clock(honest_first_line(pace), pace), 16)[0] is not None
+    fig = steps_clock(honest_first_line(pace), pace, ref=reference_of(history, "mid"))
+    assert clock_mod.over_steps(fig, 16) == (None, "")
+    # what a sleeping child of that parent hides stays bounded by the parent's steps, not its own sleep
+    parent = reference_of(history, "mid")
+    bound = (1 + clock_mod.STEPS_SLACK_FRAC) * (parent.startup_allowance() + clock_mod.FIRST_STEP_CAP * parent.pace_s) \
+        + clock_mod.SLACK_FRAC * parent.pace_s * 15
+    hidden = int(bound // STEPS_REF.pace_s) + 1
+    fig = steps_clock(STEPS_REF.startup_s + hidden * STEPS_REF.pace_s, 1000.0, ref=parent)
+    assert clock_mod.over_steps(fig, 16)[0] is not None

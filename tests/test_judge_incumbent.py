@@ -116,7 +116,7 @@ def test_the_loop_runs_the_incumbent_when_asked_and_records_the_candidates_run(t
     coord = Coordinator(base)
     coord.moved(base, {"commit": base, "val_bpb": 1.1})
     slot = Slot(files=RunFiles(repo, "t", repo, tmp_path / "run"), run_info=RunInfo(), budget=1.0, timeout=10.0,
-                seal=None, sealed=False, executor=None, clock_reference=ClockReference)
+                seal=None, sealed=False, executor=None, clock_reference=lambda recipe=None: ClockReference())
     (tmp_path / "run").mkdir()
     ideas = SimpleNamespace(ahead=lambda *a: None, config=SimpleNamespace(fix_tries=0), feedback="")
     a = Attempt(n=4, parent=base, proposal=Proposal("d", "h", "x = 2\n", "offline"), commit=cand)
