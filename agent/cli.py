@@ -6,7 +6,8 @@ so a bad `--tag`, `--budget` or `--until` ends with a one-line message (argparse
 any branch, worktree or state.json is made.
 
 A tag is *unstarted* while its folder holds no journal record, no results row and no pending
-experiment (pending.json is written before the baseline's first run). Ctrl-C (or any failure)
+experiment (a pending journal line is written before the baseline's first run; an earlier
+version's pending.json counts too). Ctrl-C (or any failure)
 during the first data preparation leaves such a tag; rather than demand `--resume` for a tag that
 has nothing to resume, the loop removes it (branch, worktree, refs) so the README's command just
 works again.

@@ -15,16 +15,16 @@ Here too the one shape of an experiment that is not decided yet, in its two plac
   status reads "pending") (the single loop's prefetch, --screen's gathered candidates, the coordinator's
   experiments in flight under --workers). It carries the proposal's knob values and code
   fingerprint where known, so a proposer neither repeats it nor takes it for a lost trial.
-- `PendingFile`: pending.json (pending-wK.json per worker): committed but not recorded. Written
-  before the run, removed after the record; --resume and a stopping loop read it
-  (agent/recovery.py, agent/workers.py pending_attempts, Loop.stop).
+- `PendingFile`: a journal line of kind "pending": committed but not recorded. Appended before
+  the run (and after each new commit of the edit), superseded by the experiment's record;
+  --resume and a stopping loop read the undecided ones (`undecided`: agent/recovery.py,
+  agent/workers.py pending_attempts, Loop.stop).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import ClassVar
 
 from agent.proposers.base import Proposal
@@ -32,7 +32,6 @@ from search import knobs
 from harness.results_table import as_str
 from runfiles.run import Best, best_of
 from harness.records import ExperimentRecord
-from runfiles.state import read_json, write_json_atomic
 from harness.secrets import scrub
 
 BEING_PROPOSED = "(being proposed)"
@@ -86,6 +85,9 @@ class InFlight:
 
 @dataclass
 class PendingFile:
+    """An experiment committed but not recorded: a journal line of kind "pending" (agent/experiment.py
+    write_pending), appended after each commit of its edit (as proposed, a fix, a rebase); its
+    experiment record supersedes it. --resume runs the last one of each number again (undecided)."""
     n: int
     parent: str | None
     commit: str | None
@@ -97,29 +99,34 @@ class PendingFile:
     info: dict = field(default_factory=dict)
     attempts: list = field(default_factory=list)
     started_at: float | None = None
+    worker: int | None = None       # --workers: the worker that carries it (None: the single loop)
+    dropped: str | None = None      # set on the line that gives it up at a resume (why)
 
     @classmethod
-    def of(cls, a) -> PendingFile:
+    def of(cls, a, worker: int | None = None) -> PendingFile:
         """Of an Attempt (agent/experiment.py)."""
         p = a.proposal
         return cls(n=a.n, parent=a.parent, commit=a.commit, description=p.description, hypothesis=p.hypothesis,
                    proposer=p.proposer, model=p.model, notes=p.notes, info=a.info.to_dict(),
-                   attempts=list(a.attempts), started_at=a.started_at)
+                   attempts=list(a.attempts), started_at=a.started_at, worker=worker)
 
-    def write(self, path: Path) -> None:
-        write_json_atomic(Path(path), scrub(asdict(self)))
+    def as_line(self) -> dict:
+        """The journal line (scrubbed)."""
+        return scrub({"kind": PENDING_KIND, **asdict(self)})
 
     @classmethod
-    def read(cls, path: Path) -> PendingFile | None:
-        """The file's experiment, or None where there is none to resume: absent, empty, torn, or
-        without an integer experiment number (a value of the wrong type is left at its default)."""
-        raw = read_json(Path(path))
-        if not isinstance(raw, dict) or not isinstance(raw.get("n"), int) or isinstance(raw.get("n"), bool):
+    def from_dict(cls, raw) -> PendingFile | None:
+        """A journal line's experiment, or None where there is none to resume: not a "pending"
+        line, or without an integer experiment number (a value of the wrong type is left at its
+        default)."""
+        if not isinstance(raw, dict) or raw.get("kind") != PENDING_KIND or not isinstance(raw.get("n"), int) \
+                or isinstance(raw.get("n"), bool):
             return None
         out = cls(n=raw["n"], parent=as_str(raw.get("parent")) or None,
                   commit=as_str(raw.get("commit")) or None)
         for name, kind in (("description", str), ("hypothesis", str), ("proposer", str), ("model", str),
-                           ("notes", str), ("info", dict), ("attempts", list), ("started_at", (int, float))):
+                           ("notes", str), ("info", dict), ("attempts", list), ("started_at", (int, float)),
+                           ("worker", int), ("dropped", str)):
             if isinstance(raw.get(name), kind) and not isinstance(raw.get(name), bool):
                 setattr(out, name, raw[name])
         return out
@@ -127,6 +134,22 @@ class PendingFile:
     def proposal(self, source: str) -> Proposal:
         return Proposal(description=self.description, hypothesis=self.hypothesis, source=source,
                         proposer=self.proposer, model=self.model, notes=self.notes)
+
+
+PENDING_KIND = "pending"
+
+
+def undecided(journal: list[dict]) -> list[PendingFile]:
+    """The experiments the journal says were committed and never recorded, in number order: the
+    last "pending" line of each number that has no experiment record, unless that line dropped it."""
+    recorded, last = set(), {}
+    for raw in journal:
+        kind = raw.get("kind", "experiment") if isinstance(raw, dict) else None
+        if kind == "experiment" and isinstance(raw.get("n"), int):
+            recorded.add(raw["n"])
+        elif kind == PENDING_KIND and (p := PendingFile.from_dict(raw)) is not None:
+            last[p.n] = p
+    return [p for n, p in sorted(last.items()) if n not in recorded and p.dropped is None]
 
 
 

@@ -2,8 +2,8 @@
 with crash fixes, evaluate, judge, record, keep/reset).
 
 The order is the point: the journal record and the results.tsv row are written (and fsynced)
-before git moves, and pending.json marks a committed-but-unrecorded experiment, so a kill at any
-moment leaves something agent/recovery.py can reconcile.
+before git moves, and a "pending" journal line marks a committed-but-unrecorded experiment, so a
+kill at any moment leaves something agent/recovery.py can reconcile from the journal and git.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def eval_spec(seal, *, prepare_source: str, train_source: str, profile: str,
 @dataclass(frozen=True)
 class Slot:
     """Where one experiment's runs go, and the tag's fixed terms for them: its files (worktree,
-    pending file; `branch_worktree` where keeps move the branch), run.json, the budget and timeout,
+    journal; `branch_worktree` where keeps move the branch), run.json, the budget and timeout,
     the seal, whether the reviewer evaluates (a sealed run and its trusted evaluation in the job),
     the executor (the single loop's one local slot, a --workers slot, a Ray node), the clock
     reference the harness charges a run against, the worker's number (None: the single loop), the
@@ -132,7 +132,7 @@ class Attempt:
     run_seconds: float = 0.0                        # wall time of every run this decision made (device-seconds)
 
     def __post_init__(self):
-        if not isinstance(self.info, ProposalInfo):   # as pending.json holds it
+        if not isinstance(self.info, ProposalInfo):   # as a pending line holds it
             self.info = ProposalInfo.from_dict(self.info)
 
 
@@ -166,7 +166,8 @@ def _timed_git(a: Attempt, fn, *args):
 
 
 def write_pending(slot: Slot, a: Attempt) -> None:
-    PendingFile.of(a).write(slot.files.pending_path)
+    """The journal's "pending" line for `a` (committed, not recorded): --resume runs it again."""
+    append_journal(slot.files.journal_path, PendingFile.of(a, worker=slot.wid).as_line())
 
 
 def run_experiment(a: Attempt, tag, slot: Slot, ideas, reviewer, status, *, committed: bool = False) -> ExperimentRecord:
@@ -191,7 +192,7 @@ def run_experiment(a: Attempt, tag, slot: Slot, ideas, reviewer, status, *, comm
             ideas.feedback = f"The guard rejected experiment {a.n} before it ran: {guard.reason}"
             return record(a, tag, slot, status, None, Decision("discard", f"guard: {guard.reason}",
                                                                basis=Basis.GUARD), guard)
-    write_pending(slot, a)                                            # 6. pending.json
+    write_pending(slot, a)                                            # 6. the journal's pending line
     while True:   # one pass per commit of the edit: as proposed, a crash fixed, rebased onto a moved tip
         new_source = gitops.show_file(repo, a.commit, TRAIN)
         diff = _timed_git(a, gitops.diff, repo, a.parent, a.commit) if a.parent else ""
@@ -481,7 +482,6 @@ def record(a: Attempt, tag, slot: Slot, status, run: RunResult | None, decision:
         elif discarded:
             gitops.update_ref(files.repo, discarded, a.commit)
             gitops.reset_hard(files.worktree, tag.last_kept)
-        files.pending_path.unlink(missing_ok=True)
         try:   # under the lock too: workers' notes share one ref
             gitops.add_note(files.repo, commit, scrub(f"autoresearch {files.tag} exp {a.n}: {outcome} "
                                                      f"val_bpb={bpb} ({decision.reason})"))

@@ -19,7 +19,7 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
  4. propose: Claude or the offline search edits train.py (agent/proposing.py; --screen K picks
     among K in agent/screening.py; the next proposal is prefetched while this one trains)
  5. guard: the diff is checked before anything runs (agent/judges/guard.py)
- 6. commit on autoresearch/<tag>; pending.json marks it committed-but-unrecorded
+ 6. commit on autoresearch/<tag>; a "pending" journal line marks it committed-but-unrecorded
  7. run: train.py trains in the sandbox for the budget, by the harness's clock (harness/runner.py,
     harness/sandbox.py); a crash may be sent back to the proposer to fix (--fix-tries)
  8. evaluate: the trusted evaluator replays the saved model graph on the pinned validation data
@@ -27,7 +27,8 @@ THE PROTOCOL. Set up once (Loop.setup), then LOOP FOREVER; one experiment is ste
  9. judge: keep, discard, run again, or escalate to the human queue (agent/judges/hierarchy.py:
     the sequential test of agent/judges/stats.py, the LLM judge, the MetaJudge)
 10. record: the journal, then results.tsv (both fsynced), then git: a keep advances the branch,
-    anything else is preserved under refs/autoresearch/<tag>/discarded/<n> and reset; pending.json goes
+    anything else is preserved under refs/autoresearch/<tag>/discarded/<n> and reset; the record
+    supersedes the pending line
     (agent/experiment.py record)
 
 run_experiment is handed a few values, never the loop: the tag's state and decision lock
@@ -53,10 +54,10 @@ from pathlib import Path
 from agent import budget, cli, envcheck, hardware
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig, NOTIFY_ENV
-from agent.coordinator import Coordinator, PendingFile
+from agent.coordinator import Coordinator, undecided
 from agent.console import Console, data_warning
 from agent.status import Panel, notifier
-from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment
+from agent.experiment import RUN_SRC, Attempt, Slot, one_slot, run_experiment, write_pending
 from agent.errors import EnvironmentStop, OutOfSpaceStop, ProposalError
 from agent.proposers.base import Proposal
 from agent.proposing import Ideas, Prefetch, Proposers, make_offline, make_proposer
@@ -68,7 +69,7 @@ from harness.procs import threads_of
 from agent.workspace import SealError, clear_leftovers, make_seal
 from harness.verify import PinnedError
 from agent import gitops
-from harness.results import is_out_of_space
+from harness.results import is_out_of_space, read_journal
 from agent.experiment import reference_of
 from harness.clock import ClockReference
 from runfiles.run import DataInfo
@@ -244,12 +245,12 @@ class Loop:
         if rerun is not None:
             self.check_space()
             self.experiment(rerun, committed=True)
-        if not self.config.parallel and any(self.run_dir.glob("pending-w*.json")):   # workers.PENDING_GLOB
+        if not self.config.parallel and self.config.resume:
             from agent import workers   # a parallel run's experiments in flight, resumed by one loop
-            for a, origin in workers.pending_attempts(self):
+            for a in workers.pending_attempts(self):
                 self.panel.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
                 gitops.reset_hard(self.worktree, a.commit)
-                workers.take_over(self.slot, a, origin)
+                write_pending(self.slot, a)   # the single loop carries it now
                 self.check_space()
                 self.experiment(a, committed=True)
         if self.best is None and self.config.reviewer == "hierarchy":
@@ -401,7 +402,7 @@ class Loop:
 
     def stop(self, final: bool = False) -> None:
         """After the night, Ctrl-C or an error: an unrecorded commit is parked under a ref
-        (pending.json stays, so --resume re-runs it) and the branch goes back to the last kept
+        (its pending line stays, so --resume re-runs it) and the branch goes back to the last kept
         commit; with `final` (the night ended, or a first Ctrl-C) the final is re-measured
         (finish_night). A loop that never got the tag's lock (refused: another loop runs it)
         touches nothing."""
@@ -411,8 +412,9 @@ class Loop:
         with contextlib.suppress(Exception):
             head = gitops.head(self.worktree)
             if self.last_kept and head != self.last_kept:
-                pending = PendingFile.read(self.files.pending_path)
-                label = pending.n if pending else f"unrecorded-{int(time.time())}"
+                journal, _ = read_journal(self.files.journal_path, kind=None)
+                carried = [p for p in undecided(journal) if p.worker is None]
+                label = carried[-1].n if carried else f"unrecorded-{int(time.time())}"
                 gitops.update_ref(self.repo, f"{gitops.REF_PREFIX}{self.tag}/interrupted/{label}", head)
                 gitops.reset_hard(self.worktree, self.last_kept)
         if final and self.final_runs() and not self.config.parallel:

@@ -35,7 +35,7 @@ from harness.results_table import fnum
 @dataclass
 class ProposalInfo:
     """How experiment n's proposal came to be, and what happened to it before its record. The loop
-    carries it with the proposal (pending.json holds to_dict()); the record keeps every key but the
+    carries it with the proposal (its pending line holds to_dict()); the record keeps every key but the
     timings (`seconds`, `waited`: the record's `timings`) as one of its optional keys
     (harness/experiment_record.py OPTIONAL_KEYS), written when set."""
     seconds: float | None = None          # proposing it (a screen: every candidate's, and the screen's)
@@ -57,7 +57,7 @@ class ProposalInfo:
     _keys: tuple | None = field(default=None, repr=False, compare=False)  # key order as read
 
     def to_dict(self) -> dict:
-        """pending.json's object: one read by from_dict gives back the same keys in the same order
+        """A pending line's `info`: one read by from_dict gives back the same keys in the same order
         (unknown ones kept), then keys set since; a new one gives INFO_KEYS' order, keys set only."""
         vals = {k: getattr(self, k) for k in INFO_KEYS}
         order = [k for k in (self._keys or ()) if k in vals or k in self.extra]
@@ -76,7 +76,7 @@ class ProposalInfo:
 
     def for_record(self) -> dict:
         """What the experiment record keeps: its optional keys that are set (the timings go to
-        its `timings`, keys this class does not know stay in pending.json)."""
+        its `timings`, keys this class does not know stay in the pending line)."""
         return {k: v for k, v in self.to_dict().items() if k in INFO_KEYS and k not in TIMING_KEYS}
 
     @property

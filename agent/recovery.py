@@ -8,11 +8,16 @@ Invariants restored (the loop's write order makes each case recoverable):
    row gets the row (derived from the record) inserted at its place; a row without a record gets
    a minimal record marked "recovered". Duplicate records of one n are ignored.
 3. Discarded commits stay reachable: a discard/crash record whose ref is missing gets it.
-4. An experiment that was committed but not recorded (pending.json; the loop died while it
-   trained) is RE-RUN on the same commit: its proposal is preserved in git and a killed run has
-   no result to record. If its parent is no longer the last kept commit, it cannot be re-run
-   faithfully: the commit is kept under refs/autoresearch/<tag>/interrupted/<n> and dropped.
+4. An experiment that was committed but not recorded (its "pending" journal line has no record;
+   the loop died while it trained) is RE-RUN on the same commit: its proposal is preserved in git
+   and a killed run has no result to record. If its parent is no longer the last kept commit, it
+   cannot be re-run faithfully: the commit is kept under refs/autoresearch/<tag>/interrupted/<n>
+   and a journal line drops it.
 5. The branch points at the last kept commit (or at the pending commit about to be re-run).
+
+The tag's state is read from the journal and git alone (agent/coordinator.py derives the tip and
+the best from the journal's records); results.tsv is only repaired from them, and gives a minimal
+record only for a row whose journal line was lost.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from agent.experiment import Attempt
 from agent.workspace import RunFiles
-from agent.coordinator import Coordinator, PendingFile
+from agent.coordinator import PENDING_KIND, Coordinator, PendingFile, undecided
 from agent.proposing import ProposalInfo
 from agent import gitops
 from runfiles.matching import match_rows
@@ -30,6 +35,7 @@ from runfiles.run import best_of
 from harness.results import (append_journal, is_json_object, read_journal, read_results, repair_torn,
                              rewrite_results)
 from harness.runner import kill_leftover
+from runfiles.state import read_json
 
 
 @dataclass
@@ -56,6 +62,7 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
         torn = repair_torn(path, complete)
         if torn:
             notes.append(torn)
+    notes += _pending_files_into_journal(files)
     journal, problems = read_journal(files.journal_path, kind=None)
     notes += [f"journal {p} (skipped)" for p in problems]
     records, moves = _state_of(journal, notes)
@@ -71,7 +78,7 @@ def reconcile(files: RunFiles, base: str) -> Recovered:
 
     state = _derived(base, records, moves)
     last_kept, best = state.tip()
-    rerun = _pending(files, records, base, last_kept, notes)
+    rerun = _pending(files, journal, records, base, last_kept, notes)
     gitops.reset_hard(files.worktree, rerun.commit if rerun else last_kept)
     return Recovered(records, moves, last_kept, best, rerun, notes)
 
@@ -113,31 +120,58 @@ def branch_head(journal_path, base: str) -> tuple[str, float | None]:
     return head, best["val_bpb"] if best else None
 
 
-def _pending(files: RunFiles, records, base, last_kept, notes) -> Attempt | None:
-    pending = PendingFile.read(files.pending_path)
-    if pending is None:
-        files.pending_path.unlink(missing_ok=True)
+def _pending(files: RunFiles, journal: list[dict], records, base, last_kept, notes) -> Attempt | None:
+    """The single loop's experiment committed but not recorded (the journal's last undecided
+    "pending" line without a worker), to run again; one that cannot be is given up by a journal
+    line saying why (its commit is kept under refs/.../interrupted/<n> where it still exists)."""
+    recorded = {r.number for r in records}
+    single = [p for p in undecided(journal) if p.worker is None and p.n not in recorded]
+    if not single:
         return None
+    *older, pending = single
+    for p in older:   # a loop carries one experiment at a time: an older one was left by a crash of its own
+        _give_up(files, p, f"superseded by experiment {pending.n}", notes)
     n, commit, parent = pending.n, pending.commit, pending.parent
-    if n in {r.number for r in records}:
-        files.pending_path.unlink(missing_ok=True)
-        return None
     if not commit or not gitops.rev_parse(files.repo, commit):
-        notes.append(f"experiment {n}: pending commit {commit} not found; it will be proposed anew")
-        files.pending_path.unlink(missing_ok=True)
+        _give_up(files, pending, f"pending commit {commit} not found; it will be proposed anew", notes)
         return None
     runnable = (parent == last_kept) or (parent is None and commit == base == last_kept)
     if not runnable:
-        ref = f"{gitops.REF_PREFIX}{files.tag}/interrupted/{n}"
-        gitops.update_ref(files.repo, ref, commit)
-        notes.append(f"experiment {n}: its parent is no longer the last kept commit; kept it under {ref}")
-        files.pending_path.unlink(missing_ok=True)
+        _give_up(files, pending, "its parent is no longer the last kept commit", notes)
         return None
     source = gitops.show_file(files.repo, commit, "train.py")
     a = Attempt(n=n, parent=parent, proposal=pending.proposal(source), info=replace(ProposalInfo.from_dict(pending.info), resumed=True),
                 commit=commit, attempts=pending.attempts)
     notes.append(f"experiment {n} was committed but not recorded ({commit[:7]}): re-running it")
     return a
+
+
+def _pending_files_into_journal(files: RunFiles) -> list[str]:
+    """A run folder an earlier version left: its pending.json / pending-wK.json (the experiment in
+    flight, before it was a journal line) become pending lines, then go."""
+    notes = []
+    for path in sorted(files.run_dir.glob("pending*.json")):
+        raw = read_json(path)
+        digits = path.stem.removeprefix("pending-w")
+        worker = int(digits) if digits.isdigit() else None
+        p = PendingFile.from_dict({**raw, "kind": PENDING_KIND, "worker": worker}) if isinstance(raw, dict) else None
+        if p is not None:
+            append_journal(files.journal_path, p.as_line())
+            notes.append(f"experiment {p.n}: {path.name} (an earlier version's) moved into the journal")
+        path.unlink(missing_ok=True)
+    return notes
+
+
+def _give_up(files: RunFiles, p: PendingFile, why: str, notes: list[str]) -> None:
+    """A pending experiment that is not run again: its commit kept under the interrupted ref, and a
+    journal line that drops it, so the next --resume does not meet it again."""
+    note = f"experiment {p.n}: {why}"
+    if p.commit and gitops.rev_parse(files.repo, p.commit):
+        ref = f"{gitops.REF_PREFIX}{files.tag}/interrupted/{p.n}"
+        gitops.update_ref(files.repo, ref, p.commit)
+        note += f"; kept it under {ref}"
+    append_journal(files.journal_path, replace(p, dropped=why).as_line())
+    notes.append(note)
 
 
 def _match_records_and_rows(files: RunFiles, records: list[ExperimentRecord], table) -> list[str]:

@@ -3,7 +3,7 @@
 Every worker is a thread that carries one experiment at a time through the same pipeline as the
 single loop (agent/experiment.py: guard, commit, sealed run, trusted evaluation, judges, record):
 its own worktree (<worktree-root>/<tag>.workers/wK, detached at the experiment's parent) and its
-own pending file (pending-wK.json). Its runs go to the shared executor (executors/) as
+own "pending" journal lines (they name the worker). Its runs go to the shared executor (executors/) as
 jobs: the commit's files, the seal and the trusted evaluation. --executor local runs them on this
 machine, one slot (and GPU, CUDA_VISIBLE_DEVICES) each; --executor ray as Ray tasks with a GPU
 each where the cluster has GPUs, on any node, from the files alone. What is shared goes through
@@ -13,7 +13,7 @@ coordinator's lock so keeps stay a linear history. A would-be keep whose parent 
 tip is rebased onto the tip and confirmed there by another run (experiment.py).
 
 Ctrl-C: the main thread tells every worker to stop; a training run ends within a poll, and its
-experiment stays pending (its pending file and commit) for --resume to run again.
+experiment stays pending (its pending line and commit) for --resume to run again.
 """
 from __future__ import annotations
 
@@ -30,17 +30,17 @@ from agent import between
 from agent.coordinator import LockedProposer
 from agent.errors import WorkerStopped  # noqa: F401  (raised in run_commit when the stop event is set)
 from agent.experiment import TRAIN, Attempt, Slot, run_experiment, write_pending
-from agent.coordinator import PendingFile
+from agent.coordinator import undecided
 from agent.proposing import ProposalInfo
 from agent.status import WorkerStatus
 from agent import gitops
+from harness.results import append_journal, read_journal
 from executors import LocalExecutor
 from executors import SharedExecutor  # noqa: F401  (the workers' executor)
 
 # How often the main thread refreshes state.json and looks at the human queue while workers run.
 POLL_S = 0.5
 BOUNDARY_EVERY_S = 10.0
-PENDING_GLOB = "pending-w*.json"
 
 
 class Worker:
@@ -52,9 +52,8 @@ class Worker:
 
     def __init__(self, loop, wid: int, worktree: Path, executor, stop: threading.Event):
         self.loop, self.wid = loop, wid
-        # its own worktree and pending file; keeps move the branch in the tag's worktree
-        files = replace(loop.files, worktree=worktree, pending_name=f"pending-w{wid}.json",
-                        branch_worktree=loop.worktree)
+        # its own worktree; keeps move the branch in the tag's worktree
+        files = replace(loop.files, worktree=worktree, branch_worktree=loop.worktree)
         self.slot: Slot = replace(loop.slot, files=files, executor=executor, wid=wid, stop=stop)
         self.ideas = replace(loop.ideas, proposers=locked(loop.ideas.proposers, loop.coord.proposer_lock),
                              prefetch=None, feedback="")
@@ -66,13 +65,12 @@ class Worker:
         coord, slot = self.loop.coord, self.slot
         try:
             while not slot.stop.is_set():
-                item = _pop(resumed, coord.lock)
-                if item is not None:
-                    a, origin = item
+                a = _pop(resumed, coord.lock)
+                if a is not None:
                     coord.adopt(self.wid, a)
                     with coord.lock:
                         gitops.reset_hard(slot.files.worktree, a.commit)
-                        take_over(slot, a, origin)
+                        write_pending(slot, a)   # this worker carries it now
                 else:
                     if deadline is not None and time.time() >= deadline:
                         return
@@ -140,7 +138,7 @@ def _run_workers(loop, count: int, executor, where: str, deadline: float | None)
     loop.panel.event(f"{count} workers on {where}; each experiment in its own worktree under "
                      f"{workers[0].slot.files.worktree.parent}")
     resumed = pending_attempts(loop)
-    for a, _ in resumed:   # their numbers are taken before any worker claims one
+    for a in resumed:   # their numbers are taken before any worker claims one
         loop.coord.adopt(0, a)
         loop.panel.event(f"resume: experiment {a.n} was in flight ({a.commit[:7]}): running it again")
     limit = loop.config.stops.max_experiments
@@ -233,28 +231,22 @@ def worker_worktree(loop, wid: int) -> Path:
 
 
 def pending_attempts(loop) -> list[Attempt]:
-    """(attempt, pending file) of each experiment a stopped parallel loop had in flight
-    (pending-wK.json), to run again. A file whose experiment has a record, or whose commit is
-    gone, is removed."""
+    """The experiments a stopped parallel loop had in flight (the journal's undecided "pending"
+    lines that name a worker), to run again in number order; one whose commit is gone is given
+    up (a journal line says so)."""
+    journal, _ = read_journal(loop.files.journal_path, kind=None)
     out, recorded = [], {r.number for r in loop.history}
-    for path in sorted(loop.run_dir.glob(PENDING_GLOB)):
-        pending = PendingFile.read(path)
-        commit = pending.commit if pending else None
-        if pending is None or pending.n in recorded or not commit or not gitops.rev_parse(loop.repo, commit):
-            if pending is not None and pending.n not in recorded:
-                loop.panel.event(f"resume: experiment {pending.n}: pending commit {commit} not found; dropped")
-            path.unlink(missing_ok=True)
+    for pending in undecided(journal):
+        commit = pending.commit
+        if pending.worker is None or pending.n in recorded:
             continue
-        n = pending.n
-        out.append((Attempt(n=n, parent=pending.parent, proposal=pending.proposal(gitops.show_file(loop.repo, commit, TRAIN)),
-                            commit=commit, info=replace(ProposalInfo.from_dict(pending.info), resumed=True), attempts=pending.attempts), path))
-        recorded.add(n)   # two files naming one experiment (a resume stopped early): run it once
-    return sorted(out, key=lambda item: item[0].n)
+        if not commit or not gitops.rev_parse(loop.repo, commit):
+            loop.panel.event(f"resume: experiment {pending.n}: pending commit {commit} not found; dropped")
+            append_journal(loop.files.journal_path, replace(pending, dropped="pending commit not found").as_line())
+            continue
+        out.append(Attempt(n=pending.n, parent=pending.parent,
+                           proposal=pending.proposal(gitops.show_file(loop.repo, commit, TRAIN)), commit=commit,
+                           info=replace(ProposalInfo.from_dict(pending.info), resumed=True), attempts=pending.attempts))
+    return out
 
 
-def take_over(slot: Slot, a: Attempt, origin: Path) -> None:
-    """`slot` (a worker's, or the single loop's) carries a resumed experiment: its own pending file
-    names it before the old one goes, so a kill in between loses nothing."""
-    write_pending(slot, a)
-    if Path(origin) != Path(slot.files.pending_path):
-        Path(origin).unlink(missing_ok=True)

@@ -50,13 +50,12 @@ class SetupError(RuntimeError):
 class RunFiles:
     """Where a tag lives: the user's repository, the tag's worktree (where edits are committed)
     and its run folder (the worktree itself: logs, artifacts, the records below). A --workers
-    worker's view (agent/workers.py) has its own worktree and pending file, and keeps move the
-    branch in the tag's worktree (branch_worktree)."""
+    worker's view (agent/workers.py) has its own worktree, and keeps move the branch in the tag's
+    worktree (branch_worktree)."""
     repo: Path
     tag: str
     worktree: Path
     run_dir: Path
-    pending_name: str = "pending.json"
     branch_worktree: Path | None = None   # where keeps move the branch (None: worktree)
 
     @property
@@ -71,9 +70,6 @@ class RunFiles:
     def state_path(self) -> Path:
         return self.run_dir / "state.json"
 
-    @property
-    def pending_path(self) -> Path:
-        return self.run_dir / self.pending_name
 
 def worktree_path(repo: Path, tag: str, root: str | None) -> Path:
     base = Path(root).expanduser() if root else repo / DEFAULT_ROOT

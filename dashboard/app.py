@@ -164,7 +164,7 @@ def create_app(repo=None, runs_dir=None, default_tag=None, token=None, loopback=
         newest_first = res.lines[::-1]
         shown = runview.rows_view(run, newest_first[(page - 1) * PAGE_SIZE: page * PAGE_SIZE])   # keeps say why
         problems = data.page_problems(res)
-        fresh = not res.lines and not journal.records
+        fresh = not res.lines and not data.journal_records(run.file("journal.jsonl"))   # a pending line is no experiment
         if journal.missing and res.lines:
             problems.append("journal.jsonl not found (details per experiment unavailable)")
         elif journal.bad:

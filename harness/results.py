@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -32,11 +33,6 @@ from harness.results_table import (  # noqa: F401
 RESULTS_HEADER = RESULT_HEADER
 
 
-def _fsync_append(path: Path, text: str, complete=None) -> None:
-    """One whole line or nothing (append_line): a torn last line is repaired first."""
-    append_line(path, text, complete=complete)
-
-
 def format_row(commit: str, val_bpb: float | None, memory_gb: float | None, status: str,
                description: str) -> str:
     """One results.tsv line; crashes carry 0.000000 and 0.0 as program.md says."""
@@ -48,12 +44,12 @@ def init_results(path: Path) -> None:
     path = Path(path)
     if path.exists() and path.stat().st_size > 0:
         return
-    _fsync_append(path, RESULTS_HEADER + "\n")
+    append_line(path, RESULTS_HEADER)
 
 
 def append_result(path: Path, commit: str, val_bpb, memory_gb, status: str, description: str) -> str:
     line = format_row(commit, val_bpb, memory_gb, status, description)
-    _fsync_append(Path(path), line)
+    append_line(Path(path), line)
     return line
 
 
@@ -75,8 +71,7 @@ def read_results(path: Path) -> ResultTable:
 
 
 def append_journal(path: Path, record: dict) -> None:
-    _fsync_append(Path(path), json.dumps(record, default=str, sort_keys=False) + "\n",
-                  complete=is_json_object)
+    append_line(Path(path), json.dumps(record, default=str, sort_keys=False), complete=is_json_object)
 
 
 def read_journal(path: Path, kind: str | None = "experiment") -> tuple[list[dict], list[str]]:
@@ -233,6 +228,16 @@ def append_line(path: Path, line: str, complete: Callable[[bytes], bool] | None 
     """Append one whole line (a newline is added if missing); all of it or none of it lands."""
     path = Path(path)
     data = (line if line.endswith("\n") else line + "\n").encode("utf-8")
+    with _APPENDING:   # a torn tail repaired by one thread must never be another's line being written
+        _append_locked(path, data, complete, fsync, warn)
+
+
+# One append at a time in this process: the loop's threads (--workers N) share the journal, and
+# an append first repairs a torn tail (which a line another thread is writing looks like).
+_APPENDING = threading.Lock()
+
+
+def _append_locked(path: Path, data: bytes, complete, fsync: bool, warn) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         note = _repair_fd(fd, path, complete)

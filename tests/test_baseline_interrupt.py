@@ -42,7 +42,8 @@ def test_ctrl_c_in_the_baseline_repeat_keeps_the_first_run(tiny_cache, tmp_path)
     assert proc.returncode == 130, out
     rows = read_results(wt / "results.tsv").rows
     assert [r.status for r in rows] == ["keep"], out
-    rec = [json.loads(line) for line in (wt / "journal.jsonl").read_text().splitlines()][0]
+    rec = [r for r in map(json.loads, (wt / "journal.jsonl").read_text().splitlines())
+           if r.get("kind", "experiment") == "experiment"][0]   # after the baseline's pending line
     assert rec["proposer"] == "baseline" and rec["trusted_bpb"] == pytest.approx(rows[0].val_bpb, abs=1e-6)
     assert "interrupted during repeat run 2" in rec["decision_reason"]
     assert rec["verdicts"]["judge"]["baseline_values"] == [rec["trusted_bpb"]]

@@ -18,6 +18,7 @@ from harness.results import read_journal, read_results
 from tests.loop_fixtures import (REPO, copy_real, fake_env, fake_repo, git, loop_cmd, make_repo,
                                  run_loop, spied_loop_cmd)
 from tests.test_loop import check_run
+from agent.coordinator import undecided
 
 
 # The project's top-level packages and modules (what "the project's modules" counts).
@@ -258,7 +259,8 @@ def test_a_shard_deleted_mid_run_stops_the_loop_and_resume_loses_nothing(tiny_ca
     assert len(lines) == 1 and "uv run prepare.py" in lines[0] and "--tag d --resume" in lines[0], err
     assert "missing" in lines[0] or "no training shard" in lines[0]
     assert [r["n"] for r in _records(wt)] == [1], "the environment fault is no crash of experiment 2"
-    assert (wt / "pending.json").exists(), "experiment 2 stays pending for --resume"
+    assert [p.n for p in undecided(read_journal(wt / "journal.jsonl", kind=None)[0])] == [2], \
+        "experiment 2 stays pending for --resume"
     # --resume refuses while the shard is missing, the same way
     still = run_loop(repo, env, "--tag", "d", "--resume", timeout=300)
     assert still.returncode == 78 and "uv run prepare.py" in still.stderr

@@ -141,7 +141,7 @@ def test_only_train_py_may_change(tmp_path):
     (tmp_path / "__pycache__").mkdir()
     (tmp_path / "__pycache__" / "prepare.cpython-311.pyc").write_bytes(b"x")
     (tmp_path / "loop.lock").write_text("")          # the loop's own untracked files are not edits
-    (tmp_path / "pending.json").write_text("{}")
+    (tmp_path / "child.pid").write_text("1")
     (tmp_path / "train.py").write_text(HONEST["depth"])
     assert stray_changes(tmp_path) == []
     v = guard(ctx)

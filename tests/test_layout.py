@@ -76,7 +76,7 @@ def test_harness_imports_only_itself_of_the_project():
 # The trust boundary's size (docs/architecture.md "The trust path"): at most this many modules,
 # and no more code lines than it has now (scripts/core_size.py prints them; we aim at 3,000).
 HARNESS_MODULES_MAX = 19
-HARNESS_CODE_LINES_MAX = 4_412
+HARNESS_CODE_LINES_MAX = 4_414
 
 
 def test_the_trust_boundary_imports_nothing_else_and_does_not_grow():
@@ -106,7 +106,7 @@ def test_the_size_checker_sees_a_foreign_import(tmp_path, monkeypatch):
 # (file, what the line reads): anything else in agent/ or dashboard/ must go through the types.
 NOT_RECORDS = {
     "agent/judges/llm_judge.py": "parse_verdict: the LLM's tool reply, read into an Opinion",
-    "agent/coordinator.py": "PendingFile.read: pending.json read into the record",
+    "agent/coordinator.py": "PendingFile.from_dict and undecided: the journal's pending lines read into the record",
     "agent/compile_warm.py": "a commit's files (name -> text) and train.py's knob values",
     "agent/proposers/offline.py": "Optuna's study and trial user_attrs",
     "agent/proposers/tools.py": "the tool's own JSON schema",

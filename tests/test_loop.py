@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.coordinator import undecided
 from agent import loop as loop_mod
 from agent.proposers.base import Proposal
 from search import knobs
@@ -65,7 +66,7 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
     assert set(status.splitlines()) == {" M notes.txt", "?? scratch.txt"}, "only the user's own changes"
     state = json.loads((wt / "state.json").read_text())
     assert state["phase"] == "stopped" and state["tag"] == tag
-    assert not (wt / "pending.json").exists() and not list(wt.glob("child*.pid"))
+    assert undecided(read_journal(wt / "journal.jsonl", kind=None)[0]) == [] and not list(wt.glob("child*.pid"))
     assert not (wt / ".runs" / "slots").exists(), "the single loop's slot folder outlived a clean stop"
     return records, table.rows
 

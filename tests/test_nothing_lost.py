@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.coordinator import undecided
 from agent import envcheck
 from harness.records import ExperimentRecord
 from harness.results import (OutOfSpace, append_journal, append_line, append_result, init_results, is_json_object,
@@ -231,7 +232,7 @@ def test_full_disk_stops_cleanly_and_resume_loses_nothing(tmp_path, when):
         assert len(records) == (3 if when == "before_next" else 2)
         if when == "in_record":   # the unrecorded experiment is parked for --resume
             assert git(repo, "for-each-ref", "refs/autoresearch/full/interrupted/3")
-            assert (wt / "pending.json").exists()
+            assert [p.n for p in undecided(read_journal(wt / "journal.jsonl", kind=None)[0])] == [3]
         kept = [r["commit"] for r in records if r["status"] == "keep"]
         assert git(repo, "rev-parse", "autoresearch/full") == (kept[-1] if kept else git(repo, "rev-parse", "master"))
 

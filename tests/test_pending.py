@@ -1,12 +1,13 @@
-"""agent/coordinator.py: the one shape of an undecided experiment (in flight; pending.json)."""
+"""agent/coordinator.py: the one shape of an undecided experiment (in flight; the journal's pending lines)."""
 from types import SimpleNamespace
 
 from agent.experiment import Attempt, write_pending
-from agent.coordinator import BEING_PROPOSED, InFlight, PendingFile
+from agent.coordinator import BEING_PROPOSED, InFlight, PendingFile, undecided
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
 from search import knobs
-from harness.records import ExperimentRecord
+from harness.records import ExperimentRecord, experiment_records
+from harness.results import read_journal
 
 SRC = "DEPTH = 4  # layers\nLR = 0.01  # a rate\n"
 
@@ -17,27 +18,42 @@ def attempt():
     return Attempt(n=7, parent="a" * 40, proposal=p, info={"seconds": 1.5}, commit="b" * 40)
 
 
-def test_pending_file_round_trip_through_the_writer(tmp_path):
+def test_pending_line_round_trip_through_the_writer(tmp_path):
     a = attempt()
-
-    slot = SimpleNamespace(files=RunFiles(tmp_path, "t", tmp_path, tmp_path))   # what write_pending reads of a Slot
+    slot = SimpleNamespace(files=RunFiles(tmp_path, "t", tmp_path, tmp_path), wid=None)   # what write_pending reads
     write_pending(slot, a)          # what run_experiment writes before the run
-    got = PendingFile.read(tmp_path / "pending.json")
+    journal, problems = read_journal(tmp_path / "journal.jsonl", kind=None)
+    assert problems == [] and [j["kind"] for j in journal] == ["pending"]
+    assert experiment_records(journal) == []             # no reader of experiments takes it for one
+    (got,) = undecided(journal)
     assert (got.n, got.parent, got.commit, got.description, got.proposer) == (7, a.parent, a.commit, "deeper", "claude")
     p = got.proposal(SRC)
     assert (p.hypothesis, p.model, p.notes, p.source) == ("more layers", "m", "a note", SRC)
-    assert got.info == {"seconds": 1.5} and got.started_at == a.started_at
+    assert got.info == {"seconds": 1.5} and got.started_at == a.started_at and got.worker is None
 
 
-def test_a_torn_or_hostile_pending_file_is_no_experiment(tmp_path):
-    path = tmp_path / "pending.json"
-    for text in (b"", b'{"n": 3, "commit": "ab', b"\xff\xfe{", b"[1, 2]", b'{"n": "3"}', b'{"n": true}'):
-        path.write_bytes(text)
-        assert PendingFile.read(path) is None, text
-    path.write_text('{"n": 3, "commit": "c", "info": "not a dict", "attempts": 5, "description": 9}')
-    got = PendingFile.read(path)
-    assert (got.n, got.commit, got.info, got.attempts, got.description) == (3, "c", {}, [], "")
-    assert PendingFile.read(tmp_path / "absent.json") is None
+def test_the_last_pending_line_of_an_unrecorded_number_is_undecided():
+    """A fix or a rebase appends a newer line for the same number (the latest wins); the
+    experiment's record supersedes its lines; a line that gives one up (`dropped`) leaves nothing."""
+    def line(n, commit, **kw):
+        return PendingFile(n=n, parent="p", commit=commit, **kw).as_line()
+    journal = [line(1, "a"), {"kind": "experiment", "n": 1, "status": "keep"}, line(2, "b"), line(2, "b2", worker=3),
+               line(3, "c"), line(3, "c", dropped="its parent is no longer the last kept commit"), line(4, "d")]
+    got = undecided(journal)
+    assert [(p.n, p.commit, p.worker) for p in got] == [(2, "b2", 3), (4, "d", None)]
+    journal.append({"kind": "experiment", "n": 4, "status": "discard"})
+    assert [p.n for p in undecided(journal)] == [2]
+
+
+def test_a_hostile_pending_line_is_no_experiment():
+    for raw in ({}, {"kind": "pending"}, {"kind": "pending", "n": "3"}, {"kind": "pending", "n": True},
+                {"kind": "experiment", "n": 3}, [1, 2], "pending", None):
+        assert PendingFile.from_dict(raw) is None, raw
+    got = PendingFile.from_dict({"kind": "pending", "n": 3, "commit": "c", "info": "not a dict", "attempts": 5,
+                                 "description": 9, "worker": "w1", "dropped": 7})
+    assert (got.n, got.commit, got.info, got.attempts, got.description, got.worker, got.dropped) == \
+        (3, "c", {}, [], "", None, None)
+    assert undecided([{"kind": "pending", "n": [1]}, "x", None, 5]) == []
 
 
 def test_in_flight_entries_carry_what_the_proposal_tries():
@@ -56,7 +72,7 @@ def test_in_flight_entries_carry_what_the_proposal_tries():
 
 
 def test_proposal_info_round_trips_and_feeds_the_record():
-    """ProposalInfo (agent/proposing.py): what pending.json holds comes back as it was, and every
+    """ProposalInfo (agent/proposing.py): what a pending line holds comes back as it was, and every
     key that is not a timing is one of the experiment record's optional keys, under its name."""
     from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
     from harness.records import OPTIONAL_KEYS
@@ -68,6 +84,6 @@ def test_proposal_info_round_trips_and_feeds_the_record():
     assert info.for_record() == {"fallback": "offline", "screen": {"k": 3}}
     assert ProposalInfo(seconds=1.5).proposal_wait == 1.5 and ProposalInfo().proposal_seconds == 0.0
     assert ProposalInfo.from_dict({"seconds": "soon", "waited": None}).proposal_wait == 0.0
-    # an Attempt handed pending.json's dict reads it
+    # an Attempt handed a pending line's dict reads it
     p = Proposal(description="d", hypothesis="h", source=SRC, proposer="offline")
     assert Attempt(n=1, parent=None, proposal=p, info={"handover": "cost cap"}).info.handover == "cost cap"

@@ -61,9 +61,7 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     (repo / "train.py").write_text("LR = 3\n")
     pending = gitops.commit_file(repo, "train.py", "exp 3: LR 3")
     gitops.reset_hard(repo, kept)
-    files.pending_path.write_text(json.dumps({"n": 3, "commit": pending, "parent": kept,
-                                              "description": "LR 3", "hypothesis": "", "proposer": "offline"}))
-    assert PendingFile.read(files.pending_path) is not None
+    append_journal(files.journal_path, PendingFile(n=3, parent=kept, commit=pending, description="LR 3").as_line())
 
     found = reconcile(files, base)
     assert isinstance(found, Recovered)
@@ -74,6 +72,45 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     assert any("experiment 3 was committed but not recorded" in note for note in found.notes)
     assert [ln.commit for ln in read_results(files.results_path).rows] == [base[:7], kept[:7]]   # the row is back
     assert git(repo, "rev-parse", "HEAD") == pending   # the branch at the experiment to re-run
+    # a pending line that cannot be run again is given up once, by a line of its own
+    append_journal(files.journal_path, ExperimentRecord.of(n=3, tag="t", commit=pending, status="discard").to_dict())
+    gitops.reset_hard(repo, kept)
+    (repo / "train.py").write_text("LR = 4\n")
+    orphan = gitops.commit_file(repo, "train.py", "exp 4: LR 4")
+    gitops.reset_hard(repo, base)
+    append_journal(files.journal_path, PendingFile(n=4, parent=base, commit=orphan).as_line())
+    again = reconcile(files, base)
+    assert again.rerun is None and any("experiment 4: its parent is no longer the last kept commit" in x
+                                       for x in again.notes)
+    assert git(repo, "rev-parse", "refs/autoresearch/t/interrupted/4") == orphan
+    assert not any("experiment 4" in x for x in reconcile(files, base).notes)   # said once, not at every resume
+
+
+def test_an_earlier_versions_pending_file_moves_into_the_journal(tmp_path):
+    """A run folder from before the pending lines: its pending.json is the experiment to re-run,
+    moved into the journal (and the file gone), so nothing in flight is lost by the upgrade."""
+    from agent.recovery import reconcile
+    from agent.workspace import RunFiles
+    from agent import gitops
+    from harness.records import ExperimentRecord
+    from harness.results import append_journal, append_result, init_results, read_journal
+    from tests.loop_fixtures import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"train.py": "LR = 1\n"})
+    base = gitops.head(repo)
+    (repo / "train.py").write_text("LR = 2\n")
+    pending = gitops.commit_file(repo, "train.py", "exp 2: LR 2")
+    gitops.reset_hard(repo, base)
+    files = RunFiles(repo, "t", repo, repo)
+    init_results(files.results_path)
+    append_journal(files.journal_path, ExperimentRecord.of(n=1, tag="t", commit=base, status="keep", trusted_bpb=2.0,
+                                                          proposer="baseline").to_dict())
+    append_result(files.results_path, base, 2.0, 0.0, "keep", "baseline")
+    (repo / "pending.json").write_text(json.dumps({"n": 2, "commit": pending, "parent": base, "description": "LR 2"}))
+    found = reconcile(files, base)
+    assert found.rerun is not None and (found.rerun.n, found.rerun.commit) == (2, pending)
+    assert not (repo / "pending.json").exists()
+    assert [j.get("kind") for j in read_journal(files.journal_path, kind=None)[0]] == ["experiment", "pending"]
 
 
 def test_the_coordinator_derives_the_tip_the_way_resume_reads_the_journal(tmp_path):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from tests.fake_anthropic import FakeAnthropic as F
 from tests.loop_fixtures import FAKE_TRAIN, fake_env, fake_repo, git, loop_cmd, run_loop
+from agent.coordinator import undecided
+from harness.results import read_journal
 
 # The stand-in with one more knob that helps (BOOST) and runs that take longer for some edits,
 # so the order in which two workers finish is fixed by the edits, not by chance.
@@ -148,7 +150,8 @@ def test_ctrl_c_ends_every_worker_and_resume_finishes_their_experiments(tmp_path
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
-    assert len(list(wt.glob("pending-w*.json"))) == 2 and not list(wt.glob("child*.pid"))
+    carried = undecided(read_journal(wt / "journal.jsonl", kind=None)[0])
+    assert sorted(p.worker for p in carried) == [1, 2] and not list(wt.glob("child*.pid"))
     assert not no_process_left(repo)
     assert [r["n"] for r in journal(repo, "cc")] == [1]
     p = run_loop(repo, dict(env, FAKE_SLEEP="0.3"), "--tag", "cc", "--resume", "--budget", "60",
