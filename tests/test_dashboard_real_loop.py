@@ -25,7 +25,8 @@ def test_renders_a_run_folder_written_by_the_real_loop(loop_run):
     """Not the demo: the folder agent/loop.py wrote on the stand-in train.py (tests/conftest.py)."""
     c = client(loop_run)
     rows = rows_of(loop_run)
-    journal = [json.loads(x) for x in (loop_run / "journal.jsonl").read_text().splitlines()]
+    journal = [r for r in map(json.loads, (loop_run / "journal.jsonl").read_text().splitlines())
+               if r.get("kind", "experiment") == "experiment"]
     page = c.get("/t/rec/").get_data(as_text=True)
     for n, (commit, bpb, mem, status, desc) in enumerate(rows, 1):
         assert f'class="st-{status}" data-n="{n}"' in page and commit in page
@@ -63,7 +64,8 @@ def test_the_demo_writes_the_loops_schema(loop_run, tmp_path):
     from harness.records import OPTIONAL_KEYS, ExperimentRecord
     from runfiles.state import RunState
     demo = build(tmp_path / "d", "demo", n=4, seed=1, queue=False)
-    real = [json.loads(x) for x in (loop_run / "journal.jsonl").read_text().splitlines()]
+    real = [r for r in map(json.loads, (loop_run / "journal.jsonl").read_text().splitlines())
+            if r.get("kind", "experiment") == "experiment"]
     made = [json.loads(x) for x in (demo / "journal.jsonl").read_text().splitlines()]
     core = [k for k in real[0] if k not in OPTIONAL_KEYS]
     for rec in made:

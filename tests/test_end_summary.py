@@ -46,7 +46,8 @@ def test_the_loop_ends_with_the_summary(tmp_path):
     p = run_loop(repo, fake_env(tmp_path), "--tag", "end", "--budget", "1", "--max-experiments", "3")
     assert p.returncode == 0, p.stdout + p.stderr
     wt = repo / ".autoresearch" / "end"
-    records = [json.loads(l) for l in (wt / "journal.jsonl").read_text().splitlines()]
+    records = [r for r in map(json.loads, (wt / "journal.jsonl").read_text().splitlines())
+               if r.get("kind", "experiment") == "experiment"]
     kept = [r for r in records if r["status"] == "keep"]
     best = min(kept, key=lambda r: r["summary"]["val_bpb"])
     tail = p.stdout[p.stdout.index("== autoresearch end: stopped, reached --max-experiments 3"):]

@@ -87,3 +87,20 @@ def test_proposal_info_round_trips_and_feeds_the_record():
     # an Attempt handed a pending line's dict reads it
     p = Proposal(description="d", hypothesis="h", source=SRC, proposer="offline")
     assert Attempt(n=1, parent=None, proposal=p, info={"handover": "cost cap"}).info.handover == "cost cap"
+
+
+def test_the_real_loops_pending_lines_read_back_and_are_all_decided(loop_run):
+    """Written by the real loop (run_experiment's write_pending): every pending line reads back as
+    itself, each names an experiment the journal then recorded, and none is left undecided."""
+    import json
+    lines = [json.loads(x) for x in (loop_run / "journal.jsonl").read_text().splitlines()]
+    pending = [x for x in lines if x.get("kind") == "pending"]
+    recorded = {x["n"] for x in lines if x.get("kind", "experiment") == "experiment"}
+    assert pending and {x["n"] for x in pending} <= recorded
+    for raw in pending:
+        assert PendingFile.from_dict(raw).as_line() == raw
+    assert undecided(lines) == []
+    first = {}
+    for i, x in enumerate(lines):     # each experiment's pending line comes before its record
+        first.setdefault((x.get("kind", "experiment"), x.get("n")), i)
+    assert all(first[("pending", n)] < first[("experiment", n)] for n in {x["n"] for x in pending})
