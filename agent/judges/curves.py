@@ -7,7 +7,10 @@ point of its budget is above the incumbent's there by more than the baseline's o
 there (STOP_SPREADS of their spread, at least STOP_FLOOR of the loss) is ended (harness/runner.py
 stopped_early) and discarded, and the time it would have taken goes to the next idea. A candidate
 that prints a better curve than it trains gains nothing by it: it runs to the end and is judged
-on the trusted evaluation like any other.
+on the trusted evaluation like any other. Nor may a kept recipe's printed curve stop its successors
+on more than its trusted figure supports: the incumbent's curve is the bar only where its printed
+end agrees with its trusted val_bpb, and nowhere further ahead of the baseline's curve than its
+trusted gain (both in printed-loss units); a curve that cannot be bounded stops nothing.
 
 What a stop costs is measured, not assumed: scripts/bench_judge.py counts the gains it stopped
 (the false-stop rate) and scripts/bench_research.py the true gain at equal device-seconds.
@@ -27,6 +30,11 @@ STOP_POINTS = (0.3, 0.5)
 # fraction of the incumbent's loss (two baseline runs can agree by chance).
 STOP_SPREADS = 4.0
 STOP_FLOOR = 0.01
+# How far an incumbent's printed end may sit from what its trusted val_bpb says it should print
+# (the baseline's printed end per trusted bpb, scaled), as a fraction: train and validation loss
+# agree within a few percent on these short runs (2.6% apart at most over a night of the local
+# search at 16 steps); a curve printed lower than it trained does not.
+END_AGREES = 0.05
 
 
 def _curves(rec: ExperimentRecord) -> list[dict[float, float]]:
@@ -41,7 +49,8 @@ def _curves(rec: ExperimentRecord) -> list[dict[float, float]]:
 
 def limits(history: list[ExperimentRecord], incumbent: str | None) -> list[list[float]] | None:
     """[[point, loss limit], ...] for a candidate of `incumbent`, or None while the baseline has no
-    two curves (no spread to calibrate on) or the incumbent none."""
+    two curves (no spread to calibrate on), the incumbent none, or the incumbent's printed curve
+    cannot be bounded by the trusted figures (then every candidate runs to its end)."""
     base = next((r for r in history if r.is_experiment and r.is_baseline and r.status == "keep"), None)
     inc = next((r for r in reversed(history) if r.is_experiment and r.status == "keep" and r.commit == incumbent), None)
     if base is None or inc is None or not isinstance(base.commit, str):
@@ -49,12 +58,32 @@ def limits(history: list[ExperimentRecord], incumbent: str | None) -> list[list[
     base_curves, inc_curves = _curves(base), _curves(inc)
     if len(base_curves) < 2 or not inc_curves:
         return None
+    lead = trusted_lead(base, inc, base_curves, inc_curves)
+    if lead is None:
+        return None
     out = []
     for f in STOP_POINTS:
         b = [c[f] for c in base_curves if f in c]
         i = [c[f] for c in inc_curves if f in c]
         if len(b) < 2 or not i:
             continue
-        bar = statistics.fmean(i)
+        bar = max(statistics.fmean(i), statistics.fmean(b) - lead)   # never ahead of what it proved
         out.append([f, bar + max(STOP_SPREADS * statistics.stdev(b), STOP_FLOOR * abs(bar))])
     return out or None
+
+
+def trusted_lead(base: ExperimentRecord, inc: ExperimentRecord, base_curves: list[dict], inc_curves: list[dict]) -> float | None:
+    """How far below the baseline's printed curve the incumbent's may be believed, in printed-loss
+    units: its trusted gain over the baseline, converted by the baseline's printed end per trusted
+    bpb. None when that cannot be said (no trusted figures or printed ends) or when the incumbent's
+    printed end disagrees with its trusted figure by more than END_AGREES."""
+    b_end = [c[1.0] for c in base_curves if 1.0 in c]
+    i_end = [c[1.0] for c in inc_curves if 1.0 in c]
+    tb, ti = base.trusted_bpb, inc.trusted_bpb
+    if not b_end or not i_end or not isinstance(tb, (int, float)) or not isinstance(ti, (int, float)) or tb <= 0:
+        return None
+    per_bpb = statistics.fmean(b_end) / tb
+    expected = ti * per_bpb
+    if abs(statistics.fmean(i_end) - expected) > END_AGREES * abs(expected):
+        return None
+    return max(0.0, (tb - ti) * per_bpb)
