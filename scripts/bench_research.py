@@ -65,6 +65,9 @@ BASES = ("tuned", "handicapped")
 # A night's runs and the re-measurement's seeds by default: the issue's protocol (30 runs, 4 seeds).
 MAX_RUNS = 30
 REMEASURE_SEEDS = 4
+# Seeds each early-stopped candidate and its parent are run on to its end (--early-stop): enough to
+# tell a stopped gain of a few sigma from a stopped loser, at two runs of each.
+FALSE_STOP_SEEDS = 2
 # The loop's --budget under fixed steps: it only sets the run's timeout (max(2x, budget + 300 s)).
 FIXED_STEPS_BUDGET = 60.0
 # The bench's default regime, as regime_of() names it (and the regime of nights written without one).
@@ -112,7 +115,7 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     loop.panel.console.close()
     loop.panel.console = Console(loop.tag, loop.budget, live=False)
     t0 = time.time()
-    measured, load = {}, None
+    measured, load, stops = {}, None, None
     try:
         if load_procs:
             load = bench_load.BackgroundLoad(load_procs, seed=seed).start()
@@ -129,11 +132,39 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
             if key not in cache:
                 cache[key] = remeasure(loop, commit, seeds, say=lambda m: say(f"  {m}"))
             measured[role] = cache[key]
+        stops = false_stops(loop, repo, seeds[:FALSE_STOP_SEEDS], cache, say) if early_stop else None
     finally:
         loop.stop()
     out = summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs, claim)
+    if stops is not None:
+        out["early_stops"] = stops
     if load is not None:
         out["load"] = {"procs": load_procs, "on_fraction": load.fraction_on(), "events": load.events}
+    return out
+
+
+def false_stops(loop, repo: Path, seeds: list[int], cache: dict, say=print) -> list[dict]:
+    """What early stopping cost: each candidate the night stopped early, run to its end on `seeds`
+    (fresh, outside the night's budget) beside its parent. A stop is false when the candidate
+    re-measures lower than the parent it was stopped against (a real gain thrown away); `clear` when
+    by more than twice the difference's standard error."""
+    from agent import gitops
+    out = []
+    for r in loop.history:
+        if not (r.is_experiment and r.decision_reason.startswith("stopped early")) or not r.commit or not r.parent:
+            continue
+        figs = {}
+        for role, commit in (("candidate", r.commit), ("parent", r.parent)):
+            key = _key(gitops.show_file(repo, commit, "train.py"))   # a final's or base's figure if it is one
+            if key not in cache and f"stops:{key}" not in cache:
+                cache[f"stops:{key}"] = remeasure(loop, commit, seeds, say=lambda m: say(f"  {m}"))
+            figs[role] = cache.get(key) or cache[f"stops:{key}"]
+        c, p = figs["candidate"], figs["parent"]
+        diff = c.mean - p.mean if c.mean is not None and p.mean is not None else None
+        se = math.hypot(c.se or 0.0, p.se or 0.0) if diff is not None else None
+        out.append({"n": r.n, "description": r.description, "candidate_true": c.mean, "parent_true": p.mean,
+                    "diff": diff, "se": se, "false": diff is not None and diff < 0,
+                    "clear": diff is not None and se is not None and se > 0 and diff < -2 * se})
     return out
 
 
@@ -214,7 +245,11 @@ def table(nights: list[dict]) -> list[dict]:
                      "experiments": statistics.fmean(n["experiments"] for n in ns),
                      "runs": statistics.fmean(n["runs"] for n in ns),
                      "runs_per_decision": _mean_se([n["runs_per_decision"] for n in ns])[0],
-                     "wall_seconds": statistics.fmean(n["wall_seconds"] for n in ns)})
+                     "wall_seconds": statistics.fmean(n["wall_seconds"] for n in ns),
+                     "device_seconds": statistics.fmean(n.get("device_seconds") or 0.0 for n in ns),
+                     "stopped": sum(len(n["early_stops"]) for n in ns if "early_stops" in n),
+                     "false_stops": sum(s["false"] for n in ns for s in n.get("early_stops", [])),
+                     "clear_false_stops": sum(s["clear"] for n in ns for s in n.get("early_stops", []))})
     return rows
 
 
@@ -268,6 +303,11 @@ def render(rows: list[dict]) -> str:
         out.append(f"{r['base']:12s}{r['reviewer']:11s}{r['search']:8s}{r['nights']:7d}{gain:>18s}{gap:>18s}"
                    f"{r['keeps']:7.1f}{r['experiments']:6.1f}{r['runs']:6.1f}{_f(r['runs_per_decision'], '.2f'):>9s}"
                    f"{r['wall_seconds'] / 60:10.1f}m" + (f"  {r['regime']}" if regimes else ""))
+    for r in rows:
+        if r.get("stopped"):
+            out.append(f"{r['base']} {r['reviewer']} {r['search']}: {r['stopped']} candidates stopped early, "
+                       f"{r['false_stops']} of them re-measured better than their parent (false stops; "
+                       f"{r['clear_false_stops']} by more than 2 se); {r['device_seconds']:.0f} device-s a night")
     if any(not r["gain_se_over_nights"] for r in rows):
         out.append("* one night: the standard error is the re-measurements' own, not the spread over nights")
     return "\n".join(out)

@@ -20,13 +20,21 @@ from dataclasses import replace
 from agent import loop as loop_mod
 from agent.judges import curves
 from agent.proposers.scripted import Edit, ScriptedProposer
+from agent.remeasure import fresh_seeds
 from harness.clock import ClockFigures
 from search import knobs
 from tests.loop_fixtures import REPO
 
-spec = importlib.util.spec_from_file_location("bench_judge", REPO / "scripts" / "bench_judge.py")
-bench_judge = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_judge)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench_judge, bench_research = _script("bench_judge"), _script("bench_research")
 
 STEPS = 10
 PRINT = 'print(f"step {step:05d} | loss {loss_f:.6f} |'
@@ -75,6 +83,8 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
         loser, liar, gain = (lp.experiment(lp.next_attempt(n)) for n in (2, 3, 4))
         limits = curves.limits(lp.history, lp.last_kept)
         honest = lp.experiment(lp.next_attempt(5))
+        # what the research bench makes of the stop: the stopped recipe run to its end beside its parent
+        stops = bench_research.false_stops(lp, repo, fresh_seeds(1, set()), {}, say=lambda m: None)
     finally:
         lp.stop()
 
@@ -83,6 +93,8 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
     assert loser.status == "discard" and loser.decision_reason.startswith("stopped early"), loser.decision_reason
     assert loser.training_runs == 1 and loser.trusted_bpb is None
     assert max(_curve(loser)) <= max(curves.STOP_POINTS), "it was ended before the rest of its budget"
+    assert [(x["n"], x["false"]) for x in stops] == [(2, False)], stops
+    assert stops[0]["candidate_true"] > stops[0]["parent_true"], "a stalled recipe, rightly stopped"
     # the same recipe printing a better curve than it trains: run to its end, judged, discarded
     assert not liar.decision_reason.startswith("stopped early") and liar.status == "discard", liar.decision_reason
     assert 1.0 in _curve(liar) and liar.trusted_bpb is not None and liar.trusted_bpb > base.trusted_bpb
