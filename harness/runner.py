@@ -331,26 +331,19 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
                     break
                 if on_tick is not None:
                     on_tick(now - t0, log_path)
-        except BaseException:
+        finally:   # also on Ctrl-C or an on_tick that raised
+            ended = time.monotonic()
+            meter.sample(ended, force=True)
+            # The leader may be done while its children live on (or it timed out): end the group,
+            # and anything of the run's that left it (its cgroup)
             _end(proc, place.own_session)
             account.close()
             reader.join(READER_JOIN_S)
             pid_file.unlink(missing_ok=True)
             if private_cache:
                 shutil.rmtree(private_cache, ignore_errors=True)
-            raise
-        ended = time.monotonic()
-        meter.sample(ended, force=True)
-        # The leader may be done while its children live on (or it timed out): end the group,
-        # and anything of the run's that left it (its cgroup)
-        _end(proc, place.own_session)
-        account.close()
-        reader.join(READER_JOIN_S)
         flood = flood or reader.flood
-        pid_file.unlink(missing_ok=True)
     wall = time.monotonic() - t0
-    if private_cache:
-        shutil.rmtree(private_cache, ignore_errors=True)
     ended_by_us = timed_out or over_budget or bool(flood) or bool(stopped)
     figures = clock.figures(ended if not ended_by_us else None)
     if place.clean:
