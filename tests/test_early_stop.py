@@ -106,15 +106,16 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
     forged = _curve(gain)
     assert curves.trusted_lead(base, gain, base_runs, [forged]) is None
     # a forger who printed an honest end: the bar is held to the trusted gain, not to its curve
-    clock = {**gain.clock, "curve": [[f, v / 0.5 if round(f, 2) == 1.0 else v] for f, v in gain.clock["curve"]]}
+    # (and printed a tenth of its loss mid-run)
+    clock = {**gain.clock, "curve": [[f, v / 0.5 if round(f, 2) == 1.0 else v * 0.2] for f, v in gain.clock["curve"]]}
     mid_only = replace(gain, clock=clock, verdicts={})
     lead = curves.trusted_lead(base, mid_only, base_runs, [_curve(mid_only)])
     assert lead is not None and lead > 0
     bounded = dict(curves.limits([base, mid_only], gain.commit))
     for f in curves.STOP_POINTS:
         base_f = sum(c[f] for c in base_runs) / len(base_runs)
-        assert forged[f] < base_f - lead, "the forgery claims more lead than the trusted gain"
-        assert bounded[f] >= base_f - lead, (f, bounded[f], base_f, lead)
+        assert _curve(mid_only)[f] < base_f - curves.MID_LEAD * lead, "the forgery claims more than it proved"
+        assert bounded[f] >= base_f - curves.MID_LEAD * lead, (f, bounded[f], base_f, lead)
     # and the honest run of the same recipe ran to its end
     assert not honest.decision_reason.startswith("stopped early"), honest.decision_reason
     assert 1.0 in _curve(honest) and honest.trusted_bpb is not None
