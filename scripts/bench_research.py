@@ -104,11 +104,11 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
     argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", "hierarchy",
             "--rule", reviewer, "--final-runs", str(FINAL_RUNS[reviewer]),
-            "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}", "--max-runs", str(max_runs)]
+            "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}"]
+    # equal runs, or equal device-seconds (the budget is seconds of training runs)
+    argv += ["--max-runs", str(max_runs)] if max_runs > 0 else ["--max-run-seconds", f"{device_seconds:g}"]
     if early_stop and reviewer == "default":   # the reference protocol has no early stop
         argv += ["--early-stop"]
-    if max_runs <= 0:                             # equal device-seconds: the budget is seconds of runs
-        argv = argv[:argv.index("--max-runs")] + ["--max-run-seconds", f"{device_seconds:g}"]
     if baseline_repeats is not None:
         argv += ["--baseline-repeats", str(baseline_repeats)]
     loop = loopmod.Loop(loopmod.parse_args(argv))
