@@ -102,15 +102,7 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     from agent.remeasure import night_end
     from agent import gitops
     repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
-    argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", "hierarchy",
-            "--rule", reviewer, "--final-runs", str(FINAL_RUNS[reviewer]),
-            "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}"]
-    # equal runs, or equal device-seconds (the budget is seconds of training runs)
-    argv += ["--max-runs", str(max_runs)] if max_runs > 0 else ["--max-run-seconds", f"{device_seconds:g}"]
-    if early_stop and reviewer == "default":   # the reference protocol has no early stop
-        argv += ["--early-stop"]
-    if baseline_repeats is not None:
-        argv += ["--baseline-repeats", str(baseline_repeats)]
+    argv = loop_argv(repo, reviewer, search, seed, budget_s, max_runs, baseline_repeats, early_stop, device_seconds)
     loop = loopmod.Loop(loopmod.parse_args(argv))
     loop.panel.console.close()
     loop.panel.console = Console(loop.tag, loop.budget, live=False)
@@ -141,6 +133,20 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     if load is not None:
         out["load"] = {"procs": load_procs, "on_fraction": load.fraction_on(), "events": load.events}
     return out
+
+
+def loop_argv(repo: Path, reviewer: str, search: str, seed: int, budget_s: float, max_runs: int,
+              baseline_repeats: int | None = None, early_stop: bool = False, device_seconds: float = 0.0) -> list[str]:
+    """The loop's command line for one night: `max_runs` runs, or (0) `device_seconds` of them."""
+    argv = ["--tag", "night", "--repo", str(repo), "--proposer", "offline", "--reviewer", "hierarchy",
+            "--rule", reviewer, "--final-runs", str(FINAL_RUNS[reviewer]),
+            "--offline-search", search, "--seed", str(seed), "--budget", f"{budget_s:g}"]
+    argv += ["--max-runs", str(max_runs)] if max_runs > 0 else ["--max-run-seconds", f"{device_seconds:g}"]
+    if early_stop and reviewer == "default":   # the reference protocol has no early stop
+        argv += ["--early-stop"]
+    if baseline_repeats is not None:
+        argv += ["--baseline-repeats", str(baseline_repeats)]
+    return argv
 
 
 def false_stops(loop, repo: Path, seeds: list[int], cache: dict, say=print) -> list[dict]:

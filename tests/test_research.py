@@ -96,6 +96,17 @@ def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
     assert "reference" in text and "default" in text and "one night" in text
 
 
+@pytest.mark.parametrize("max_runs, device_s, early", [(20, 0.0, True), (0, 900.0, True), (0, 900.0, False)])
+def test_a_bench_night_asks_the_loop_for_what_its_arm_says(tmp_path, max_runs, device_s, early):
+    """Each of the bench's options reaches the loop (equal device-seconds once dropped --early-stop)."""
+    for rule in ("default", "reference"):
+        argv = bench_research.loop_argv(tmp_path, rule, "local", 3, 60.0, max_runs, 2, early, device_s)
+        c = loop_mod.parse_args(argv)
+        assert c.ideas.early_stop == (early and rule == "default"), (rule, argv)
+        assert c.stops.max_runs == (max_runs or None) and c.stops.max_run_seconds == (device_s or None), argv
+        assert c.rule == rule and c.baseline_repeats == 2
+
+
 def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):
     """A re-measurement on a seed a loop run had would replay that run's draw: refused before any run."""
     from tests.loop_fixtures import make_repo, copy_real
