@@ -106,10 +106,12 @@ def device_seconds(history: list) -> float:
 
 
 def run_seconds(history: list) -> float:
-    """A training run's wall time as this tag has measured it (the median of its recorded runs'),
-    0 before any: what --until keeps for the runs the night's end will make."""
+    """A training run's wall time as this tag has measured it (the median of its recorded runs'
+    that ran to their end: a run --early-stop ended is no measure of the final's), 0 before any:
+    what --until and --max-run-seconds keep for the runs the night's end will make."""
     walls = sorted(w for w in (r.timing("run") for r in history if isinstance(r, ExperimentRecord)
-                                 and r.is_experiment) if w is not None and w > 0)
+                                 and r.is_experiment and not r.decision_reason.startswith("stopped early"))
+                   if w is not None and w > 0)
     return walls[len(walls) // 2] if walls else 0.0
 
 

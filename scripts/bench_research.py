@@ -288,7 +288,7 @@ def render_parting(rows: list[dict]) -> str:
         ended = "the judge's night ended inside them" if r["parted_at"] is None else \
             f"then they differ at experiment {r['parted_at']}"
         how = "" if r["regime"] == DEFAULT_REGIME else f"{r['regime']}, "
-        lines.append(f"  {r['base']:12s}{r['search']:7s}{how}seed {r['seed']}: {r['shared']} identical ({ended}); "
+        lines.append(f"  {r['base']:12s}{r['search']:11s}{how}seed {r['seed']}: {r['shared']} identical ({ended}); "
                      f"experiments {r['reference_experiments']} vs {r['judge_experiments']}; true gain "
                      f"{_f(r['reference_gain'])} vs {_f(r['judge_gain'])}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from agent import budget
+from agent.config import Stops
 from agent import loop as loop_mod
 from agent.remeasure import FRESH_SEED_BASE, SeedClash, fresh_seeds, loop_seeds, remeasure
 from search import knobs
@@ -105,6 +106,19 @@ def test_a_bench_night_asks_the_loop_for_what_its_arm_says(tmp_path, max_runs, d
         assert c.ideas.early_stop == (early and rule == "default"), (rule, argv)
         assert c.stops.max_runs == (max_runs or None) and c.stops.max_run_seconds == (device_s or None), argv
         assert c.rule == rule and c.baseline_repeats == 2
+
+
+def test_the_night_end_is_kept_runs_of_a_full_length():
+    """--max-run-seconds keeps room for the final's re-measurement at the length of a run that ran to
+    its end: on the bench, early stops (5-15 s each) halved the median and the night overspent."""
+    full = [ExperimentRecord.of(n=n, status="keep", timings={"run": 60.0}) for n in (1, 2, 3)]
+    stopped = [ExperimentRecord.of(n=n, status="discard", timings={"run": 8.0}, decision_reason="stopped early: "
+                                   "its printed loss at 30% of its budget is 5.2, above 5.1") for n in range(4, 10)]
+    assert budget.run_seconds(full + stopped) == 60.0
+    stops = Stops(max_run_seconds=900.0)   # 228 s spent above, + these, + 2 final runs of 60 s
+    assert "--max-run-seconds" in budget.stop_due(stops, full + stopped + [ExperimentRecord.of(n=10, timings={"runs": 600.0})],
+                                                  11, None, 2)
+    assert budget.stop_due(stops, full + stopped + [ExperimentRecord.of(n=10, timings={"runs": 500.0})], 11, None, 2) is None
 
 
 def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):
