@@ -13,8 +13,9 @@ end agrees with its trusted val_bpb, and nowhere further ahead of the baseline's
 multiple of its trusted gain (MID_LEAD, in printed-loss units); a curve that cannot be bounded
 stops nothing.
 
-What a stop costs is measured, not assumed: scripts/bench_judge.py counts the gains it stopped
-(the false-stop rate) and scripts/bench_research.py the true gain at equal device-seconds.
+What a stop costs is measured, not assumed: scripts/bench_research.py runs each stopped candidate
+to its end beside its parent on fresh seeds (the false-stop rate: the gains it stopped) and
+measures the true gain at equal device-seconds.
 """
 from __future__ import annotations
 
