@@ -31,6 +31,10 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe")
 # Seconds one protocol command may take.
 COMMAND_TIMEOUT_S = 30.0
+# A click that did not reach its element (the live page moved it) is tried this many times in all,
+# this far apart.
+CLICK_TRIES = 5
+CLICK_RETRY_S = 0.2
 
 
 def find_chromium() -> str | None:
@@ -144,17 +148,33 @@ class Chromium:
             time.sleep(interval)
         raise BrowserError(f"timed out after {timeout}s waiting for {expression!r} (last value {value!r})")
 
-    def click(self, selector: str) -> None:
-        """A real mouse click (press + release) at the centre of the element."""
-        box = self.evaluate(
-            f"(() => {{ const el = document.querySelector({json.dumps(selector)}); if (!el) return null;"
-            f" el.scrollIntoView({{block: 'center'}}); const r = el.getBoundingClientRect();"
-            f" return [r.left + r.width / 2, r.top + r.height / 2]; }})()")
-        if not box:
-            raise BrowserError(f"nothing matches {selector!r}")
-        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1],
-                                                   "button": "left", "clickCount": 1})
+    def click(self, selector: str, tries: int = CLICK_TRIES) -> None:
+        """A real mouse click (press + release) at the centre of the element, made only while the
+        element is what lies at that point, and checked to have reached it: a live page may move
+        the element between finding it and pressing (a panel above re-rendered), and a click that
+        lands elsewhere is tried again rather than taken for this one."""
+        find = (f"(() => {{ const el = document.querySelector({json.dumps(selector)}); if (!el) return null;"
+                f" el.scrollIntoView({{block: 'center'}}); const r = el.getBoundingClientRect();"
+                f" const x = r.left + r.width / 2, y = r.top + r.height / 2;"
+                f" const at = document.elementFromPoint(x, y); if (!at || !el.contains(at)) return 'covered';"
+                f" window.__clickLanded = false;"
+                f" el.addEventListener('click', () => {{ window.__clickLanded = true; }}, {{once: true}});"
+                f" return [x, y]; }})()")
+        last = None
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(CLICK_RETRY_S)
+            last = self.evaluate(find)
+            if last is None:
+                raise BrowserError(f"nothing matches {selector!r}")
+            if last == "covered":
+                continue
+            for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+                self.send("Input.dispatchMouseEvent", {"type": kind, "x": last[0], "y": last[1],
+                                                       "button": "left", "clickCount": 1})
+            if self.evaluate("window.__clickLanded === true"):
+                return
+        raise BrowserError(f"a click on {selector!r} did not reach it in {tries} tries (last: {last!r})")
 
     def type_text(self, selector: str, text: str) -> None:
         self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")

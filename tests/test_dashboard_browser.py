@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.browser import Chromium
+from dashboard.browser import BrowserError, Chromium
 from dashboard.demo import build
 from runfiles.queue_store import QueueStore
 
@@ -32,6 +32,8 @@ def git_status() -> str:
 STATUS_AT_START = git_status()
 # Seconds allowed for the dashboard process to print its address.
 START_TIMEOUT_S = 30
+# Seconds a page may take to show the answer to a click (a POST to the server) on a loaded CI box.
+ANSWER_WAIT_S = 30
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_live_page_in_chromium(server, tmp_path):
         browser.wait_for("document.getElementById('live').className === 'live on'")
         assert browser.evaluate("document.querySelectorAll('#rows tr').length") == 16
         browser.click(f'button.decide.reject[data-id="{pending[0].id}"]')
-        msg = browser.wait_for("document.getElementById('queue-msg').textContent")
+        msg = browser.wait_for("document.getElementById('queue-msg').textContent", ANSWER_WAIT_S)
         assert "token" in msg and "refused" in msg
         assert store.get(pending[0].id).status == "pending"
 
@@ -97,7 +99,7 @@ def test_live_page_in_chromium(server, tmp_path):
 
         browser.type_text(f'.qitem[data-id="{pending[0].id}"] .note', "clicked in chromium")
         browser.click(f'button.decide.approve[data-id="{pending[0].id}"]')
-        browser.wait_for(f"!!document.querySelector('.decided .qitem[data-id=\"{pending[0].id}\"]')")
+        browser.wait_for(f"!!document.querySelector('.decided .qitem[data-id=\"{pending[0].id}\"]')", ANSWER_WAIT_S)
         item = store.get(pending[0].id)
         assert (item.status, item.decision.by, item.decision.note) == ("approved", "dashboard", "clicked in chromium")
         assert browser.evaluate("document.querySelectorAll('.qitem.pending').length") == 1
@@ -109,6 +111,25 @@ def test_live_page_in_chromium(server, tmp_path):
         browser.open(url + "t/may29/e/2")
         assert browser.evaluate("document.querySelector('pre.diff').textContent").count("diff --git") == 1
         assert browser.evaluate("document.querySelectorAll('.span-row').length") >= 5
+
+
+def test_a_click_is_made_only_where_its_element_is(tmp_path):
+    """Browser.click presses only while its element is what lies under the point, and checks the
+    press reached it: a button under an overlay is never pressed through it (the overlay's own
+    handler never fires) and says so; once the overlay goes, the same click lands."""
+    page = tmp_path / "p.html"
+    page.write_text('<button id="b" onclick="window.hits=(window.hits||0)+1">go</button>'
+                    '<div id="cover" onclick="window.covered=true" style="position:fixed;inset:0"></div>')
+    with Chromium(width=400, height=300) as browser:
+        browser.open(page.as_uri())
+        with pytest.raises(BrowserError, match="did not reach it"):
+            browser.click("#b", tries=2)
+        assert browser.evaluate("window.covered === undefined && window.hits === undefined")
+        browser.evaluate("setTimeout(() => document.getElementById('cover').remove(), 300)")
+        browser.click("#b")   # covered on the first try, pressed once the cover is gone
+        assert browser.evaluate("window.hits") == 1
+        with pytest.raises(BrowserError, match="nothing matches"):
+            browser.click("#absent")
 
 
 def test_zz_the_checkout_is_left_as_it_was():
