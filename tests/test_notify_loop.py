@@ -13,12 +13,17 @@ from tests.test_notify import Hook
 TOKEN = "secretpath123"   # in Hook.url's path: the part of a webhook URL that is its credential
 
 
-def _files_text(folder):
-    out = []
-    for p in folder.rglob("*"):
-        if p.is_file() and ".git" not in p.parts:
-            out.append(p.read_bytes().decode(errors="replace"))
-    return "\n".join(out)
+def _where(value: str, folder, streams: dict) -> list[str]:
+    """Each file under `folder` (but .git) and each named stream holding `value`, with its context:
+    what a failure says, so a leak names its writer."""
+    texts = {str(p.relative_to(folder)): p.read_bytes().decode(errors="replace")
+             for p in sorted(folder.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    found = []
+    for name, text in (texts | streams).items():
+        i = text.find(value)
+        if i >= 0:
+            found.append(f"{name}: ...{text[max(0, i - 300):i + len(value) + 100]!r}")
+    return found
 
 
 def test_flag_and_environment_give_the_url(monkeypatch):
@@ -65,8 +70,11 @@ def test_a_loop_posts_its_best_and_its_stop(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resume: this tag posted to a webhook when it began" in again.stdout and "posts nothing" in again.stdout
     assert len(hook.bodies) == posted and hook.url not in (run_dir / "run.json").read_text()
-    written = _files_text(run_dir) + p.stdout + p.stderr
-    assert TOKEN not in written and str(hook.server.server_port) not in _files_text(run_dir)
+    leaks = _where(TOKEN, run_dir, {"stdout": p.stdout, "stderr": p.stderr})
+    assert not leaks, leaks
+    # the endpoint's address neither (as host:port: a bare port number may be any five digits of a
+    # timestamp or a pid)
+    assert not _where(f"127.0.0.1:{hook.server.server_port}", run_dir, {})
 
 
 def test_a_dead_endpoint_never_stops_the_loop(tmp_path):
@@ -83,7 +91,7 @@ def test_a_dead_endpoint_never_stops_the_loop(tmp_path):
     assert len(experiment_records(read_journal(run_dir / "journal.jsonl")[0])) == 3
     assert hook.requests >= 1 and hook.bodies == []
     assert p.stdout.count("did not take a message") == 1, p.stdout
-    assert TOKEN not in _files_text(run_dir) + p.stdout + p.stderr
+    assert not _where(TOKEN, run_dir, {"stdout": p.stdout, "stderr": p.stderr})
 
 
 def test_a_stalled_endpoint_never_holds_the_loop(tmp_path):
