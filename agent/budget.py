@@ -110,7 +110,7 @@ def run_seconds(history: list) -> float:
     that ran to their end: a run --early-stop ended is no measure of the final's), 0 before any:
     what --until and --max-run-seconds keep for the runs the night's end will make."""
     walls = sorted(w for w in (r.timing("run") for r in history if isinstance(r, ExperimentRecord)
-                                 and r.is_experiment and not r.decision_reason.startswith("stopped early"))
+                                 and r.is_experiment and not r.stopped_early)
                    if w is not None and w > 0)
     return walls[len(walls) // 2] if walls else 0.0
 

@@ -185,6 +185,12 @@ class ExperimentRecord(VerdictReads):
         return self.judge.get("interrupted") is True
 
     @property
+    def stopped_early(self) -> bool:
+        """An experiment its printed curve ended before its budget (verdicts.judge.stopped_early):
+        a discard that cost less, no measure of a full run's time or figure."""
+        return self.is_experiment and bool(as_str(self.judge.get("stopped_early")))
+
+    @property
     def continues(self) -> int | None:
         """The baseline record whose interrupted repeats this one continued (verdicts.judge.continues)."""
         return as_int(self.judge.get("continues"))

@@ -17,15 +17,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness.results_table import (  # noqa: F401
-    MAX_DESCRIPTION,
-    RESULT_COLUMNS,
+from harness.results_table import (
     RESULT_HEADER,
-    STATUSES,
     ResultRow,
     ResultTable,
-    clean_description,
-    parse_results,
     read_table,
 )
 

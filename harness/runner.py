@@ -14,19 +14,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import compiled
 from harness.clock import (CHEAT_FACTOR, KILL_MARGIN_S, STARTUP_FIRST_S, ClockFigures, ClockReference, LogClock,
-                           limit_for)
+                           limit_for, parse_summary)
 from harness.procs import (MAX_LOAD, TERM_GRACE_SECONDS, CpuAccount, LoadMeter, kill_group,  # noqa: F401
                            kill_leftover, threads_of)   # (kill_leftover: re-exported)
+from harness.output import OutputReader, out_flood, read_capped
 from harness.sandbox import DataView, Sandbox, View, data_view, gpus_of
-from harness.secrets import known_values, scrub_text
-from harness.clock import parse_summary
 
 # A run may take this many times the training budget (startup + eval fit easily) before it is
 # killed; the seed's program.md says ">10 minutes" for a 5-minute budget, i.e. 2x.
@@ -40,13 +38,6 @@ TAIL_LINES = 50
 # The pid file of the running child's process group, at the top of the run folder.
 PID_FILE = "child.pid"
 
-# What a run may write: its log (as read from its output), any one line of it, and its output
-# folder (bytes and entries). Beyond any of them the run is ended as a flood.
-LOG_CAP_BYTES = 32 << 20
-LINE_CAP_BYTES = 16 << 10
-OUT_CAP_BYTES = 8 << 30
-OUT_MAX_ENTRIES = 1000
-READ_CHUNK = 1 << 16
 # The tail of the log read back for the proposer (bytes, then lines).
 TAIL_BYTES = 256 << 10
 # How long to wait for the output reader once the child's group is gone.
@@ -239,8 +230,8 @@ class RunSpec:
 def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     """Run `sys.executable train.py` as `spec` says; return what happened (never raises on crash).
 
-    The child's output is read through a pipe: lines are cut at LINE_CAP_BYTES, secrets removed,
-    step lines stamped, and the log stops at LOG_CAP_BYTES, where the run ends as a flood.
+    The child's output is read through a pipe (harness/output.py): lines are cut, secrets removed,
+    step lines stamped, and the log stops at its cap, where the run ends as a flood.
     on_tick(seconds, log_path) is called while it runs. KeyboardInterrupt (and anything else raised
     while waiting, e.g. from on_tick) ends the child's whole process group before propagating.
     """
@@ -323,7 +314,7 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
                 if sealed and not steps_mode and clock.live_charge(now) > kill_at:
                     over_budget = True
                     break
-                flood = reader.flood or _out_flood(out_dir)
+                flood = reader.flood or out_flood(out_dir)
                 if flood:
                     break
                 stopped = clock.stop_early(spec.stop_limits)
@@ -349,7 +340,7 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     if place.clean:
         _clean_folder(folder, before)
 
-    text = _read_capped(log_path)
+    text = read_capped(log_path)
     summary = parse_summary(text)
     returncode = None if ended_by_us else _exit_status(proc.returncode, box.sealed)
     crash = FLOOD if flood else OVER_BUDGET if over_budget else STOPPED_EARLY if stopped else \
@@ -358,7 +349,7 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     if note:   # a killed process says nothing itself: the log (and the proposer) must still know why
         with open(log_path, "a") as log:
             log.write(f"\n[runner] {note}\n")
-    tail = "\n".join(_read_capped(log_path, TAIL_BYTES).splitlines()[-TAIL_LINES:])
+    tail = "\n".join(read_capped(log_path, TAIL_BYTES).splitlines()[-TAIL_LINES:])
     return RunResult(returncode=returncode, summary=summary, crash_class=crash, log_path=log_path,
                      wall_seconds=wall, timed_out=timed_out,
                      artifact=artifact if artifact.exists() else None, log_tail=tail,
@@ -380,100 +371,6 @@ def _end(proc: subprocess.Popen, own_session: bool) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
     proc.wait()
-
-
-class OutputReader(threading.Thread):
-    """Copies a child's output into its log as it comes: lines cut at LINE_CAP_BYTES, secrets
-    removed, step lines stamped on the clock; past LOG_CAP_BYTES nothing more is written and
-    `flood` says why (the runner then ends the run)."""
-
-    def __init__(self, stream, log, clock: LogClock):
-        super().__init__(daemon=True)
-        self.stream, self.log, self.clock = stream, log, clock
-        self.written, self.read, self.flood = 0, 0, None
-        self._partial, self._cut = b"", False
-        self._secrets = known_values()
-
-    def run(self) -> None:
-        try:
-            while True:
-                chunk = self.stream.read1(READ_CHUNK) if hasattr(self.stream, "read1") else self.stream.read(READ_CHUNK)
-                if not chunk:
-                    break
-                self.read += len(chunk)
-                if self.read > LOG_CAP_BYTES and not self.flood:   # lines cut away count too
-                    self.flood = f"its output passed {LOG_CAP_BYTES >> 20} MiB"
-                    self.log.write(f"[runner] output cut at {LOG_CAP_BYTES >> 20} MiB\n".encode())
-                self._take(chunk, time.monotonic())
-            if self._partial:
-                self._line(self._partial, time.monotonic())
-        except (OSError, ValueError):
-            pass
-        finally:
-            try:
-                self.log.flush()
-            except (OSError, ValueError):
-                pass
-
-    def _take(self, chunk: bytes, now: float) -> None:
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        for raw in lines:
-            if self._cut:              # the rest of a line already cut
-                self._cut = False
-                continue
-            self._line(raw, now)
-        if len(self._partial) > LINE_CAP_BYTES:
-            self._line(self._partial[:LINE_CAP_BYTES] + f" [runner: line cut at {LINE_CAP_BYTES} bytes]".encode(), now)
-            self._partial, self._cut = b"", True
-
-    def _line(self, raw: bytes, now: float) -> None:
-        if len(raw) > LINE_CAP_BYTES:
-            raw = raw[:LINE_CAP_BYTES] + f" [runner: line cut at {LINE_CAP_BYTES} bytes]".encode()
-        line = scrub_text(raw.decode("utf-8", errors="replace"), self._secrets)
-        self.clock.feed(line, now)
-        if self.flood:
-            return
-        data = (line + "\n").encode()
-        if self.written + len(data) > LOG_CAP_BYTES:
-            self.flood = f"its output passed {LOG_CAP_BYTES >> 20} MiB"
-            self.log.write(f"[runner] output cut at {LOG_CAP_BYTES >> 20} MiB\n".encode())
-            return
-        self.log.write(data)
-        self.written += len(data)
-        self.log.flush()
-
-
-def _out_flood(out_dir: Path) -> str | None:
-    """Why the run's output folder is over its caps, or None."""
-    total = entries = 0
-    try:
-        for root, dirs, files in os.walk(out_dir):
-            entries += len(dirs) + len(files)
-            if entries > OUT_MAX_ENTRIES:
-                return f"its output folder holds more than {OUT_MAX_ENTRIES} entries"
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(root, name)).st_size
-                except OSError:
-                    continue
-            if total > OUT_CAP_BYTES:
-                return f"its output folder passed {OUT_CAP_BYTES >> 30} GiB"
-    except OSError:
-        return None
-    return None
-
-
-def _read_capped(path: Path, limit: int | None = None) -> str:
-    """The log's text (its last `limit` bytes when given): logs are capped, so this is bounded."""
-    try:
-        with open(path, "rb") as f:
-            if limit is not None:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _exit_status(code: int | None, sandboxed: bool) -> int | None:

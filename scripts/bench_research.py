@@ -157,7 +157,7 @@ def false_stops(loop, repo: Path, seeds: list[int], cache: dict, say=print) -> l
     from agent import gitops
     out = []
     for r in loop.history:
-        if not (r.is_experiment and r.decision_reason.startswith("stopped early")) or not r.commit or not r.parent:
+        if not r.stopped_early or not r.commit or not r.parent:
             continue
         figs = {}
         for role, commit in (("candidate", r.commit), ("parent", r.parent)):
@@ -198,7 +198,7 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
         "headline": headline, "claim_runs": len(claim["runs"]) if claim else 0,
         "confirmed": bool(claim and claim["confirmed"]),
         "device_seconds": sum((r.timing("runs") or r.timing("run") or 0.0) for r in recs) + claim_seconds(claim),
-        "stopped_early": sum(1 for r in exps if r.decision_reason.startswith("stopped early")),
+        "stopped_early": sum(1 for r in exps if r.stopped_early),
         "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
         "stop_reason": loop.stop_reason,
         "decisions": [{"n": r.n, "description": r.description, "status": r.status, "runs": r.training_runs,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import runner, secrets
+from harness import output, runner, secrets
 from harness.runner import RunSpec, RunView, run_train
 from harness.sandbox import DataView, Sandbox, View, data_view, detect, gpu_devices, gpus_of
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
@@ -234,7 +234,7 @@ def test_the_loop_refuses_to_start_without_a_sandbox(tmp_path, monkeypatch):
      "more than"),
 ])
 def test_a_flood_ends_the_run_and_the_loop_lives_on(tmp_path, monkeypatch, body, why):
-    monkeypatch.setattr(runner, "LOG_CAP_BYTES", 4 << 20)
+    monkeypatch.setattr(output, "LOG_CAP_BYTES", 4 << 20)
     wt = tmp_path / "wt"
     wt.mkdir()
     (wt / "train.py").write_text(body)
@@ -242,7 +242,7 @@ def test_a_flood_ends_the_run_and_the_loop_lives_on(tmp_path, monkeypatch, body,
     assert run.crash_class == runner.FLOOD, run.log_tail
     assert why in run.log_tail
     assert run.log_path.stat().st_size < (4 << 20) + 70_000
-    assert max(len(line) for line in run.log_path.read_text().splitlines()) <= runner.LINE_CAP_BYTES + 64
+    assert max(len(line) for line in run.log_path.read_text().splitlines()) <= output.LINE_CAP_BYTES + 64
 
 
 def test_log_lines_lose_secrets_as_they_are_read(tmp_path):

@@ -90,13 +90,14 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
 
     assert base.status == "keep" and base.training_runs == 2
     # a curve far behind: stopped at a point of its budget, one short run, discarded unjudged
-    assert loser.status == "discard" and loser.decision_reason.startswith("stopped early"), loser.decision_reason
+    assert loser.status == "discard" and loser.stopped_early and loser.decision_reason.startswith("stopped early"), \
+        loser.decision_reason
     assert loser.training_runs == 1 and loser.trusted_bpb is None
     assert max(_curve(loser)) <= max(curves.STOP_POINTS), "it was ended before the rest of its budget"
     assert [(x["n"], x["false"]) for x in stops] == [(2, False)], stops
     assert stops[0]["candidate_true"] > stops[0]["parent_true"], "a stalled recipe, rightly stopped"
     # the same recipe printing a better curve than it trains: run to its end, judged, discarded
-    assert not liar.decision_reason.startswith("stopped early") and liar.status == "discard", liar.decision_reason
+    assert not liar.stopped_early and liar.status == "discard", liar.decision_reason
     assert 1.0 in _curve(liar) and liar.trusted_bpb is not None and liar.trusted_bpb > base.trusted_bpb
     # a real gain printing half its loss is kept on its trusted figure ...
     assert gain.status == "keep" and gain.trusted_bpb < base.trusted_bpb, gain.decision_reason
@@ -117,5 +118,5 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
         assert _curve(mid_only)[f] < base_f - curves.MID_LEAD * lead, "the forgery claims more than it proved"
         assert bounded[f] >= base_f - curves.MID_LEAD * lead, (f, bounded[f], base_f, lead)
     # and the honest run of the same recipe ran to its end
-    assert not honest.decision_reason.startswith("stopped early"), honest.decision_reason
+    assert not honest.stopped_early, honest.decision_reason
     assert 1.0 in _curve(honest) and honest.trusted_bpb is not None

@@ -112,8 +112,11 @@ def test_the_night_end_is_kept_runs_of_a_full_length():
     """--max-run-seconds keeps room for the final's re-measurement at the length of a run that ran to
     its end: on the bench, early stops (5-15 s each) halved the median and the night overspent."""
     full = [ExperimentRecord.of(n=n, status="keep", timings={"run": 60.0}) for n in (1, 2, 3)]
-    stopped = [ExperimentRecord.of(n=n, status="discard", timings={"run": 8.0}, decision_reason="stopped early: "
-                                   "its printed loss at 30% of its budget is 5.2, above 5.1") for n in range(4, 10)]
+    why = "its printed loss at 30% of its budget is 5.2, above 5.1"
+    stopped = [ExperimentRecord.of(n=n, status="discard", timings={"run": 8.0}, decision_reason=f"stopped early: {why}",
+                                   verdicts={"judge": {"status": "discard", "stopped_early": why}})
+               for n in range(4, 10)]
+    assert all(r.stopped_early for r in stopped) and not any(r.stopped_early for r in full)
     assert budget.run_seconds(full + stopped) == 60.0
     stops = Stops(max_run_seconds=900.0)   # 228 s spent above, + these, + 2 final runs of 60 s
     assert "--max-run-seconds" in budget.stop_due(stops, full + stopped + [ExperimentRecord.of(n=10, timings={"runs": 600.0})],
