@@ -95,11 +95,28 @@ def host_of(url: str) -> str:
 
 
 def check_url(url: str) -> str | None:
-    """Why `url` cannot be a webhook, or None."""
-    parts = urllib.parse.urlsplit(url or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"--notify wants an http(s) URL, got {url[:40]!r}"
+    """Why `url` cannot be a webhook, or None (naming its scheme and host, never its path)."""
+    try:
+        parts = urllib.parse.urlsplit(url or "")
+        host = parts.hostname
+    except ValueError:   # a malformed host or port
+        return "--notify wants an http(s) URL, got one that does not parse"
+    if parts.scheme not in ("http", "https") or not host:
+        return f"--notify wants an http(s) URL, got scheme {parts.scheme or 'none'!r} and host {host or 'none'!r}"
     return None
+
+
+def credentials_of(url: str) -> list[str]:
+    """The parts of a webhook URL that grant posting to it: the whole URL, its path and its query
+    (Slack's and Discord's tokens live in the path). An error of the HTTP stack quotes the path
+    alone (http.client: "URL can't contain control characters. '/services/...'"), so each is a
+    secret of its own."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return [url]
+    return [v for v in (url, parts.path, parts.query, parts.path + ("?" + parts.query if parts.query else ""))
+            if v and v.strip("/")]
 
 
 def _fit(text: str, escape: dict, limit: int = MAX_CHARS) -> str:
@@ -236,7 +253,8 @@ class Notifier:
 
     def __init__(self, url: str, say: Callable[[str], None] = print, *, tries: int = TRIES,
                  backoff_s: float = BACKOFF_S, timeout_s: float = TIMEOUT_S, deadline_s: float = DEADLINE_S):
-        remember(url)   # scrubbed from everything the loop writes, and kept out of every child's environment
+        for part in credentials_of(url):   # scrubbed from everything the loop writes and says, and
+            remember(part)                 # kept out of every child's environment
         self.url, self.say, self.host = url, say, host_of(url)
         self.tries, self.backoff_s, self.timeout_s, self.deadline_s = tries, backoff_s, timeout_s, deadline_s
         self.sent = self.dropped = 0

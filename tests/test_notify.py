@@ -11,7 +11,7 @@ import pytest
 
 from agent.notify import Notifier, Watch, body, check_url, host_of
 from harness.records import ExperimentRecord
-from harness.secrets import scrub_env
+from harness.secrets import scrub_env, scrub_text
 
 
 class Hook:
@@ -132,6 +132,24 @@ def test_secrets_and_the_url_stay_out(hook, monkeypatch):
     env = scrub_env({"AUTORESEARCH_NOTIFY_URL": hook.url, "SOME_HOOK": hook.url, "PATH": os.environ["PATH"]})
     assert set(env) == {"PATH"}
     assert len(json.loads(body("x" * 5000, "digest"))["content"]) == 2000
+
+
+def test_an_error_quoting_the_url_s_path_says_no_token(hook):
+    """The path is the credential (Slack's and Discord's tokens live there) and an HTTP stack's
+    messages may quote it alone (http.client's InvalidURL for a stray space): it is remembered as a
+    secret of its own, so nothing said or scrubbed carries it; nor does the refusal of a URL that is
+    no webhook."""
+    url = hook.url.replace("secretpath123", "secret path123")   # a stray space: every try fails at once
+    said = []
+    n = Notifier(url, said.append, tries=1, backoff_s=0.01)
+    n.post("stop", "x")
+    n.close()
+    assert n.dropped == 1 and said and "InvalidURL" in said[0], said
+    assert not [line for line in said if "path123" in line or "B000" in line], said
+    # whatever else quotes the path alone (a log line of an HTTP stack) loses it in the scrub
+    assert "path123" not in scrub_text("POST /services/T000/B000/secret path123 failed: 500")
+    refusal = check_url("ftp://hooks.example/services/T000/B000/tokentoken")
+    assert refusal and "hooks.example" in refusal and "T000" not in refusal and "tokentoken" not in refusal
 
 
 def test_urls_are_checked():
