@@ -20,7 +20,8 @@ control characters, escapes, bidi or invisible characters, no secrets, look-alik
 then escaped for each service: Slack's `&`, `<`, `>` (no `<!everyone>`, `<@U123>` or `<url|link>`),
 Discord's markdown and mentions (backslashes, `allowed_mentions` none), `@everyone`, `@here` and
 `@channel` broken by a zero-width space for both, and no link previews. The URL itself is remembered
-as a secret, so neither the journal, the logs nor a training run's environment ever carries it.
+as a secret, and so are its path and query, where the token lives (`credentials_of`), so neither the
+journal, the logs nor a training run's environment ever carries it.
 
 `Notifier.post` never blocks the loop: messages go to a bounded queue that a background thread
 sends. Each message has one deadline for everything (DEADLINE_S: every try, connect, send, read and
