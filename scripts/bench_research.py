@@ -1,15 +1,18 @@
 """The research outcome: how much really better is the model a night ends with, per arm, at equal runs?
 
-    uv run scripts/bench_research.py [--nights 3] [--max-runs 30] [--reviewers simple,hierarchy]
-        [--searches local,tpe] [--bases tuned,handicapped] [--steps 16 | --wall-clock S]
-        [--remeasure-seeds 4] [--baseline-repeats N] [--load-procs N] [--out out/bench_research]
+    uv run scripts/bench_research.py [--nights 3] [--first-night K] [--max-runs 20 | --device-seconds S]
+        [--rules reference,default,strict] [--searches local,tpe,...] [--bases tuned,handicapped]
+        [--steps 16 | --wall-clock S] [--early-stop] [--remeasure-seeds 4] [--baseline-repeats N]
+        [--load-procs N] [--out out/bench_research]
+    uv run scripts/bench_research.py --table A.json B.json ... --out DIR   (nights run apart, merged)
 
 One night is the real loop (agent/loop.py's Loop, offline proposer, the sandbox) in a throwaway
 repository of its own, stopped by --max-runs: every arm spends the same training runs (the
 baseline's repeats, confirming runs, incumbent reruns and crashed tries count; the last
 experiment may run past the limit by its own confirmations, and the table says how many runs each
-night took). An arm is a reviewer (`simple`: the reference protocol, one run per experiment, keep
-if lower; `hierarchy`: the judge hierarchy) and an offline search (local, tpe), from a base: the
+night took). An arm is a keep rule (the loop's --rule: `reference`, the reference protocol, one run
+per experiment, keep if lower; `default`, advance on evidence; `strict`, confirm every keep), all
+sealed and judged on the trusted figure, and an offline search (local, tpe, local-fine), from a base: the
 tuned base a new tag starts from (train.py at the tiny profile's values), or the handicapped one
 of scripts/bench_judge.py (LOGIT_SOFTCAP 3.0). Night k of every arm uses search seed k, and the
 arms' nights are interleaved, so a bench cut short has as many nights of every arm.
@@ -29,7 +32,9 @@ runs (scripts/bench_load.py, spells of 20-90 s, the schedule seeded by the night
 of a busy laptop, where a run's figure carries the load it met); the re-measurements then run on a
 quiet machine. Under the table, for each seed both reviewers ran: how many of their
 first decisions were identical (the same proposals while they agree), then the experiments each
-reached. Writes <out>/bench_research.json after every night.
+reached. Writes <out>/bench_research.json after every night, and keeps each night's journal beside
+it (journal-<base>-<rule>-<search>-<seed>.jsonl: every run's clock and printed curve, on which
+scripts/stop_rules.py replays early-stop rules the night did not use).
 """
 from __future__ import annotations
 
@@ -91,12 +96,14 @@ def _key(source: str) -> str:
 
 def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: int, max_runs: int,
           budget_s: float, seeds: list[int], cache: dict[str, Remeasured], baseline_repeats: int | None = None,
-          say=print, load_procs: int = 0, early_stop: bool = False, device_seconds: float = 0.0) -> dict:
+          say=print, load_procs: int = 0, early_stop: bool = False, device_seconds: float = 0.0,
+          keep_journal: Path | None = None) -> dict:
     """One night of the real loop with keep rule `reviewer` (a --rule) until `max_runs` training
     runs (the default rule's night end inside them: its final re-measured on fresh seeds, its
     headline), then its final incumbent and its base re-measured on `seeds` (`cache`: train.py
     hash -> Remeasured, shared across nights). `load_procs`: burners that come and go while the
-    loop runs (not while it re-measures)."""
+    loop runs (not while it re-measures). `keep_journal`: where the night's journal is copied (every
+    run's clock and printed curve: a stop rule the night did not use can be tried on it later)."""
     from agent import loop as loopmod
     from agent.console import Console
     from agent.remeasure import night_end
@@ -127,6 +134,8 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
         stops = false_stops(loop, repo, seeds[:FALSE_STOP_SEEDS], cache, say) if early_stop else None
     finally:
         loop.stop()
+        if keep_journal is not None and (loop.run_dir / "journal.jsonl").exists():
+            shutil.copy(loop.run_dir / "journal.jsonl", keep_journal)
     out = summarize_night(base, reviewer, search, seed, loop, measured, wall, max_runs, claim)
     if stops is not None:
         out["early_stops"] = stops
@@ -377,7 +386,8 @@ def main(argv=None) -> int:
                         n = night(root, base, sources[base], reviewer, search, k,
                                   0 if args.device_seconds else args.max_runs, budget_s, seeds, caches[base],
                                   args.baseline_repeats, load_procs=args.load_procs, early_stop=args.early_stop,
-                                  device_seconds=args.device_seconds)
+                                  device_seconds=args.device_seconds,
+                                  keep_journal=out / f"journal-{base}-{reviewer}-{search}-{k}.jsonl")
                         n["regime"] = regime_of(args)
                         nights.append(n)
                         print(f"  {n['experiments']} experiments, {n['runs']} runs, {n['keeps']} keeps; recorded "

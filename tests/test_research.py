@@ -12,12 +12,14 @@ from agent.config import Stops
 from agent import loop as loop_mod
 from agent.remeasure import FRESH_SEED_BASE, SeedClash, fresh_seeds, loop_seeds, remeasure
 from search import knobs
-from harness.experiment_record import ExperimentRecord
+from harness.experiment_record import ExperimentRecord, experiment_records
+from harness.results import read_journal
 from tests.loop_fixtures import REPO, fake_env, fake_repo, run_loop
 
 spec = importlib.util.spec_from_file_location("bench_research", REPO / "scripts" / "bench_research.py")
 bench_research = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_research)
+from scripts import stop_rules  # noqa: E402
 
 
 def _rec(log, reruns=(), attempts=(), proposer="offline"):
@@ -79,8 +81,10 @@ def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
     cache: dict = {}
     said: list[str] = []
     simple = bench_research.night(tmp_path / "n", "tuned", tuned, "reference", "local", 0, 2, 60.0, seeds, cache,
-                                  say=said.append)
+                                  say=said.append, keep_journal=tmp_path / "kept.jsonl")
     assert simple["runs"] == 2 and simple["experiments"] == 1 and simple["stop_reason"].startswith("reached --max-runs 2")
+    kept = experiment_records(read_journal(tmp_path / "kept.jsonl")[0])   # the night's journal, kept for later
+    assert [r.n for r in kept if r.is_experiment] == [1, 2] and all(r.own_clock_runs() for r in kept)
     b = simple["base_remeasure"]
     assert b["seeds"] == seeds and len(b["values"]) == 2 and not b["failed"], b
     assert all(2.0 < v < 12.0 for v in b["values"]), "trusted val_bpb of a real run"
@@ -88,13 +92,29 @@ def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
     assert simple["honesty_gap"] == pytest.approx(simple["recorded_best"] - simple["final_true"])
     assert any("re-measure" in m for m in said)
     judged = bench_research.night(tmp_path / "n", "tuned", tuned, "default", "local", 0, 2, 60.0, seeds, cache,
-                                  baseline_repeats=2)
+                                  baseline_repeats=2, keep_journal=tmp_path / "spread.jsonl")
     assert judged["runs"] == 2 and judged["baseline_runs"] == 2 and judged["experiments"] == 0
     assert judged["gain_true"] == 0.0 and judged["base_remeasure"] == b, "the same train.py: one re-measurement"
     rows = bench_research.table([simple, judged])
     assert [(r["reviewer"], r["nights"]) for r in rows] == [("reference", 1), ("default", 1)]
     text = bench_research.render(rows)
     assert "reference" in text and "default" in text and "one night" in text
+    # the kept journals replay stop rules: the reference night's candidate against the default
+    # night's two baseline runs (their spread calibrates the bars)
+    replayed = stop_rules.replay(stop_rules._records(tmp_path / "kept.jsonl"),
+                                 stop_rules._records(tmp_path / "spread.jsonl"))
+    assert replayed["candidates"] == 1 and replayed["sigma"] is not None and replayed["sigma"] > 0
+    assert "1 candidates run to their end" in stop_rules.render(replayed)
+
+
+def test_stop_rules_stop_where_they_say():
+    """now: at the first point above its bar; late: only if above at the last; both: above at every point."""
+    limits = [[0.3, 5.0], [0.5, 4.0]]
+    early_only, late_only, both = {0.3: 5.5, 0.5: 3.9}, {0.3: 4.9, 0.5: 4.2}, {0.3: 5.1, 0.5: 4.1}
+    assert [stop_rules.stop_point(r, early_only, limits) for r in stop_rules.RULES] == [0.3, None, None]
+    assert [stop_rules.stop_point(r, late_only, limits) for r in stop_rules.RULES] == [0.5, 0.5, None]
+    assert [stop_rules.stop_point(r, both, limits) for r in stop_rules.RULES] == [0.3, 0.5, 0.5]
+    assert all(stop_rules.stop_point(r, {0.3: 9.0}, None) is None for r in stop_rules.RULES)
 
 
 @pytest.mark.parametrize("max_runs, device_s, early", [(20, 0.0, True), (0, 900.0, True), (0, 900.0, False)])
