@@ -53,7 +53,7 @@ def replay(night: list[ExperimentRecord], spread: list[ExperimentRecord] | None 
     """Each rule's stops on `night` (every candidate run to its end): {rule: [stop, ...]} with the
     candidate, its parent, the point and the trusted figures; and the baseline sigma used."""
     base = next((r for r in (spread or night) if r.is_baseline and r.status == "keep"), None)
-    if base is None or len(curves._curves(base)) < 2:
+    if base is None or len(curves.printed_curves(base)) < 2:
         raise SystemExit("no baseline with two runs' curves to calibrate the bars on: give --spread")
     band = base.noise_band()
     sigma = statistics.stdev(band.values) if band is not None and len(band.values) >= 2 else None
@@ -62,7 +62,7 @@ def replay(night: list[ExperimentRecord], spread: list[ExperimentRecord] | None 
     candidates = 0
     for i, cand in enumerate(night):
         parent = by_commit.get(cand.parent)
-        own = curves._curves(cand)
+        own = curves.printed_curves(cand)
         if cand.is_baseline or parent is None or not own or cand.trusted_bpb is None or parent.trusted_bpb is None:
             continue
         candidates += 1

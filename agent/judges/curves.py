@@ -45,7 +45,7 @@ END_AGREES = 0.05
 MID_LEAD = 8.0
 
 
-def _curves(rec: ExperimentRecord) -> list[dict[float, float]]:
+def printed_curves(rec: ExperimentRecord) -> list[dict[float, float]]:
     """The printed curves of the record's own commit's runs."""
     out = []
     for c in rec.own_clock_runs():
@@ -63,7 +63,7 @@ def limits(history: list[ExperimentRecord], incumbent: str | None) -> list[list[
     inc = next((r for r in reversed(history) if r.is_experiment and r.status == "keep" and r.commit == incumbent), None)
     if base is None or inc is None or not isinstance(base.commit, str):
         return None
-    base_curves, inc_curves = _curves(base), _curves(inc)
+    base_curves, inc_curves = printed_curves(base), printed_curves(inc)
     if len(base_curves) < 2 or not inc_curves:
         return None
     lead = trusted_lead(base, inc, base_curves, inc_curves)
