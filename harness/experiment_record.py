@@ -186,7 +186,7 @@ class ExperimentRecord(VerdictReads):
 
     @property
     def stopped_early(self) -> bool:
-        """An experiment its printed curve ended before its budget (verdicts.judge.stopped_early):
+        """An experiment ended before its budget on its printed curve (verdicts.judge.stopped_early):
         a discard that cost less, no measure of a full run's time or figure."""
         return self.is_experiment and bool(as_str(self.judge.get("stopped_early")))
 

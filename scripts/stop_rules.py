@@ -93,7 +93,7 @@ def render(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("journal", help="a night's journal whose candidates all ran to their end")
     p.add_argument("--spread", help="a journal whose baseline ran twice or more (same base and seeds)")
     args = p.parse_args(argv)
