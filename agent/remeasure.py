@@ -131,7 +131,10 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
 def night_end(loop, runs: int, *, say=print) -> dict | None:
     """The night's headline and the final's confirmation: the final incumbent re-measured on `runs`
     fresh seeds against the baseline's runs and its parent's (agent/judges/confirm.py), written to
-    the journal as a "claim"; None when there is nothing beyond the baseline to claim."""
+    the journal as a "claim"; None when there is nothing beyond the baseline to claim. Under the
+    default rule a final its fresh runs do not confirm and no longer put below its parent
+    (confirm.holds) is stepped back from: a commit restores the parent's train.py on the branch,
+    and the parent, re-measured on `runs` fresh seeds of its own, is the headline's final."""
     from agent.judges import confirm
     from harness.results import append_journal
     history = [r for r in loop.history if r.is_experiment]
@@ -139,16 +142,63 @@ def night_end(loop, runs: int, *, say=print) -> dict | None:
     final = loop.best["commit"] if loop.best else None
     if runs <= 0 or base is None or not final or final == base.commit:
         return None
-    taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
-    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.coord.next_n()]) + 1) | taken
-    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
-    say(f"night end: re-measuring the final {final[:7]} on {runs} fresh seed(s) against the baseline "
-        f"{base.commit[:7]}'s runs (the headline); Ctrl-C again to skip it")
-    got = remeasure(loop, final, seeds, say=say)
-    out = confirm.claim(final, loop.history, got.values, failed=got.failed, baseline=base.commit, final=True)
-    out["seeds"], out["seconds"] = got.seeds, round(got.seconds, 1)
+    out = _claim(loop, final, runs, base.commit, say)
+    held = confirm.holds(loop.history, final, out["runs"]) \
+        if loop.config.rule == "default" and not out["confirmed"] else None
+    if held is not None:
+        out["holds"], out["holds_p"], out["holds_why"] = held
+        say(f"night end: the final {final[:7]} " + ("holds" if held[0] else "does not hold") + f": {held[2]}")
     append_journal(loop.files.journal_path, out)
+    if held is not None and not held[0]:
+        parent = confirm.keep_record(loop.history, final).parent
+        step_back(loop, final, parent, held[2], say=say)
+        out = _claim(loop, parent, runs, base.commit, say)
+        out["stepped_back_from"] = final
+        append_journal(loop.files.journal_path, out)
     line = confirm.headline(confirm.claims_of([out]))
     if line:
         say(f"headline: {line}")
     return out
+
+
+def _claim(loop, commit: str, runs: int, baseline: str, say) -> dict:
+    """`commit` re-measured on `runs` seeds no run or claim of the tag used: its final claim."""
+    from agent.judges import confirm
+    taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
+    history = [r for r in loop.history if r.is_experiment]
+    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.coord.next_n()]) + 1) | taken
+    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
+    say(f"night end: re-measuring {commit[:7]} on {runs} fresh seed(s) against the baseline "
+        f"{baseline[:7]}'s runs (the headline); Ctrl-C again to skip it")
+    got = remeasure(loop, commit, seeds, say=say)
+    out = confirm.claim(commit, loop.history, got.values, failed=got.failed, baseline=baseline, final=True)
+    out["seeds"], out["seconds"] = got.seeds, round(got.seconds, 1)
+    return out
+
+
+def step_back(loop, final: str, parent: str, why: str, *, say=print) -> str:
+    """The branch steps back from `final` to `parent`: a commit that restores the parent's train.py
+    on top of the final (the final stays in the branch's history, its step back beside it), then a
+    journal record of kind "step_back" (agent/recovery.py reads it as a branch move, as it reads a
+    human decision applied). Returns the new commit."""
+    import time
+    from harness.results import append_journal
+    from runfiles.run import best_of
+    wt = loop.worktree
+    gitops.reset_hard(wt, final)
+    message = f"Step back from {final[:7]} to {parent[:7]} at the night's end\n\nIts fresh runs did not hold it " \
+              f"below its parent: {why}\n"
+    gitops.git(wt, "checkout", parent, "--", "train.py")   # byte-exact, from git's own objects
+    if gitops.git(wt, "status", "--porcelain", "--untracked-files=no"):
+        new = gitops.commit_file(wt, "train.py", message)
+    else:   # a keep that changed nothing: its step back still gets a commit of its own
+        new = gitops.commit_empty(wt, message)
+    value = next((r.decision_bpb for r in reversed(loop.history)
+                  if r.is_experiment and r.status == "keep" and r.commit == parent), None)
+    append_journal(loop.files.journal_path, {
+        "kind": "step_back", "action": "revert", "item": None, "commit": new, "source_commit": final,
+        "parent": parent, "trusted_bpb": value, "at": time.time(),
+        "result": f"stepped back from {final[:7]} to {parent[:7]}'s train.py as {new[:7]}: {why}"})
+    loop.coord.moved(new, best_of(new, value) if value is not None else None)
+    say(f"night end: stepped back from {final[:7]} to {parent[:7]}'s train.py as {new[:7]}")
+    return new

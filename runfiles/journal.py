@@ -12,6 +12,10 @@ from harness.records import as_dict, as_int, as_str, fnum
 
 
 BRANCH_ACTIONS = ("restore", "revert")
+# Journal kinds of a branch move outside an experiment: a human decision applied at a boundary
+# (agent/judges/queue_apply.py), the night end's step back from a final its fresh runs did not hold
+# up (agent/remeasure.py).
+BRANCH_MOVE_KINDS = ("queue_applied", "step_back")
 
 
 def _ident(v) -> str | int | None:
@@ -49,7 +53,8 @@ class AuditRecord:
 @dataclass(frozen=True)
 class QueueAppliedRecord:
     """journal kind "queue_applied": one human decision applied at a boundary
-    (agent/judges/queue_apply.py apply_item)."""
+    (agent/judges/queue_apply.py apply_item); or kind "step_back": the night end's revert of a final
+    whose fresh runs no longer put it below its parent (item None)."""
     item: int | None
     action: str | None            # restore | revert | acknowledged | restore_failed | *_conflict | *_empty
     commit: str | None            # the commit it made on the branch
@@ -59,7 +64,7 @@ class QueueAppliedRecord:
     @classmethod
     def from_dict(cls, d) -> "QueueAppliedRecord | None":
         """The record, or None for any other journal object."""
-        if not isinstance(d, dict) or d.get("kind") != "queue_applied":
+        if not isinstance(d, dict) or d.get("kind") not in BRANCH_MOVE_KINDS:
             return None
         return cls(item=as_int(d.get("item")), action=as_str(d.get("action")), commit=as_str(d.get("commit")) or None,
                    trusted_bpb=fnum(d.get("trusted_bpb")), result=as_str(d.get("result")))
@@ -89,6 +94,7 @@ class ClaimRecord:
     failed: list = field(default_factory=list)
     why: str | None = None
     seeds: list = field(default_factory=list)   # the fresh seeds its runs used
+    stepped_back_from: str | None = None        # the final the branch stepped back from to this commit
 
     @classmethod
     def from_dict(cls, d) -> "ClaimRecord | None":
@@ -105,7 +111,8 @@ class ClaimRecord:
                    failed=[str(x) for x in d.get("failed") or [] if isinstance(x, str)]
                    if isinstance(d.get("failed"), list) else [], why=as_str(d.get("why")),
                    seeds=[x for x in d.get("seeds") or [] if isinstance(x, int) and not isinstance(x, bool)]
-                   if isinstance(d.get("seeds"), list) else [])
+                   if isinstance(d.get("seeds"), list) else [],
+                   stepped_back_from=as_str(d.get("stepped_back_from")) or None)
 
 
 # A claim's runs: at least this many fresh runs of the commit (the strict judge's least runs for a keep).

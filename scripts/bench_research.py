@@ -60,6 +60,7 @@ from agent import budget  # noqa: E402
 from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
 from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
 from search import knobs  # noqa: E402
+from harness.results import read_journal  # noqa: E402
 
 RULES = ("reference", "default", "strict")
 # The night's end re-measures the default rule's final on this many fresh seeds inside its runs
@@ -206,7 +207,9 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
         "recorded_gap": (recorded - f.mean) if recorded is not None and f.mean is not None else None,
         "headline": headline, "claim_runs": len(claim["runs"]) if claim else 0,
         "confirmed": bool(claim and claim["confirmed"]),
-        "device_seconds": sum((r.timing("runs") or r.timing("run") or 0.0) for r in recs) + claim_seconds(claim),
+        "stepped_back": bool(claim and claim.get("stepped_back_from")),
+        "device_seconds": sum((r.timing("runs") or r.timing("run") or 0.0) for r in recs)
+        + sum(claim_seconds(c) for c in (read_journal(loop.files.journal_path, kind="claim")[0] if claim else [])),
         "stopped_early": sum(1 for r in exps if r.stopped_early),
         "base_remeasure": b.as_dict(), "final_remeasure": f.as_dict(), "wall_seconds": wall,
         "stop_reason": loop.stop_reason,
@@ -217,7 +220,8 @@ def summarize_night(base, reviewer, search, seed, loop, measured: dict, wall: fl
 
 
 def claim_seconds(claim: dict | None) -> float:
-    """Wall seconds of the night end's runs (its claim records them)."""
+    """Wall seconds of a night end's runs (each claim records its own: the final's, and its
+    parent's after a step back)."""
     return float(claim["seconds"]) if claim and isinstance(claim.get("seconds"), (int, float)) else 0.0
 
 
@@ -264,7 +268,8 @@ def table(nights: list[dict]) -> list[dict]:
                      "device_seconds": statistics.fmean(n.get("device_seconds") or 0.0 for n in ns),
                      "stopped": sum(len(n["early_stops"]) for n in ns if "early_stops" in n),
                      "false_stops": sum(s["false"] for n in ns for s in n.get("early_stops", [])),
-                     "clear_false_stops": sum(s["clear"] for n in ns for s in n.get("early_stops", []))})
+                     "clear_false_stops": sum(s["clear"] for n in ns for s in n.get("early_stops", [])),
+                     "stepped_back": sum(bool(n.get("stepped_back")) for n in ns)})
     return rows
 
 
@@ -323,6 +328,9 @@ def render(rows: list[dict]) -> str:
             out.append(f"{r['base']} {r['reviewer']} {r['search']}: {r['stopped']} candidates stopped early, "
                        f"{r['false_stops']} of them re-measured better than their parent (false stops; "
                        f"{r['clear_false_stops']} by more than 2 se); {r['device_seconds']:.0f} device-s a night")
+        if r.get("stepped_back"):
+            out.append(f"{r['base']} {r['reviewer']} {r['search']}: {r['stepped_back']} of {r['nights']} night(s) "
+                       "stepped back from a final its fresh runs did not hold below its parent")
     if any(not r["gain_se_over_nights"] for r in rows):
         out.append("* one night: the standard error is the re-measurements' own, not the spread over nights")
     return "\n".join(out)

@@ -192,7 +192,9 @@ def _night(reviewer, gain, gap, seed):
 
 def test_the_table_is_the_mean_over_nights_with_its_standard_error(tmp_path, capsys):
     nights = [_night("simple", 0.10, -0.02, 0), _night("simple", 0.14, -0.04, 1), _night("hierarchy", 0.05, 0.001, 0)]
+    nights[2]["stepped_back"] = True
     rows = {r["reviewer"]: r for r in bench_research.table(nights)}
+    assert rows["hierarchy"]["stepped_back"] == 1 and rows["simple"]["stepped_back"] == 0
     assert rows["simple"]["nights"] == 2 and rows["simple"]["gain"] == pytest.approx(0.12)
     assert rows["simple"]["gain_se"] == pytest.approx(0.02) and rows["simple"]["gain_se_over_nights"]
     assert rows["simple"]["honesty_gap"] == pytest.approx(-0.03) and rows["simple"]["honesty_gap_se"] == pytest.approx(0.01)
@@ -203,6 +205,7 @@ def test_the_table_is_the_mean_over_nights_with_its_standard_error(tmp_path, cap
     assert bench_research.main(["--table", str(a), str(b), "--out", str(tmp_path / "merged")]) == 0
     out = capsys.readouterr().out
     assert "+0.1200 ± 0.0200" in out and "+0.0500 ± 0.0040*" in out
+    assert "1 of 1 night(s) stepped back" in out
     merged = json.loads((tmp_path / "merged" / "bench_research.json").read_text())
     assert len(merged["nights"]) == 3 and len(merged["table"]) == 2
 

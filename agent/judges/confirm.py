@@ -17,13 +17,17 @@ import math
 import statistics
 import time
 
-from agent.judges import evidence, stats
+from agent.judges import advance, evidence, shrink, stats
 from runfiles.journal import CLAIM_MIN_RUNS, ClaimRecord
 from harness.records import ExperimentRecord
 from runfiles.journal import claim_label as label, read_claims  # noqa: F401  (the label and the claims, by name here)
 
 # Fresh runs a claim rests on at least (the strict judge's least runs for a keep).
 MIN_RUNS = CLAIM_MIN_RUNS
+# A one-run advance still holds at the night's end while its fresh runs leave it more likely better
+# than its parent than not (the posterior under the night's prior of effects): below, the parent is
+# the better bet, and the branch steps back to it.
+HOLD_P = 0.5
 
 
 def keep_record(history: list[ExperimentRecord], commit: str) -> ExperimentRecord | None:
@@ -70,6 +74,33 @@ def claim(commit: str, history: list[ExperimentRecord], fresh: list[float], *, f
     return out
 
 
+def holds(history: list[ExperimentRecord], commit: str, fresh: list[float]) -> tuple[bool, float | None, str] | None:
+    """Whether the kept `commit` is still the better bet than its parent on its `fresh` runs (seeds
+    the night never used, so none of its luck): (holds, P(better), why). The parent's value is its
+    shrunk estimate on every counted run it has (for a one-run advance, the bar it was advanced
+    against, now with the night's whole prior); the fresh runs alone speak for the commit. None for
+    a commit no experiment kept on a parent (the baseline, a human's restore): nothing to step back
+    to, or a parent with no figure to weigh it against. No fresh run (each failed) cannot show it
+    holds: it does not."""
+    rec = keep_record(history, commit)
+    if rec is None or rec.is_baseline or not rec.parent:
+        return None
+    if not fresh:
+        return False, None, "no fresh run of it could be measured: it is no better bet than its parent"
+    store = evidence.restore(history)
+    noise = evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
+    sigma = noise.sigma or stats.floor_for(fresh)
+    prior = shrink.fit_prior(advance.effects_of(history), sigma)
+    parent = advance.estimate_of(rec.parent, evidence.values(store.get(rec.parent, [])), sigma, history, prior)
+    if not math.isfinite(parent.mean):   # a parent with no counted run and no estimate: nothing to weigh
+        return None
+    _, p = shrink.posterior(parent, list(fresh), sigma, prior)
+    ok = p >= HOLD_P
+    return ok, p, (f"{len(fresh)} fresh run(s) (mean {statistics.fmean(fresh):.6f}) against its parent "
+                   f"{rec.parent[:7]}'s shrunk value {parent.mean:.6f}: P(better) {p:.3f}"
+                   + (" >= " if ok else " < ") + f"{HOLD_P:g}")
+
+
 def headline(claims: list[ClaimRecord]) -> str | None:
     """The night's headline: its final re-measured on fresh seeds against the baseline's runs."""
     final = next((c for c in reversed(claims) if c.final), None)
@@ -80,4 +111,6 @@ def headline(claims: list[ClaimRecord]) -> str | None:
                 + (f" ({'; '.join(final.failed)[:200]})" if final.failed else ""))
     return (f"{final.gain:+.6f} +- {final.se:.6f} bpb over the baseline: the final {str(final.commit)[:7]} "
             f"re-measured on {len(final.runs)} fresh seed(s) against the baseline's {len(final.baseline_runs)} run(s)"
-            + ("; confirmed against its parent" if final.confirmed else "; not confirmed against its parent"))
+            + ("; confirmed against its parent" if final.confirmed else "; not confirmed against its parent")
+            + (f"; the branch stepped back to it from {final.stepped_back_from[:7]}, whose fresh runs did not hold "
+               "below it" if final.stepped_back_from else ""))

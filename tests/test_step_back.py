@@ -1,0 +1,211 @@
+"""The night end's step back (agent/remeasure.py night_end, agent/judges/confirm.py holds): a final
+the default rule advanced on one run is re-measured on fresh seeds; where those runs no longer put
+it below its parent, the branch steps back to the parent's train.py (a commit of its own, a journal
+record resume reads), and the parent, re-measured, is the headline's final.
+
+The judge and its records are real (the default rule deciding trusted figures given as its
+verifications), so are git and the journal; the fresh runs are given (`remeasure` is what
+tests/test_research.py runs for real), the way a recipe that does well only on the loop's own seeds
+would give them."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from agent import gitops, recovery
+from agent import remeasure as rm
+from agent.coordinator import Coordinator
+from agent.judges import confirm
+from agent.judges.hierarchy import JudgeHierarchy
+from harness.results import append_journal, read_journal
+from runfiles.journal import ClaimRecord
+from tests.loop_fixtures import git, make_repo
+from tests.test_advance import recorded
+from tests.test_judge_stats import ctx, decide, run
+
+BASELINE = [1.400, 1.404, 1.396]
+# the night's other proposals, discarded: steps of a sigma or two either way (the prior's evidence)
+OTHERS = [1.403, 1.405, 1.4015, 1.408]
+
+
+def _night(tmp_path, rule="default"):
+    """A repo with the base and one kept final on top, and the loop a night end reads: (loop, base, final)."""
+    repo = make_repo(tmp_path / "repo", {"train.py": "DEPTH = 4  # layers\n"})
+    base = gitops.head(repo)
+    (repo / "train.py").write_text("DEPTH = 6  # layers\n")
+    final = gitops.commit_file(repo, "train.py", "deeper")
+    h = JudgeHierarchy(rule=rule, baseline_repeats=3)
+    d = None
+    for v in BASELINE:
+        d = decide(h, ctx(tmp_path, 1, base, None), v, run(load=1.0))
+    hist = [recorded(d, 1, base)]
+    best = {"commit": base, "val_bpb": d.trusted_bpb}
+    for i, v in enumerate(OTHERS):
+        c = f"{i + 1:x}" * 40
+        hist.append(recorded(decide(h, ctx(tmp_path, i + 2, c, best, hist), v, run(load=1.0)), i + 2, c))
+    n = len(hist) + 1
+    kept = decide(h, ctx(tmp_path, n, final, best, hist), 1.3965, run(load=1.0))
+    assert kept.status == "keep", kept.reason
+    rec = recorded(kept, n, final)
+    hist.append(type(rec).from_dict({**rec.to_dict(), "parent": base}))
+    journal = tmp_path / "run" / "journal.jsonl"
+    journal.parent.mkdir()
+    for r in hist:
+        append_journal(journal, r.to_dict())
+    coord = Coordinator(base)
+    coord.history[:] = hist
+    loop = SimpleNamespace(history=coord.history, coord=coord, best=coord.best, repo=repo, worktree=repo,
+                           config=SimpleNamespace(rule=rule), files=SimpleNamespace(journal_path=journal, repo=repo))
+    return loop, base, final
+
+
+def _fresh(monkeypatch, runs: dict):
+    """The fresh runs each commit gives (a list of figures, or failures)."""
+    asked = []
+
+    def fake(loop, commit, seeds, *, say=None):
+        asked.append((commit, list(seeds)))
+        got = rm.Remeasured(commit)
+        for s, v in zip(seeds, runs[commit]):
+            if isinstance(v, str):
+                got.failed.append(f"seed {s}: {v}")
+            else:
+                got.values.append(v)
+                got.seeds.append(s)
+        return got
+    monkeypatch.setattr(rm, "remeasure", fake)
+    return asked
+
+
+def _kinds(journal):
+    return [d.get("kind") for d in read_journal(journal, kind=None)[0]]
+
+
+@pytest.mark.parametrize("fresh", [[1.409, 1.404], [1.399, 1.400]])
+def test_a_final_whose_fresh_runs_do_not_hold_is_stepped_back_from(tmp_path, monkeypatch, fresh):
+    """Its fresh runs above the bar it advanced on, or about at it in a night whose proposals mostly
+    hurt (the prior then says a tie is more likely no gain than a gain): the parent is the better bet."""
+    loop, base, final = _night(tmp_path)
+    asked = _fresh(monkeypatch, {final: fresh, base: [1.401, 1.399]})
+    said = []
+    out = rm.night_end(loop, 2, say=said.append)
+    journal = loop.files.journal_path
+    claims = [ClaimRecord.from_dict(d) for d in read_journal(journal, kind="claim")[0]]
+    first = read_journal(journal, kind="claim")[0][0]
+    assert first["commit"] == final and first["holds"] is False and first["holds_p"] < confirm.HOLD_P
+    assert "shrunk value" in first["holds_why"]
+    # the branch: a commit on top of the final holding the base's train.py, byte for byte
+    head = gitops.head(loop.worktree)
+    assert git(loop.worktree, "rev-parse", "HEAD~1") == final
+    assert gitops.show_file(loop.repo, head, "train.py") == gitops.show_file(loop.repo, base, "train.py")
+    assert loop.coord.last_kept == head, "the loop's tip follows the branch"
+    # the journal: the first claim, the step back, then the parent's claim: the headline's final
+    assert _kinds(journal)[-3:] == ["claim", "step_back", "claim"]
+    assert claims[-1].commit == base and claims[-1].final and claims[-1].stepped_back_from == final
+    assert out["commit"] == base and out["stepped_back_from"] == final
+    assert set(asked[1][1]).isdisjoint(asked[0][1]), "the parent's fresh seeds are its own"
+    line = confirm.headline(claims)
+    assert f"the final {base[:7]}" in line and f"stepped back to it from {final[:7]}" in line
+    # resume reads the step back as a branch move: the branch head is the step back's commit
+    assert recovery.branch_head(journal, base)[0] == head
+    assert any("does not hold" in m for m in said) and any(m.startswith("headline:") for m in said)
+
+
+@pytest.mark.parametrize("fresh", [[1.396, 1.399], [1.390, 1.394]])
+def test_a_final_whose_fresh_runs_hold_stays(tmp_path, monkeypatch, fresh):
+    """Its fresh runs below the parent's shrunk value: the branch stays, one claim, no step back."""
+    loop, base, final = _night(tmp_path)
+    _fresh(monkeypatch, {final: fresh})
+    out = rm.night_end(loop, 2, say=lambda m: None)
+    assert out["commit"] == final and out["holds"] is True and out["holds_p"] >= confirm.HOLD_P
+    assert gitops.head(loop.worktree) == final and loop.coord.last_kept == final
+    assert "step_back" not in _kinds(loop.files.journal_path)
+
+
+def test_a_final_whose_fresh_runs_all_fail_is_no_better_bet(tmp_path, monkeypatch):
+    """No fresh figure cannot show the final holds: it does not (a recipe that crashes off the
+    loop's seeds is stepped back from, not kept on its one lucky run)."""
+    loop, base, final = _night(tmp_path)
+    _fresh(monkeypatch, {final: ["crash: oom", "crash: oom"], base: [1.401, 1.399]})
+    out = rm.night_end(loop, 2, say=lambda m: None)
+    first = read_journal(loop.files.journal_path, kind="claim")[0][0]
+    assert first["holds"] is False and first["holds_p"] is None and first["failed"]
+    assert out["commit"] == base and gitops.head(loop.worktree) != final
+
+
+@pytest.mark.parametrize("rule", ["reference", "strict"])
+def test_other_rules_never_step_back(tmp_path, monkeypatch, rule):
+    """The reference protocol is compared as it is; a strict keep was a claim when it was made."""
+    loop, base, final = _night(tmp_path, rule="default")
+    loop.config.rule = rule
+    _fresh(monkeypatch, {final: [1.409, 1.404]})
+    out = rm.night_end(loop, 2, say=lambda m: None)
+    assert out["commit"] == final and "holds" not in out
+    assert gitops.head(loop.worktree) == final and "step_back" not in _kinds(loop.files.journal_path)
+
+
+def test_holds_says_nothing_of_a_commit_no_one_run_advance_kept(tmp_path):
+    loop, base, final = _night(tmp_path)
+    assert confirm.holds(loop.history, base, [1.5, 1.5]) is None, "the baseline: nothing to step back to"
+    assert confirm.holds(loop.history, "f" * 40, [1.5]) is None, "not a keep at all"
+
+
+# ---- the real loop: a recipe good only on the loop's own seeds
+
+SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_STEPS": 1}
+SLOW = {"MATRIX_LR": "0.0002", "EMBEDDING_LR": "0.003", "UNEMBEDDING_LR": "4e-05", "SCALAR_LR": "0.005"}
+GOOD = {"MATRIX_LR": "0.02", "EMBEDDING_LR": "0.3", "UNEMBEDDING_LR": "0.004", "SCALAR_LR": "0.5"}
+SEED_LINE = "    torch.manual_seed(seed)\n"
+# The adversary's edit: the learning rates fixed, except on a seed far above the loop's own (where a
+# re-measurement draws its seeds), where it trains nothing at all.
+GAMED = SEED_LINE + ("    if seed >= 1_000_000:\n"
+                     "        global MATRIX_LR, EMBEDDING_LR, UNEMBEDDING_LR, SCALAR_LR\n"
+                     "        MATRIX_LR = EMBEDDING_LR = UNEMBEDDING_LR = SCALAR_LR = 0.0\n")
+
+
+def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, tmp_path):
+    """The proposer's edit fixes the learning rates, but only on the seeds the loop runs: every run
+    the night makes of it is a large honest-looking gain, and it is kept. The night end re-measures
+    the final on fresh seeds, finds it no better than its parent, and steps the branch back; the
+    headline is the parent's, re-measured."""
+    from search import knobs
+    from tests.fake_anthropic import FakeAnthropic as F
+    from tests.loop_fixtures import copy_real, run_loop
+    files = copy_real()
+    files["train.py"] = knobs.set_knobs(files["train.py"], dict(SMALL, **{k: float(v) for k, v in SLOW.items()}))
+    assert files["train.py"].count(SEED_LINE) == 1
+    repo = make_repo(tmp_path / "repo", files)
+    edits = [F.tool_use("str_replace", {"path": "train.py", "old_str": f"{k} = {SLOW[k]}  #",
+                                        "new_str": f"{k} = {GOOD[k]}  #"}) for k in SLOW]
+    edits.append(F.tool_use("str_replace", {"path": "train.py", "old_str": SEED_LINE, "new_str": GAMED}))
+    script = [*edits, F.tool_use("submit", {"description": "learning rates back to the profile's",
+                                            "hypothesis": "the baseline's learning rates are far too small"})]
+
+    def answer(req):
+        tools = {t.get("name") for t in req.body.get("tools", [])} if isinstance(req.body, dict) else set()
+        return script.pop(0) if script and "submit" in tools else F.error(529, "overloaded")
+
+    with F() as fake:
+        fake.default = answer
+        env = dict(tiny_cache, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000", ANTHROPIC_BASE_URL=fake.base_url,
+                   AUTORESEARCH_STEPS="4")
+        p = run_loop(repo, env, "--tag", "sb", "--max-experiments", "2", "--reviewer", "hierarchy",
+                     "--baseline-repeats", "2", "--api-patience", "1", "--final-runs", "2", timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    journal = repo / ".autoresearch" / "sb" / "journal.jsonl"
+    objs = read_journal(journal, kind=None)[0]
+    base = next(d for d in objs if d.get("kind", "experiment") == "experiment" and d.get("n") == 1)["commit"]
+    gamed = next(d for d in objs if d.get("kind", "experiment") == "experiment" and d.get("n") == 2)
+    story = [(d.get("kind"), d.get("n"), d.get("status"), d.get("decision_reason") or d.get("why")) for d in objs]
+    assert gamed["status"] == "keep", story
+    claims = [d for d in objs if d.get("kind") == "claim"]
+    assert claims[0]["commit"] == gamed["commit"] and claims[0]["holds"] is False, story
+    assert min(claims[0]["runs"]) > max(r for r in claims[0]["parent_runs"]), "fresh seeds: it trained nothing"
+    step = next(d for d in objs if d.get("kind") == "step_back")
+    assert step["source_commit"] == gamed["commit"] and step["parent"] == base
+    head = git(repo, "rev-parse", "autoresearch/sb")
+    assert head == step["commit"] and gitops.show_file(repo, head, "train.py") == gitops.show_file(repo, base, "train.py")
+    assert claims[-1]["commit"] == base and claims[-1]["stepped_back_from"] == gamed["commit"]
+    assert recovery.branch_head(journal, base)[0] == head
+    assert "stepped back" in p.stdout + p.stderr
