@@ -12,24 +12,16 @@ What is posted (`Watch`, fed the loop's records as they are written):
 - a human-queue item (an escalated decision), with the command that reviews it;
 - at most once an hour, a digest: kept, discarded, crashed since the last one, the best, what runs.
 
-The body is `{"text": ..., "content": ..., "allowed_mentions": {"parse": []}, ...}`: Slack's incoming
-webhooks read `text`, Discord's read `content` (at most 2,000 characters), and each ignores the
-other's keys. The text is proposed text in part (a description, a judge's reason), so it is made
-safe for the channel: cleaned and scrubbed by the one function (harness/secrets.py clean_text: no
-control characters, escapes, bidi or invisible characters, no secrets, look-alike keys included),
-then escaped for each service: Slack's `&`, `<`, `>` (no `<!everyone>`, `<@U123>` or `<url|link>`),
-Discord's markdown and mentions (backslashes, `allowed_mentions` none), `@everyone`, `@here` and
-`@channel` broken by a zero-width space for both, and no link previews. The URL itself is remembered
-as a secret, and so are its path and query, where the token lives (`credentials_of`), so neither the
-journal, the logs nor a training run's environment ever carries it.
+The body carries `text` (Slack) and `content` (Discord, at most 2,000 characters); the text, in
+part proposed text, is cleaned and scrubbed by harness/secrets.py clean_text, then escaped for each
+service (Slack's `&<>`, Discord's markdown and mentions, `allowed_mentions` none, `@everyone`,
+`@here`, `@channel` broken, no link previews). The URL, its path and its query (where the token
+lives: `credentials_of`) are remembered as secrets: no journal, log or run's environment carries them.
 
-`Notifier.post` never blocks the loop: messages go to a bounded queue that a background thread
-sends. Each message has one deadline for everything (DEADLINE_S: every try, connect, send, read and
-backoff); a try runs in its own thread, and at the deadline the sender shuts the try's socket
-(which ends any read or write on it, however slowly the endpoint drips) and goes on; a try that
-still does not end is left behind. A failing endpoint is retried within the deadline, then the
-message is dropped; messages being lost are said on the console once per outage, and how many
-when it answers again or at the stop.
+`Notifier.post` never blocks the loop: a bounded queue, a background sender, one deadline per
+message for every try and backoff (DEADLINE_S); at the deadline the try's socket is shut (however
+slowly the endpoint drips) and the message dropped; lost messages are said once per outage, and
+how many when it answers again or at the stop.
 """
 from __future__ import annotations
 
@@ -62,8 +54,8 @@ TIMEOUT_S = 15.0
 # After the deadline shut a try's socket: how long the sender waits for the try to end. One still
 # running then (a name lookup no socket can interrupt) is left behind, never waited for again.
 GRACE_S = 2.0
-# Tries left behind and still running, at most: past it a message is dropped without a try, so
-# threads never pile up behind a resolver that never answers.
+# Tries left behind and still running, at most: past it a message is dropped untried (threads
+# never pile up behind a resolver that never answers).
 MAX_STUCK = 2
 # What the loop's stop waits at most for the messages already queued (the stop's own among them).
 CLOSE_S = 15.0
@@ -83,8 +75,7 @@ SUPPRESS_EMBEDS = 4
 # Words that notify everyone in a channel when written after "@" (Slack, Discord): a zero-width
 # space after the "@" keeps the word readable and notifies nobody.
 _MASS_MENTION = re.compile(r"@(?=(?:everyone|here|channel)\b)", re.IGNORECASE)
-# Slack's markup: the three characters its docs say to escape (links, mentions and commands all
-# start with "<").
+# Slack's markup: the three characters its docs say to escape ("<" starts links and mentions).
 _SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 # Discord's markdown and mention syntax, each escaped with a backslash (shown as the character).
 _DISCORD = str.maketrans({c: "\\" + c for c in "\\*_~`|>[]<#@"})
@@ -108,10 +99,8 @@ def check_url(url: str) -> str | None:
 
 
 def credentials_of(url: str) -> list[str]:
-    """The parts of a webhook URL that grant posting to it: the whole URL, its path and its query
-    (Slack's and Discord's tokens live in the path). An error of the HTTP stack quotes the path
-    alone (http.client: "URL can't contain control characters. '/services/...'"), so each is a
-    secret of its own."""
+    """The parts of a webhook URL that grant posting to it, each a secret of its own: the URL, its
+    path and its query (an HTTP stack's error may quote the path alone, as http.client's does)."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
