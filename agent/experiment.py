@@ -1,9 +1,7 @@
-"""One experiment, start to finish: steps 5-10 of the protocol in agent/loop.py (guard, commit, run
-with crash fixes, evaluate, judge, record, keep/reset).
-
-The order is the point: the journal record and the results.tsv row are written (and fsynced)
-before git moves, and a "pending" journal line marks a committed-but-unrecorded experiment, so a
-kill at any moment leaves something agent/recovery.py can reconcile from the journal and git.
+"""One experiment, start to finish: steps 5-10 of agent/loop.py (guard, commit, run with crash
+fixes, evaluate, judge, record, keep/reset). The order is the point: the journal record and the
+results.tsv row are written (fsynced) before git moves, and a "pending" line marks a committed,
+unrecorded experiment, so a kill at any moment leaves what agent/recovery.py reconciles.
 """
 from __future__ import annotations
 
@@ -52,13 +50,11 @@ EXECUTOR_POLL_S = 0.05
 
 
 def reference_of(history: list, recipe: str | None = None) -> ClockReference:
-    """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts):
-    the baseline's runs (its own clock figures and those of its repeats). `recipe`: the kept
-    commit a run descends from (a candidate's parent; a kept commit run again is its own), whose
-    pace, where slower than the baseline's, is the pace a step of the run is measured in (steps
-    mode: the first step's credit and the step lines' slack, harness/clock.py): the tag accepted
-    that recipe's steps on its trusted figure, and a search compounds its moves from it, not from
-    the baseline (a deeper model on a doubled batch is 20x the baseline's step)."""
+    """The tag's clock reference from its journal records (ExperimentRecord, or journal dicts): the
+    baseline's runs. `recipe`: the kept commit a run descends from (a candidate's parent), whose pace,
+    where slower than the baseline's, is the pace a step is measured in (steps mode, harness/clock.py):
+    the tag accepted that recipe's steps on its trusted figure, and a search compounds its moves
+    from it (a deeper model on a doubled batch is 20x the baseline's step)."""
     recs = [ExperimentRecord.from_dict(r) if isinstance(r, dict) else r for r in history]
     recs = [r for r in recs if isinstance(r, ExperimentRecord)]
     base = next((r for r in recs if r.proposer == "baseline" and isinstance(r.clock, dict)), None)

@@ -4,9 +4,9 @@ A Case holds the graph's nodes (the view nodes that make operands, then the targ
 operands' specs (shape, strides, offset, storage size, dtype, a seed for their values); the fuzzer
 materialises the specs in guarded memory, twice. plan() gives shape-coherent arguments for the
 operator families whose kernels trust relations between operands (attention, products, norms,
-convolution, index reads, einsum, concatenation, views and sized outputs), mostly valid and then
-broken one way at a time (one size off, an empty dimension, an index out of range, a huge int);
-every other argument follows generic rules by schema type and name.
+convolution, index reads, einsum, concatenation, views, sized outputs), mostly valid, then broken one
+way at a time (a size off, an empty dimension, an index out of range, a huge int); other arguments
+follow generic rules by schema type and name.
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ SCALARS = [0, 1, -1, 2, 3, 0.5, -2.5, 7.25, 1e30, {"float": "inf"}, {"float": "-
            -(2 ** 63), -(2 ** 31)]
 # String arguments by name: the valid values and one that is not.
 STRINGS = {"rounding_mode": ["trunc", "floor", "trunc", "nope"], "approximate": ["none", "tanh", "x"],
-           "reduce": ["add", "multiply", "sum", "x"], "mode": ["constant", "constant", "reflect", "replicate",
-                                                               "circular", "x"]}
+           "reduce": ["add", "multiply", "sum", "x"], "mode": ["constant", "constant", "reflect", "replicate", "circular", "x"]}
 
 
 class Case:

@@ -7,16 +7,13 @@
                                -> escalation to the human queue and a git note (agent/judges/queue_apply.py)
     boundary (between runs) -> audit records, and human decisions applied (agent/judges/queue_apply.py)
 
-Noise (agent/judges/stats.py, docs/judge.md): the baseline is run `baseline_repeats` times
-(Decision.again asks the loop for each repeat); every trusted run of the tag is in the store
-(agent/judges/evidence.py) from which sigma is pooled. The store is the journal: the runs of every
-recorded decision are read back from the records' evidence (the same after --resume as before
-it), and the judge itself holds only the runs of decisions not yet recorded. A candidate is judged by a sequential
-one-sided t-test against the mean of the incumbent's own runs: discarded after one run when it is
-not below that mean, otherwise run again (each run with a seed of its own) until it is kept
-(P(better) >= P_KEEP, never on fewer than 2 runs), its gain fades, or MAX_RUNS runs leave it
-undecided (a contested discard, escalated). A run the machine disturbed (agent/judges/evidence.py, its pace checks) is
-rerun and never counted; where the load varied, runs are paired (pairing.py). The loop never waits.
+Noise (agent/judges/stats.py, docs/judge.md): the baseline runs `baseline_repeats` times
+(Decision.again asks for each); sigma is pooled from every trusted run of the tag, read back from
+the journal's records (agent/judges/evidence.py: the same after --resume), the judge holding only
+the runs of decisions not yet recorded. The keep rule (agent/judges/advance.py) decides on them; the
+strict judge's sequential test runs a candidate again (each run a seed of its own) until it is kept
+(P(better) >= P_KEEP on at least 2 runs), fades, or MAX_RUNS leave it contested. A run the machine
+disturbed is rerun, never counted; where the load varied, runs are paired (pairing.py).
 """
 from __future__ import annotations
 
