@@ -112,6 +112,7 @@ class Loop:
         self.machine: str | None = None   # the machine's state the opening estimate assumes (setup)
         self.eval_tokens: int | None = None   # tokens of one trusted evaluation (setup)
         self.stop_reason: str | None = None
+        self.deadline: float | None = None      # --until as a unix time, from the night's start
         self.run_lock = None   # held once setup took the tag's lock; until then stop() touches nothing
         self.tag_lock = None   # the tag's own lock (workspace.tag_lock), taken by main before anything exists
         self.created = False   # this process made the tag (cli.forget_unstarted)
@@ -241,7 +242,7 @@ class Loop:
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> None:
         rerun = self.setup()                                          # 0. set up (and reconcile)
-        deadline = deadline_of(self.config.stops.until)
+        deadline = self.deadline = deadline_of(self.config.stops.until)
         if rerun is not None:
             self.check_space()
             self.experiment(rerun, committed=True)
@@ -299,7 +300,7 @@ class Loop:
             return
         from agent.remeasure import night_end
         try:
-            night_end(self, self.final_runs(), say=self.panel.event)
+            night_end(self, self.final_runs(), say=self.panel.event, deadline=self.deadline)
         except KeyboardInterrupt:
             self.panel.event("night end: skipped (Ctrl-C); the headline is the recorded best's")
         except Exception as exc:   # the night's results are recorded already: never lose them here

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass, field, replace
 
 from agent.experiment import MAX_RERUNS, run_commit, seed_for
 from agent.judges.evidence import over_budget
-from agent import gitops
+from agent import budget, gitops
 from search import knobs
 
 # Re-measurement seeds start here: far above every loop seed of a night (seed_for(n, r) is
@@ -94,7 +95,6 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     """`commit`'s train.py run once per seed through the loop's run path, sealed and evaluated by
     the trusted evaluator. `loop`: a set-up agent/loop.py Loop (its seal, run info and executor;
     its history says which seeds it used)."""
-    import time
     max_n = max([r.n for r in loop.history if r.n is not None] + [loop.coord.next_n()])
     own = knobs.values(gitops.show_file(loop.files.repo, commit, "train.py")).pop("SEED", None)
     clash = set(seeds) & loop_seeds(max_n + 1, own if isinstance(own, int) else None)
@@ -128,13 +128,14 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     return out
 
 
-def night_end(loop, runs: int, *, say=print) -> dict | None:
+def night_end(loop, runs: int, *, say=print, deadline: float | None = None) -> dict | None:
     """The night's headline and the final's confirmation: the final incumbent re-measured on `runs`
     fresh seeds against the baseline's runs and its parent's (agent/judges/confirm.py), written to
     the journal as a "claim"; None when there is nothing beyond the baseline to claim. Under the
     default rule a final its fresh runs do not confirm and no longer put below its parent
     (confirm.holds) is stepped back from: a commit restores the parent's train.py on the branch,
-    and the parent, re-measured on `runs` fresh seeds of its own, is the headline's final."""
+    and the parent, re-measured on `runs` fresh seeds of its own, is the headline's final (unless
+    `deadline`, --until, leaves no time for those runs: the headline then says so)."""
     from agent.judges import confirm
     from harness.results import append_journal
     history = [r for r in loop.history if r.is_experiment]
@@ -152,7 +153,13 @@ def night_end(loop, runs: int, *, say=print) -> dict | None:
     if held is not None and not held[0]:
         parent = confirm.keep_record(loop.history, final).parent
         step_back(loop, final, parent, held[2], say=say)
-        out = _claim(loop, parent, runs, base.commit, say)
+        need = runs * budget.run_seconds(loop.history)
+        if deadline is not None and time.time() + need > deadline:
+            out = confirm.claim(parent, loop.history, [], baseline=base.commit, final=True, failed=[
+                f"not re-measured: --until leaves {max(deadline - time.time(), 0) / 60:.0f} min, its {runs} "
+                f"run(s) take about {need / 60:.0f}"])
+        else:
+            out = _claim(loop, parent, runs, base.commit, say)
         out["stepped_back_from"] = final
         append_journal(loop.files.journal_path, out)
     line = confirm.headline(confirm.claims_of([out]))
@@ -181,7 +188,6 @@ def step_back(loop, final: str, parent: str, why: str, *, say=print) -> str:
     on top of the final (the final stays in the branch's history, its step back beside it), then a
     journal record of kind "step_back" (agent/recovery.py reads it as a branch move, as it reads a
     human decision applied). Returns the new commit."""
-    import time
     from harness.results import append_journal
     from runfiles.run import best_of
     wt = loop.worktree

@@ -209,3 +209,17 @@ def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, 
     assert claims[-1]["commit"] == base and claims[-1]["stepped_back_from"] == gamed["commit"]
     assert recovery.branch_head(journal, base)[0] == head
     assert "stepped back" in p.stdout + p.stderr
+
+
+def test_a_step_back_past_until_keeps_the_deadline(tmp_path, monkeypatch):
+    """--until has passed when the step back is decided: the branch still steps back, but the parent
+    is not re-measured past the deadline; the headline says why it has no figure."""
+    import time
+    loop, base, final = _night(tmp_path)
+    asked = _fresh(monkeypatch, {final: [1.409, 1.404], base: [1.401, 1.399]})
+    out = rm.night_end(loop, 2, say=lambda m: None, deadline=time.time() - 1)
+    assert [c for c, _ in asked] == [final], "only the final's runs"
+    assert out["commit"] == base and out["runs"] == [] and "--until" in out["failed"][0]
+    assert gitops.show_file(loop.repo, gitops.head(loop.worktree), "train.py") == gitops.show_file(loop.repo, base, "train.py")
+    line = confirm.headline([ClaimRecord.from_dict(out)])
+    assert "could not be re-measured" in line and "--until" in line and f"from {final[:7]}" in line

@@ -106,11 +106,12 @@ def headline(claims: list[ClaimRecord]) -> str | None:
     final = next((c for c in reversed(claims) if c.final), None)
     if final is None:
         return None
+    stepped = (f"; the branch stepped back to it from {final.stepped_back_from[:7]}, whose fresh runs did not "
+               "hold below it") if final.stepped_back_from else ""
     if final.gain is None:
         return (f"the final {str(final.commit)[:7]} could not be re-measured against the baseline"
-                + (f" ({'; '.join(final.failed)[:200]})" if final.failed else ""))
+                + (f" ({'; '.join(final.failed)[:200]})" if final.failed else "") + stepped)
     return (f"{final.gain:+.6f} +- {final.se:.6f} bpb over the baseline: the final {str(final.commit)[:7]} "
             f"re-measured on {len(final.runs)} fresh seed(s) against the baseline's {len(final.baseline_runs)} run(s)"
             + ("; confirmed against its parent" if final.confirmed else "; not confirmed against its parent")
-            + (f"; the branch stepped back to it from {final.stepped_back_from[:7]}, whose fresh runs did not hold "
-               "below it" if final.stepped_back_from else ""))
+            + stepped)
