@@ -27,7 +27,7 @@ from agent import budget, report_share
 from agent.report_figures import device_seconds, kept_baseline, records_from_results, wall_seconds
 from agent.judges import confirm
 from harness.results_table import bpb_figure, figure_text, fnum
-from runfiles.journal import Measurement
+from runfiles.journal import STEPPED_BACK, Measurement
 from harness.records import ExperimentRecord
 from runfiles.run import RunInfo
 from harness.results import read_journal
@@ -154,7 +154,8 @@ def summarize(data: dict) -> dict:
             tokens[key] += count
         cost += r.cost()
     gpu, wall = sum(device_seconds(r) for r in recs), wall_seconds(recs)
-    final = changes[-1] if changes else None
+    live = [c for c in changes if c["label"] != STEPPED_BACK]   # the branch holds these (a step back undid the rest)
+    final = live[-1] if live else None
     return {"tag": data["tag"], "base": data["base"], "experiments": len(recs), "baseline": baseline,
             "baseline_bpb": bpb_of(baseline) if baseline else None, "changes": changes, "discards": discards,
             "crashes": dict(crashes.most_common()), "tokens": tokens, "cost_usd": cost, "gpu_seconds": gpu,
@@ -216,8 +217,9 @@ def markdown(s: dict, abl: dict | None, branches: list[dict] | None, figure: str
                   f"- hypothesis: {_t(c['hypothesis']) or '-'}",
                   f"- measured: {_f(c['bpb'])} after {_f(c['before'])}: gain {_f(c['gain'])}, {band}{unshown}",
                   f"- judge: {_t(c['reason']) or '-'}",
-                  f"- claim: {c['label']}" + (" (fresh runs did not pass the test against its parent's)"
-                                               if c['label'] == "not confirmed" else ""),
+                  f"- claim: {c['label']}" + {"not confirmed": " (fresh runs did not pass the test against its parent's)",
+                                               STEPPED_BACK: " (the night's end undid it on the branch: its fresh runs "
+                                                             "did not hold it below its parent)"}.get(c["label"], ""),
                   f"- evidence: {_t(c['evidence']) or 'not recorded (a journal from before the judge recorded its runs)'}",
                   f"- leave-one-out: {_ablation_line(c, abl)}"]
         for b in branches or []:

@@ -139,8 +139,15 @@ def confirmed_when_kept(rec) -> bool:
     return len(used) >= CLAIM_MIN_RUNS and p is not None and need is not None and p >= need
 
 
+# The label of a keep the night's end stepped the branch back from (agent/remeasure.py step_back).
+STEPPED_BACK = "stepped back"
+
+
 def claim_label(rec, claims: list[ClaimRecord]) -> str:
-    """"confirmed", "not confirmed" (a claim's fresh runs did not pass), or "unconfirmed" (none yet)."""
+    """"confirmed", "not confirmed" (a claim's fresh runs did not pass), "unconfirmed" (none yet), or
+    "stepped back" (the night's end stepped the branch back from it: its fresh runs did not hold)."""
+    if any(c.stepped_back_from == rec.commit for c in claims):
+        return STEPPED_BACK
     if confirmed_when_kept(rec):
         return "confirmed"
     mine = [c for c in claims if c.commit == rec.commit]

@@ -209,6 +209,12 @@ def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, 
     assert claims[-1]["commit"] == base and claims[-1]["stepped_back_from"] == gamed["commit"]
     assert recovery.branch_head(journal, base)[0] == head
     assert "stepped back" in p.stdout + p.stderr
+    # the morning report: the keep labelled as stepped back, the final the branch holds
+    from agent import report
+    summary = report.summarize(report.load(journal.parent))
+    assert [c["label"] for c in summary["changes"]] == ["stepped back"] and summary["final"] == base
+    assert "stepped back to it" in summary["headline"]
+    assert "undid it on the branch" in report.markdown(summary, None, None, None)
 
 
 def test_a_step_back_past_until_keeps_the_deadline(tmp_path, monkeypatch):
