@@ -295,7 +295,7 @@ def progress_figure(data: dict) -> str | None:
     try:
         from dashboard.chart import progress_svg
         from dashboard.data import read_results
-        from dashboard.runview import noise_band
+        from dashboard.progress_points import noise_band
     except ImportError:
         return None
     rows = read_results(data["run"] / "results.tsv").lines   # every line, the malformed ones too (as the dashboard draws)

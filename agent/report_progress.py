@@ -51,7 +51,7 @@ def points(run_dir: Path, imported: int = 0) -> list[Point]:
 def _band(run_dir: Path, records) -> tuple[float | None, float | None]:
     """(baseline, half-width of the noise band), as the dashboard's chart takes them."""
     from dashboard.chart import baseline_and_half
-    from dashboard.runview import noise_band
+    from dashboard.progress_points import noise_band
     return baseline_and_half(noise_band(read_results(Path(run_dir) / "results.tsv").lines, list(records)))
 
 

@@ -8,7 +8,8 @@
 - the y range: the kept points (and the noise band, when known) plus a margin. Everything else
   outside it is clipped: drawn at the edge with its value beside it, so one broken run at 3.2
   never squashes a 0.998 -> 0.970 night into a flat line;
-- the experiment ticks: whole numbers only.
+- the experiment ticks: whole numbers only;
+- the noise band around the judge's baseline (noise_band), from the journal's records.
 
 Stdlib only, so the report can draw without the dashboard's server parts.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.records import ExperimentRecord, finite as _finite
 from harness.results_table import bpb_figure
 from harness.results_table import ResultLine
 
@@ -197,3 +199,51 @@ def x_ticks(n_max: int) -> list[int]:
     step = ticks[1] - ticks[0] if len(ticks) > 1 else n_max
     # The first experiment gets its tick too, unless the first nice tick would crowd it.
     return [1, *ticks] if ticks and ticks[0] > 1 and ticks[0] - 1 >= step / 2 else ticks
+
+
+def typed(records: list) -> list[ExperimentRecord]:
+    """Experiment records, typed: as given, or read from the journal objects a caller holds
+    (agent/report.py's dicts); anything else is no record."""
+    return [r if isinstance(r, ExperimentRecord) else ExperimentRecord.from_dict(r) for r in records
+            if isinstance(r, (ExperimentRecord, dict))]
+
+
+def noise_band(rows: list[ResultLine], records: list) -> dict:
+    """The judge's baseline and the half-width of the band around it that counts as noise.
+
+    The baseline is the kept baseline record's figure (the mean of its runs; a baseline try that
+    was not kept is never it). The half-width is the margin the judge used in its latest
+    decision that had one (the record's evidence: comparison.margin, the gain a candidate had to
+    show); before any, the baseline record's own threshold (k x spread). Without a judge baseline
+    (a run judged by the simple reviewer, a lost journal) the baseline is the first row with a
+    figure and the band unknown, said so.
+    """
+    recs = typed(records)
+    margin = next(((r, ev) for r in reversed(recs) if r.status in ("keep", "discard")
+                   for ev in [r.evidence_view()] if ev is not None and ev.comparison.margin is not None
+                   and ev.comparison.margin > 0), None)
+    for r in reversed(recs):
+        if not r.is_baseline or r.status != "keep":
+            continue
+        band = r.noise_band()
+        values = band.values if band else []
+        base = sum(values) / len(values) if values else r.trusted_bpb
+        if not _finite(base):
+            continue
+        threshold = band.threshold if band else None
+        source = f"the judge's baseline over {len(values) or 1} run(s)"
+        spread = band.spread if band else None
+        if margin is not None:
+            rec, ev = margin
+            t = ev.comparison
+            threshold, spread = t.margin, t.sigma
+            source += (f"; the margin the judge used at experiment {rec.n}"
+                       + (f" (sigma {t.sigma:.4g})" if t.sigma is not None else ""))
+        return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
+                "spread": spread, "k": band.k if band and margin is None else None, "source": source}
+    valid = [r for r in rows if r.figure is not None]
+    valid = [r for r in valid if r.status == "keep"][:1] or valid
+    if not valid:
+        return {"baseline": None, "threshold": None, "spread": None, "k": None, "source": "no results yet"}
+    return {"baseline": valid[0].figure, "threshold": None, "spread": None, "k": None,
+            "source": "first row (no judge baseline recorded)"}

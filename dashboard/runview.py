@@ -18,6 +18,7 @@ from harness.records import ExperimentRecord, ResultLine, experiment_records, fi
 from runfiles.state import RunState
 from dashboard.runs import Run
 from runfiles.journal import AuditRecord, SpanRecord, claim_label, read_claims
+from dashboard.progress_points import noise_band, typed  # noqa: F401  (the pages' and tests' names for them)
 
 # Largest pid there can be (Linux's limit is 2**22); anything larger is not a process.
 PID_MAX = 2 ** 31
@@ -38,13 +39,6 @@ def rows_view(run: Run, lines: list[ResultLine]) -> list[dict]:
     records = data.journal_records(run.file("journal.jsonl"))
     by_n = match_journal(data.read_results(run.file("results.tsv")).lines, records) if records else {}
     return [data.row_view(ln, by_n.get(ln.n) if ln.n else None) for ln in lines]
-
-
-def typed(records: list) -> list[ExperimentRecord]:
-    """Experiment records, typed: as given, or read from the journal objects a caller holds
-    (agent/report.py's dicts); anything else is no record."""
-    return [r if isinstance(r, ExperimentRecord) else ExperimentRecord.from_dict(r) for r in records
-            if isinstance(r, (ExperimentRecord, dict))]
 
 
 def data_warning(run_json: dict | RunInfo | None) -> str | None:
@@ -72,47 +66,6 @@ def _info(run_json) -> RunInfo:
 def is_baseline(record: ExperimentRecord | None) -> bool:
     """The loop's baseline record: the unmodified train.py, judged with basis "baseline"."""
     return record is not None and record.is_baseline
-
-
-def noise_band(rows: list[ResultLine], records: list) -> dict:
-    """The judge's baseline and the half-width of the band around it that counts as noise.
-
-    The baseline is the kept baseline record's figure (the mean of its runs; a baseline try that
-    was not kept is never it). The half-width is the margin the judge used in its latest
-    decision that had one (the record's evidence: comparison.margin, the gain a candidate had to
-    show); before any, the baseline record's own threshold (k x spread). Without a judge baseline
-    (a run judged by the simple reviewer, a lost journal) the baseline is the first row with a
-    figure and the band unknown, said so.
-    """
-    recs = typed(records)
-    margin = next(((r, ev) for r in reversed(recs) if r.status in ("keep", "discard")
-                   for ev in [r.evidence_view()] if ev is not None and ev.comparison.margin is not None
-                   and ev.comparison.margin > 0), None)
-    for r in reversed(recs):
-        if not r.is_baseline or r.status != "keep":
-            continue
-        band = r.noise_band()
-        values = band.values if band else []
-        base = sum(values) / len(values) if values else r.trusted_bpb
-        if not _finite(base):
-            continue
-        threshold = band.threshold if band else None
-        source = f"the judge's baseline over {len(values) or 1} run(s)"
-        spread = band.spread if band else None
-        if margin is not None:
-            rec, ev = margin
-            t = ev.comparison
-            threshold, spread = t.margin, t.sigma
-            source += (f"; the margin the judge used at experiment {rec.n}"
-                       + (f" (sigma {t.sigma:.4g})" if t.sigma is not None else ""))
-        return {"baseline": float(base), "threshold": threshold if threshold and threshold > 0 else None,
-                "spread": spread, "k": band.k if band and margin is None else None, "source": source}
-    valid = [r for r in rows if r.figure is not None]
-    valid = [r for r in valid if r.status == "keep"][:1] or valid
-    if not valid:
-        return {"baseline": None, "threshold": None, "spread": None, "k": None, "source": "no results yet"}
-    return {"baseline": valid[0].figure, "threshold": None, "spread": None, "k": None,
-            "source": "first row (no judge baseline recorded)"}
 
 
 # The small table of the trusted re-evaluation: its name on the page -> VerifyResult.as_dict()'s key.
