@@ -95,6 +95,7 @@ class ClaimRecord:
     why: str | None = None
     seeds: list = field(default_factory=list)   # the fresh seeds its runs used
     stepped_back_from: str | None = None        # the final the branch stepped back from to this commit
+    holds: bool | None = None                   # the night end's weighing of an unconfirmed final (confirm.holds)
 
     @classmethod
     def from_dict(cls, d) -> "ClaimRecord | None":
@@ -112,7 +113,8 @@ class ClaimRecord:
                    if isinstance(d.get("failed"), list) else [], why=as_str(d.get("why")),
                    seeds=[x for x in d.get("seeds") or [] if isinstance(x, int) and not isinstance(x, bool)]
                    if isinstance(d.get("seeds"), list) else [],
-                   stepped_back_from=as_str(d.get("stepped_back_from")) or None)
+                   stepped_back_from=as_str(d.get("stepped_back_from")) or None,
+                   holds=d.get("holds") if isinstance(d.get("holds"), bool) else None)
 
 
 # A claim's runs: at least this many fresh runs of the commit (the strict judge's least runs for a keep).

@@ -229,3 +229,13 @@ def test_a_step_back_past_until_keeps_the_deadline(tmp_path, monkeypatch):
     assert gitops.show_file(loop.repo, gitops.head(loop.worktree), "train.py") == gitops.show_file(loop.repo, base, "train.py")
     line = confirm.headline([ClaimRecord.from_dict(out)])
     assert "could not be re-measured" in line and "--until" in line and f"from {final[:7]}" in line
+
+
+def test_a_final_that_does_not_hold_says_so_in_its_own_headline(tmp_path, monkeypatch):
+    """The final's claim alone (a second Ctrl-C ended the night end before its parent's figure):
+    its headline says its fresh runs did not hold it."""
+    loop, base, final = _night(tmp_path)
+    _fresh(monkeypatch, {final: [1.409, 1.404], base: [1.401, 1.399]})
+    rm.night_end(loop, 2, say=lambda m: None)
+    first = ClaimRecord.from_dict(read_journal(loop.files.journal_path, kind="claim")[0][0])
+    assert first.holds is False and "do not hold it below its parent" in confirm.headline([first])

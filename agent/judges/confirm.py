@@ -24,9 +24,9 @@ from runfiles.journal import claim_label as label, read_claims  # noqa: F401  (t
 
 # Fresh runs a claim rests on at least (the strict judge's least runs for a keep).
 MIN_RUNS = CLAIM_MIN_RUNS
-# A one-run advance still holds at the night's end while its fresh runs leave it more likely better
-# than its parent than not (the posterior under the night's prior of effects): below, the parent is
-# the better bet, and the branch steps back to it.
+# An unconfirmed final still holds at the night's end while its fresh runs leave it more likely
+# better than its parent than not (the posterior under the night's prior of effects): below, the
+# parent is the better bet, and the branch steps back to it.
 HOLD_P = 0.5
 
 
@@ -107,7 +107,8 @@ def headline(claims: list[ClaimRecord]) -> str | None:
     if final is None:
         return None
     stepped = (f"; the branch stepped back to it from {final.stepped_back_from[:7]}, whose fresh runs did not "
-               "hold below it") if final.stepped_back_from else ""
+               "hold below it") if final.stepped_back_from else \
+        ("; its fresh runs do not hold it below its parent" if final.holds is False else "")
     if final.gain is None:
         return (f"the final {str(final.commit)[:7]} could not be re-measured against the baseline"
                 + (f" ({'; '.join(final.failed)[:200]})" if final.failed else "") + stepped)
