@@ -158,10 +158,11 @@ SLOW = {"MATRIX_LR": "0.0002", "EMBEDDING_LR": "0.003", "UNEMBEDDING_LR": "4e-05
 GOOD = {"MATRIX_LR": "0.02", "EMBEDDING_LR": "0.3", "UNEMBEDDING_LR": "0.004", "SCALAR_LR": "0.5"}
 SEED_LINE = "    torch.manual_seed(seed)\n"
 # The adversary's edit: the learning rates fixed, except on a seed far above the loop's own (where a
-# re-measurement draws its seeds), where it trains nothing at all.
+# re-measurement draws its seeds), where they are huge: training blows up (a figure far above the
+# baseline's, or none at all).
 GAMED = SEED_LINE + ("    if seed >= 1_000_000:\n"
                      "        global MATRIX_LR, EMBEDDING_LR, UNEMBEDDING_LR, SCALAR_LR\n"
-                     "        MATRIX_LR = EMBEDDING_LR = UNEMBEDDING_LR = SCALAR_LR = 0.0\n")
+                     "        MATRIX_LR = EMBEDDING_LR = UNEMBEDDING_LR = SCALAR_LR = 50.0\n")
 
 
 def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, tmp_path):
@@ -201,7 +202,7 @@ def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, 
     assert gamed["status"] == "keep", story
     claims = [d for d in objs if d.get("kind") == "claim"]
     assert claims[0]["commit"] == gamed["commit"] and claims[0]["holds"] is False, story
-    assert min(claims[0]["runs"]) > max(r for r in claims[0]["parent_runs"]), "fresh seeds: it trained nothing"
+    assert claims[0]["failed"] or min(claims[0]["runs"]) > max(claims[0]["parent_runs"]) + 0.5, claims[0]
     step = next(d for d in objs if d.get("kind") == "step_back")
     assert step["source_commit"] == gamed["commit"] and step["parent"] == base
     head = git(repo, "rev-parse", "autoresearch/sb")
