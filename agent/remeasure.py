@@ -37,6 +37,10 @@ JOB_N_BASE = 90_000
 # re-measurements' above: a bench that re-measures a final its night already claimed never replays
 # the claim's draws.
 CLAIM_SEED_BASE = 2_000_000
+# Steps back the night's end takes at most (each re-measures the commit it steps back to on
+# --final-runs fresh seeds, past the night's budget): a night whose last advances were all luck
+# goes back that far, no further.
+MAX_STEPS_BACK = 3
 # Runs of one seed: a run the harness's clock finds slowed past what its load explains ("over", as
 # the judge reruns a disturbed run) is run again on the same seed; a cheat, a crash or a failed
 # evaluation is never retried.
@@ -134,8 +138,9 @@ def night_end(loop, runs: int, *, say=print, deadline: float | None = None) -> d
     the journal as a "claim"; None when there is nothing beyond the baseline to claim. Under the
     default rule a final its fresh runs do not confirm and no longer put below its parent
     (confirm.holds) is stepped back from: a commit restores the parent's train.py on the branch,
-    and the parent, re-measured on `runs` fresh seeds of its own, is the headline's final (unless
-    `deadline`, --until, leaves no time for those runs: the headline then says so)."""
+    and the parent, re-measured on `runs` fresh seeds of its own, is weighed the same way, up to
+    MAX_STEPS_BACK steps; the last one re-measured is the headline's final (`deadline`, --until:
+    no re-measurement that would run past it; the headline then says why it has no figure)."""
     from agent.judges import confirm
     from harness.results import append_journal
     history = [r for r in loop.history if r.is_experiment]
@@ -143,25 +148,29 @@ def night_end(loop, runs: int, *, say=print, deadline: float | None = None) -> d
     final = loop.best["commit"] if loop.best else None
     if runs <= 0 or base is None or not final or final == base.commit:
         return None
-    out = _claim(loop, final, runs, base.commit, say)
-    held = confirm.holds(loop.history, final, out["runs"]) \
-        if loop.config.rule == "default" and not out["confirmed"] else None
-    if held is not None:
-        out["holds"], out["holds_p"], out["holds_why"] = held
-        say(f"night end: the final {final[:7]} " + ("holds" if held[0] else "does not hold") + f": {held[2]}")
-    append_journal(loop.files.journal_path, out)
-    if held is not None and not held[0]:
-        parent = confirm.keep_record(loop.history, final).parent
-        step_back(loop, final, parent, held[2], say=say)
+    came_from = None
+    for steps in range(MAX_STEPS_BACK + 1):
         need = runs * budget.run_seconds(loop.history)
-        if deadline is not None and time.time() + need > deadline:
-            out = confirm.claim(parent, loop.history, [], baseline=base.commit, final=True, failed=[
+        if came_from is not None and deadline is not None and time.time() + need > deadline:
+            out = confirm.claim(final, loop.history, [], baseline=base.commit, final=True, failed=[
                 f"not re-measured: --until leaves {max(deadline - time.time(), 0) / 60:.0f} min, its {runs} "
                 f"run(s) take about {need / 60:.0f}"])
+            held = None
         else:
-            out = _claim(loop, parent, runs, base.commit, say)
-        out["stepped_back_from"] = final
+            out = _claim(loop, final, runs, base.commit, say)
+            held = confirm.holds(loop.history, final, out["runs"]) \
+                if loop.config.rule == "default" and not out["confirmed"] and steps < MAX_STEPS_BACK else None
+        if came_from is not None:
+            out["stepped_back_from"] = came_from
+        if held is not None:
+            out["holds"], out["holds_p"], out["holds_why"] = held
+            say(f"night end: {final[:7]} " + ("holds" if held[0] else "does not hold") + f": {held[2]}")
         append_journal(loop.files.journal_path, out)
+        if held is None or held[0]:
+            break
+        parent = confirm.keep_record(loop.history, final).parent
+        step_back(loop, final, parent, held[2], say=say)
+        came_from, final = final, parent
     line = confirm.headline(confirm.claims_of([out]))
     if line:
         say(f"headline: {line}")
@@ -185,13 +194,13 @@ def _claim(loop, commit: str, runs: int, baseline: str, say) -> dict:
 
 def step_back(loop, final: str, parent: str, why: str, *, say=print) -> str:
     """The branch steps back from `final` to `parent`: a commit that restores the parent's train.py
-    on top of the final (the final stays in the branch's history, its step back beside it), then a
+    on top of the branch's tip (the final stays in the branch's history, its step back after it), then a
     journal record of kind "step_back" (agent/recovery.py reads it as a branch move, as it reads a
     human decision applied). Returns the new commit."""
     from harness.results import append_journal
     from runfiles.run import best_of
     wt = loop.worktree
-    gitops.reset_hard(wt, final)
+    gitops.reset_hard(wt, loop.coord.last_kept)   # the branch's tip: the final, or the step back before this one
     message = f"Step back from {final[:7]} to {parent[:7]} at the night's end\n\nIts fresh runs did not hold it " \
               f"below its parent: {why}\n"
     gitops.git(wt, "checkout", parent, "--", "train.py")   # byte-exact, from git's own objects

@@ -29,12 +29,11 @@ BASELINE = [1.400, 1.404, 1.396]
 OTHERS = [1.403, 1.405, 1.4015, 1.408]
 
 
-def _night(tmp_path, rule="default"):
-    """A repo with the base and one kept final on top, and the loop a night end reads: (loop, base, final)."""
+def _night(tmp_path, rule="default", chain=1):
+    """A repo with the base and `chain` kept commits on top of it, each advanced on one run, and the
+    loop a night end reads: (loop, base, the last kept commit); with chain 2 also its parent."""
     repo = make_repo(tmp_path / "repo", {"train.py": "DEPTH = 4  # layers\n"})
     base = gitops.head(repo)
-    (repo / "train.py").write_text("DEPTH = 6  # layers\n")
-    final = gitops.commit_file(repo, "train.py", "deeper")
     h = JudgeHierarchy(rule=rule, baseline_repeats=3)
     d = None
     for v in BASELINE:
@@ -44,11 +43,17 @@ def _night(tmp_path, rule="default"):
     for i, v in enumerate(OTHERS):
         c = f"{i + 1:x}" * 40
         hist.append(recorded(decide(h, ctx(tmp_path, i + 2, c, best, hist), v, run(load=1.0)), i + 2, c))
-    n = len(hist) + 1
-    kept = decide(h, ctx(tmp_path, n, final, best, hist), 1.3965, run(load=1.0))
-    assert kept.status == "keep", kept.reason
-    rec = recorded(kept, n, final)
-    hist.append(type(rec).from_dict({**rec.to_dict(), "parent": base}))
+    kept = []
+    for k, y in enumerate([1.3965, 1.3930][:chain]):
+        (repo / "train.py").write_text(f"DEPTH = {5 + k}  # layers\n")
+        commit = gitops.commit_file(repo, "train.py", f"deeper {k}")
+        n = len(hist) + 1
+        d = decide(h, ctx(tmp_path, n, commit, best, hist), y, run(load=1.0))
+        assert d.status == "keep", d.reason
+        rec = recorded(d, n, commit)
+        hist.append(type(rec).from_dict({**rec.to_dict(), "parent": best["commit"]}))
+        best = {"commit": commit, "val_bpb": d.trusted_bpb}
+        kept.append(commit)
     journal = tmp_path / "run" / "journal.jsonl"
     journal.parent.mkdir()
     for r in hist:
@@ -57,7 +62,7 @@ def _night(tmp_path, rule="default"):
     coord.history[:] = hist
     loop = SimpleNamespace(history=coord.history, coord=coord, best=coord.best, repo=repo, worktree=repo,
                            config=SimpleNamespace(rule=rule), files=SimpleNamespace(journal_path=journal, repo=repo))
-    return loop, base, final
+    return (loop, base, *reversed(kept))
 
 
 def _fresh(monkeypatch, runs: dict):
@@ -137,7 +142,7 @@ def test_a_final_whose_fresh_runs_all_fail_is_no_better_bet(tmp_path, monkeypatc
 @pytest.mark.parametrize("rule", ["reference", "strict"])
 def test_other_rules_never_step_back(tmp_path, monkeypatch, rule):
     """The reference protocol is compared as it is; a strict keep was a claim when it was made."""
-    loop, base, final = _night(tmp_path, rule="default")
+    loop, base, final = _night(tmp_path)
     loop.config.rule = rule
     _fresh(monkeypatch, {final: [1.409, 1.404]})
     out = rm.night_end(loop, 2, say=lambda m: None)
@@ -240,3 +245,31 @@ def test_a_final_that_does_not_hold_says_so_in_its_own_headline(tmp_path, monkey
     rm.night_end(loop, 2, say=lambda m: None)
     first = ClaimRecord.from_dict(read_journal(loop.files.journal_path, kind="claim")[0][0])
     assert first.holds is False and "do not hold it below its parent" in confirm.headline([first])
+
+
+def test_the_night_end_steps_back_until_a_commit_holds(tmp_path, monkeypatch):
+    """Two one-run advances in a row, neither holding on its fresh runs: the branch steps back twice,
+    each step a commit on top of the last, to the baseline (nothing to weigh it against: the end)."""
+    loop, base, final, mid = _night(tmp_path, chain=2)
+    asked = _fresh(monkeypatch, {final: [1.404, 1.406], mid: [1.405, 1.403], base: [1.401, 1.399]})
+    out = rm.night_end(loop, 2, say=lambda m: None)
+    assert [c for c, _ in asked] == [final, mid, base]
+    journal = loop.files.journal_path
+    assert _kinds(journal)[-5:] == ["claim", "step_back", "claim", "step_back", "claim"]
+    steps = [d for d in read_journal(journal, kind="step_back")[0]]
+    assert [(d["source_commit"], d["parent"]) for d in steps] == [(final, mid), (mid, base)]
+    head = gitops.head(loop.worktree)
+    assert git(loop.worktree, "rev-parse", "HEAD~1") == steps[0]["commit"] and git(loop.worktree, "rev-parse", "HEAD~2") == final
+    assert gitops.show_file(loop.repo, head, "train.py") == gitops.show_file(loop.repo, base, "train.py")
+    assert out["commit"] == base and out["stepped_back_from"] == mid and loop.coord.last_kept == head
+    claims = [ClaimRecord.from_dict(d) for d in read_journal(journal, kind="claim")[0]]
+    assert [confirm.label(r, claims) for r in loop.history if r.commit in (final, mid)] == ["stepped back"] * 2
+
+
+def test_a_parent_that_holds_ends_the_steps_back(tmp_path, monkeypatch):
+    loop, base, final, mid = _night(tmp_path, chain=2)
+    asked = _fresh(monkeypatch, {final: [1.404, 1.406], mid: [1.392, 1.394]})
+    out = rm.night_end(loop, 2, say=lambda m: None)
+    assert [c for c, _ in asked] == [final, mid] and out["commit"] == mid and out["holds"] is True
+    assert len(read_journal(loop.files.journal_path, kind="step_back")[0]) == 1
+    assert recovery.branch_head(loop.files.journal_path, base)[0] == gitops.head(loop.worktree)
