@@ -334,3 +334,29 @@ def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch):
     assert "trained past its budget" in out.failed[0] and "slow" in out.failed[1]
     assert len(logs) == 1 + 1 + 1 + rm.DISTURBED_TRIES and logs[1] == "remeasure-ccccccc-1000001.rerun1.log"
     assert sum("running it again" in line for line in said) == 1 + rm.DISTURBED_TRIES - 1
+
+
+def test_the_rule_sim_never_raises_the_default_rules_bar_unless_asked(monkeypatch, capsys):
+    """scripts/rule_sim.py's default rule is the judge's: a run below the bar advances only where its
+    own shrunk value is below the bar too; `--advance-on-run` is the rule before that (the run alone)."""
+    spec = importlib.util.spec_from_file_location("rule_sim", REPO / "scripts" / "rule_sim.py")
+    rule_sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rule_sim)
+    real = rule_sim.shrink.posterior
+    for on_run in (False, True):
+        seen = []
+
+        def spy(inc, runs, sigma, prior):
+            est, p = real(inc, runs, sigma, prior)
+            seen.append((runs[0] < inc.mean, est.mean < inc.mean))
+            return est, p
+        monkeypatch.setattr(rule_sim.shrink, "posterior", spy)
+        advances = sum(len(rule_sim.default(rule_sim.World(night, rule_sim.PRIORS["rare"]), 30, on_run=on_run)[2])
+                       for night in range(8))
+        below, hair = sum(b for b, _ in seen), sum(b and not e for b, e in seen)
+        assert hair > 0, "runs below the bar whose shrunk value is not: the case the rule is about"
+        assert advances == (below if on_run else below - hair)
+    monkeypatch.setattr(rule_sim.shrink, "posterior", real)
+    assert rule_sim.main(["--nights", "3", "--runs", "12", "--priors", "rare"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| rare |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["reference", "default", "strict"]
