@@ -1,7 +1,7 @@
 """The keep rules on simulated nights: true gain at equal runs, and how honest each night's headline is.
 
     uv run scripts/rule_sim.py [--nights 400] [--runs 30] [--seed 1] [--priors plentiful,small,rare]
-        [--sigma-error 1.0] [--baseline-runs 3] [--advance-on-run]
+        [--sigma-error 1.0] [--baseline-runs 3] [--shrunk-too]
 
 Pure Python, a minute. Runs are Normal(true value, 1): values and gains are in sigma. A night is a
 chain of proposals, each a step from the incumbent with a true effect drawn from a prior (the mix
@@ -13,8 +13,9 @@ run noise (a run's noise is drawn once per (proposal, run index)), and spends th
 - default: advance on evidence (agent/judges/judge.py advance): BASELINE_RUNS runs of the base
   (sigma), one run per proposal, advance when it is below the incumbent's shrunk value
   (agent/judges/shrink.py: the empirical-Bayes posterior mean, the prior fitted on the night's
-  one-run results) and so is its own (an advance never raises the bar; `--advance-on-run`: the run
-  alone, the rule before that); the last 2 runs of the night re-measure the final (its headline);
+  one-run results) (`--shrunk-too`: a variant that also asks the candidate's own shrunk value to be
+  below the bar, so that no advance raises it); the last 2 runs of the night re-measure the final
+  (its headline);
 - strict: the judge that confirms every keep (agent/judges/stats.py: sequential t-test, P_KEEP,
   up to MAX_RUNS runs a candidate, the incumbent re-run when it has fewer runs).
 
@@ -94,7 +95,8 @@ def reference(w: World, runs: int):
     return true, best, advances
 
 
-def default(w: World, runs: int, sigma_error: float = 1.0, baseline_runs: int = BASELINE_RUNS, on_run: bool = False):
+def default(w: World, runs: int, sigma_error: float = 1.0, baseline_runs: int = BASELINE_RUNS,
+            shrunk_too: bool = False):
     sig = sigma_error
     base_runs = [w.run(-1, k, 0.0) for k in range(baseline_runs)]
     spent = baseline_runs
@@ -106,7 +108,7 @@ def default(w: World, runs: int, sigma_error: float = 1.0, baseline_runs: int = 
         spent += 1
         effects.append((inc.mean - y, inc.var + sig * sig))
         est, _ = shrink.posterior(inc, [y], sig, shrink.fit_prior(effects, sig))
-        if y < inc.mean and (on_run or est.mean < inc.mean):
+        if y < inc.mean and (not shrunk_too or est.mean < inc.mean):
             advances.append(w.effect(i))
             inc, true, inc_id = est, t, i
         i += 1
@@ -146,8 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--priors", default=",".join(PRIORS))
     ap.add_argument("--sigma-error", type=float, default=1.0)
     ap.add_argument("--baseline-runs", type=int, default=BASELINE_RUNS)
-    ap.add_argument("--advance-on-run", action="store_true",
-                    help="the default rule advances on its run below the bar alone (its shrunk value not asked)")
+    ap.add_argument("--shrunk-too", action="store_true",
+                    help="the default rule also asks the candidate's own shrunk value to be below the bar")
     a = ap.parse_args(argv)
     print(f"{a.nights} nights of {a.runs} runs per prior; gains in sigma; sigma believed x{a.sigma_error:g}")
     print("| prior | rule | true gain | share of reference | honesty gap | advances | null or harmful advances |")
@@ -157,7 +159,7 @@ def main(argv=None) -> int:
         out = {r: {"gain": [], "gap": [], "adv": [], "bad": []} for r in ("reference", "default", "strict")}
         for night in range(a.nights):
             for rule, fn in (("reference", lambda w: reference(w, a.runs)),
-                             ("default", lambda w: default(w, a.runs, a.sigma_error, a.baseline_runs, a.advance_on_run)),
+                             ("default", lambda w: default(w, a.runs, a.sigma_error, a.baseline_runs, a.shrunk_too)),
                              ("strict", lambda w: strict(w, a.runs))):
                 w = World(a.seed * 100_003 + night, prior)
                 true, headline, adv = fn(w)

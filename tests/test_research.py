@@ -336,14 +336,14 @@ def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch):
     assert sum("running it again" in line for line in said) == 1 + rm.DISTURBED_TRIES - 1
 
 
-def test_the_rule_sim_never_raises_the_default_rules_bar_unless_asked(monkeypatch, capsys):
-    """scripts/rule_sim.py's default rule is the judge's: a run below the bar advances only where its
-    own shrunk value is below the bar too; `--advance-on-run` is the rule before that (the run alone)."""
+def test_the_rule_sim_asks_the_shrunk_value_only_in_its_variant(monkeypatch, capsys):
+    """scripts/rule_sim.py's default rule is the judge's: a run below the bar advances; `--shrunk-too`
+    (a variant measured and not adopted) also asks the candidate's own shrunk value to be below it."""
     spec = importlib.util.spec_from_file_location("rule_sim", REPO / "scripts" / "rule_sim.py")
     rule_sim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rule_sim)
     real = rule_sim.shrink.posterior
-    for on_run in (False, True):
+    for shrunk_too in (False, True):
         seen = []
 
         def spy(inc, runs, sigma, prior):
@@ -351,11 +351,11 @@ def test_the_rule_sim_never_raises_the_default_rules_bar_unless_asked(monkeypatc
             seen.append((runs[0] < inc.mean, est.mean < inc.mean))
             return est, p
         monkeypatch.setattr(rule_sim.shrink, "posterior", spy)
-        advances = sum(len(rule_sim.default(rule_sim.World(night, rule_sim.PRIORS["rare"]), 30, on_run=on_run)[2])
-                       for night in range(8))
+        advances = sum(len(rule_sim.default(rule_sim.World(night, rule_sim.PRIORS["rare"]), 30,
+                                            shrunk_too=shrunk_too)[2]) for night in range(8))
         below, hair = sum(b for b, _ in seen), sum(b and not e for b, e in seen)
-        assert hair > 0, "runs below the bar whose shrunk value is not: the case the rule is about"
-        assert advances == (below if on_run else below - hair)
+        assert hair > 0, "runs below the bar whose shrunk value is not: the case the variant is about"
+        assert advances == (below - hair if shrunk_too else below)
     monkeypatch.setattr(rule_sim.shrink, "posterior", real)
     assert rule_sim.main(["--nights", "3", "--runs", "12", "--priors", "rare"]) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| rare |")]

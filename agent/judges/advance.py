@@ -6,8 +6,7 @@ figure, differ only in when a candidate's runs make it the incumbent:
 
 - default (advance on evidence): one run per idea. The candidate advances when its trusted figure
   beats the incumbent's *shrunk* value (agent/judges/shrink.py: the posterior mean of the
-  incumbent's true value, never its lucky minimum) and so does its own shrunk value, which becomes
-  the next bar: an advance never raises the bar.
+  incumbent's true value, never its lucky minimum), and its own shrunk value becomes the next bar.
   The judge's protections stay where they pay: a run the harness saw disturbed, a load not
   comparable with the incumbent's runs, a gain the night's prior finds implausible (a recipe that
   makes training erratic lands low by luck), an equal result that is cheaper or shorter: these get
@@ -132,7 +131,7 @@ def advance(y: float, inc: Estimate, sigma: float, effects: list[tuple[float, fl
                "effect": {"d": d, "var": var_d}, "surprise": tail, "p_better": p_better,
                "estimate": {"mean": est.mean, "var": est.var, "parent": {"mean": inc.mean, "var": inc.var}},
                "confirmed": False}
-    if y < inc.mean and est.mean < inc.mean:
+    if y < inc.mean:
         if tail < SURPRISE_P:
             return Call("strict", f"a first run {d:.6f} below the incumbent's shrunk value {inc.mean:.6f} is too "
                         f"good to advance on one run (P {tail:.2g} under the night's prior of effects): "
@@ -146,10 +145,6 @@ def advance(y: float, inc: Estimate, sigma: float, effects: list[tuple[float, fl
     if equal_result_ok and y - inc.mean <= EQUAL_SE * math.sqrt(var_d):
         return Call("strict", f"{y:.6f} is not below the incumbent's shrunk value {inc.mean:.6f}, but it is cheaper "
                     f"or shorter: {EQUAL_RESULT}", figures)
-    if y < inc.mean:   # its run is below the bar, its value is not: advancing it would raise the bar
-        return Call("discard", f"not advanced: trusted val_bpb {y:.6f} is below the incumbent's shrunk value "
-                    f"{inc.mean:.6f}, but its own shrunk value {est.mean:.6f} is not (under the night's prior of "
-                    f"effects a run this close is more likely no gain); P(better) {p_better:.3f}", figures, p_better)
     return Call("discard", f"not advanced: trusted val_bpb {y:.6f} is not below the incumbent's shrunk value "
                 f"{inc.mean:.6f} (+-{inc.sd:.6f}); P(better) {p_better:.3f}", figures, p_better)
 
