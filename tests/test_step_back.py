@@ -1,7 +1,7 @@
-"""The night end's step back (agent/remeasure.py night_end, agent/judges/confirm.py holds): a final
-the default rule advanced on one run is re-measured on fresh seeds; where those runs no longer put
-it below its parent, the branch steps back to the parent's train.py (a commit of its own, a journal
-record resume reads), and the parent, re-measured, is the headline's final.
+"""The night end's step back (agent/remeasure.py night_end, agent/judges/confirm.py holds): an
+unconfirmed final is re-measured on fresh seeds; where those runs no longer put it below its parent,
+the branch steps back to the parent's train.py (a commit of its own, a journal record resume reads),
+and the parent, re-measured, is weighed the same way, up to 3 steps; the last one is the headline's.
 
 The judge and its records are real (the default rule deciding trusted figures given as its
 verifications), so are git and the journal; the fresh runs are given (`remeasure` is what
