@@ -47,10 +47,14 @@ def check_run(repo: Path, tag: str, n_expected: int, user_head: str):
             shown = rec["trusted_bpb"] if rec.get("trusted_bpb") is not None else rec["summary"]["val_bpb"]
             assert row.val_bpb == pytest.approx(shown, abs=1e-6)
     # the branch holds the baseline (the base commit: the user's, or on top of it the commit that
-    # writes the profile's knob values in) and the kept commits, nothing else
+    # writes the profile's knob values in), the kept commits, then the night end's steps back (each
+    # holding the train.py of the commit it stepped back to), nothing else
     base = json.loads((wt / "run.json").read_text())["base_commit"]
     kept = [r["commit"] for r in records if r["status"] == "keep" and r["commit"] not in (user_head, base)]
-    assert branch_commits(repo, tag) == list(dict.fromkeys([user_head, base])) + kept
+    steps = read_journal(wt / "journal.jsonl", kind="step_back")[0]
+    assert branch_commits(repo, tag) == list(dict.fromkeys([user_head, base])) + kept + [d["commit"] for d in steps]
+    for d in steps:
+        assert git(repo, "show", f"{d['commit']}:train.py") == git(repo, "show", f"{d['parent']}:train.py")
     refs = dict(l.split(" ") for l in git(repo, "for-each-ref", "--format=%(refname) %(objectname)",
                                           f"refs/autoresearch/{tag}/discarded").splitlines() if l)
     for rec in records:
