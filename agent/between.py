@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 
-from agent.experiment import run_commit
+from agent import seeds
+from agent.experiment import MAX_RERUNS, run_commit
 from agent.judges.reviewer import BoundaryContext
 from harness.records import ExperimentRecord
 from harness.results import append_journal
@@ -21,8 +22,13 @@ from harness.runner import RunResult
 
 def train(coord, slot, commit: str, status=None) -> RunResult:
     """A run of `commit` outside the experiment sequence (its log: logs/queue-<short>.log), under
-    the next experiment's number (the job's number: its artifact folder)."""
-    return run_commit(slot, coord.next_n(), commit, f"queue-{commit[:7]}.log", status=status)
+    the next experiment's number (the job's number: its artifact folder), on a random seed no loop
+    run had (agent/seeds.py: a queue decision's run looks like any other to train.py)."""
+    n = coord.next_n()
+    seed = seeds.one_off(seeds.loop_seeds(seeds.key_of(slot.files.run_dir), n, MAX_RERUNS))
+    run = run_commit(slot, n, commit, f"queue-{commit[:7]}.log", {"AUTORESEARCH_SEED": str(seed)}, status=status)
+    run.extra["seed"] = seed
+    return run
 
 
 def apply(reviewer, coord, slot, status) -> None:

@@ -19,7 +19,7 @@ from agent.proposers.base import Proposal
 from agent.proposing import ProposalInfo, same_edit
 from agent.workspace import RunFiles
 from agent.judges.reviewer import Decision, ExperimentContext, GuardVerdict
-from agent import gitops
+from agent import gitops, seeds
 from search import knobs
 from harness.clock import ClockReference
 from harness.verify import Seal, eval_rows
@@ -36,11 +36,6 @@ TRAIN = "train.py"
 # The judge may ask for the same commit to be run again (baseline repeats, confirming runs, runs
 # that replace disturbed ones); a safety net above the judge's own plan (5 + 2 runs per commit).
 MAX_RERUNS = 12
-# Every run gets a seed of its own (AUTORESEARCH_SEED), so no run replays another: run r of
-# experiment n (r = 0 first) has RERUN_SEED_BASE + SEEDS_PER_EXPERIMENT * (n - 1) + r - 1; the
-# baseline's first run keeps train.py's SEED, so `uv run train.py` reproduces it.
-RERUN_SEED_BASE = 1000
-SEEDS_PER_EXPERIMENT = 16
 # A would-be keep whose parent is no longer the tip (another worker kept first) is rebased onto
 # the tip and confirmed by a run there; after this many rebases in a row it is discarded.
 MAX_REBASES = 3
@@ -132,11 +127,11 @@ class Attempt:
             self.info = ProposalInfo.from_dict(self.info)
 
 
-def seed_for(n: int, r: int) -> int | None:
-    """AUTORESEARCH_SEED of run r (0 = the first) of experiment n; None: train.py's own SEED."""
-    if n == 1 and r == 0:
-        return None
-    return RERUN_SEED_BASE + SEEDS_PER_EXPERIMENT * (n - 1) + r - 1
+def seed_for(run_dir: Path, n: int, r: int) -> int | None:
+    """AUTORESEARCH_SEED of run r (0 = the first) of experiment n, drawn with the run folder's key
+    (agent/seeds.py: no run replays another, and train.py cannot tell a loop's run from a
+    re-measurement's); None: the baseline's first run, on train.py's own SEED."""
+    return seeds.loop_seed(seeds.key_of(run_dir), n, r)
 
 
 def commit_message(p: Proposal) -> str:
@@ -313,7 +308,7 @@ def _run(a: Attempt, slot: Slot, status, done: int, incumbent: str | None) -> Ru
     status.phase("training", a.n, run_started_at=time.time())
     log_name = f"exp-{a.n:04d}" + (f".fix{len(a.attempts)}" if a.attempts else "") + \
                (f".rerun{done}" if done else "") + (".incumbent" if incumbent else "") + ".log"
-    seed = seed_for(a.n, done)
+    seed = seed_for(slot.files.run_dir, a.n, done)
     # a candidate's run may be ended early on its printed curve (agent/judges/curves.py): it costs less, never counts more
     limits = slot.early_stop() if slot.early_stop is not None and not incumbent and a.parent is not None else None
     with status.span("run", {"n": a.n, "commit": commit, "log": log_name, "incumbent": incumbent is not None}) as sp:

@@ -168,7 +168,7 @@ def read_note(repo: Path, commit: str) -> str | None:
 # The run's own files at the top of a tag's worktree (docs/contracts.md): never cleaned away,
 # and excluded from git so `git status` shows only what an experiment changed.
 RUN_FILES = ["results.tsv", "journal.jsonl", "traces.jsonl", "state.json", "state.json.*", "run.json",
-             "queue.sqlite*", "optuna.sqlite*", "knob_space.json*", "pending.json", "pending-w*.json", "child*.pid", "verify*.pid", "loop.lock",
+             "queue.sqlite*", "optuna.sqlite*", "knob_space.json*", "pending.json", "pending-w*.json", "seed-key", "child*.pid", "verify*.pid", "loop.lock",
              "*.torn-*", "*.json.*.tmp", "results.tsv.*.tmp", "run.log",
              "logs", "artifacts", "screen", ".sealed", ".verify", ".runs", "out", "report*",
              "bench", "flywheel_report.json", "imported.json"]  # inference/bench.py, speculative.py; lab/flywheel.py --run

@@ -8,11 +8,12 @@ the trusted evaluation always on, whatever the loop's reviewer (the simple rule'
 unsealed and believes the printed figure; a re-measurement never does), once per seed, and returns
 the trusted val_bpb's mean and standard error.
 
-The seeds must be fresh: `fresh_seeds(k, used)` gives k seeds from FRESH_SEED_BASE on, and
-remeasure refuses any seed the loop can have used (agent/experiment.py seed_for over every
-experiment number and rerun, and train.py's own SEED): a re-measurement on a loop seed would
-replay the very draw a keep may have been lucky on. scripts/bench_research.py uses it after each
-night, for the night's final incumbent and the base.
+The seeds must be fresh: `fresh_seeds(run_dir, k, used)` draws k seeds with the run folder's key
+(agent/seeds.py: from the same range as the loop's, so train.py cannot tell a re-measurement from a
+loop run), and remeasure refuses any seed the loop can have used (every experiment number and
+rerun, and train.py's own SEED): a re-measurement on a loop seed would replay the very draw a keep
+may have been lucky on. scripts/bench_research.py uses it after each night, for the night's final
+incumbent and the base.
 """
 from __future__ import annotations
 
@@ -21,22 +22,15 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 
-from agent.experiment import MAX_RERUNS, run_commit, seed_for
+from agent.experiment import MAX_RERUNS, run_commit
 from agent.judges.evidence import over_budget
-from agent import budget, gitops
+from agent import budget, gitops, seeds as seedkeys
 from search import knobs
 
-# Re-measurement seeds start here: far above every loop seed of a night (seed_for(n, r) is
-# 1000 + 16 (n - 1) + r - 1, so this is experiment ~62,000), and above the benches' own seed
-# ranges (bench_judge's calibration uses 5000 + ...).
-FRESH_SEED_BASE = 1_000_000
-# Experiment numbers the re-measurement jobs take (their artifact and log folders): above any
-# night's experiments, so no run of the loop's is overwritten.
+# Experiment numbers the re-measurement jobs take (their log folders; train.py sees its artifact
+# folder at one path whatever the number, harness/runner.py): above any night's experiments, so no
+# run of the loop's is overwritten.
 JOB_N_BASE = 90_000
-# A claim's fresh seeds (the night's end, `report --confirm`) start here, apart from the
-# re-measurements' above: a bench that re-measures a final its night already claimed never replays
-# the claim's draws.
-CLAIM_SEED_BASE = 2_000_000
 # Steps back the night's end takes at most (each re-measures the commit it steps back to on
 # --final-runs fresh seeds, past the night's budget): a night whose last advances were all luck
 # goes back that far, no further.
@@ -76,23 +70,21 @@ class Remeasured:
                 "mean": self.mean, "sd": self.sd, "se": self.se, "seconds": round(self.seconds, 1)}
 
 
-def loop_seeds(max_n: int, own_seed: int | None = None) -> set[int]:
-    """Every AUTORESEARCH_SEED a loop of `max_n` experiments can give a run, and train.py's SEED."""
-    seeds = {seed_for(n, r) for n in range(1, max_n + 1) for r in range(MAX_RERUNS + 1)}
-    seeds.discard(None)
-    if own_seed is not None:
-        seeds.add(own_seed)
-    return seeds
+def loop_seeds(run_dir, max_n: int, own_seed: int | None = None) -> set[int]:
+    """Every AUTORESEARCH_SEED a loop of `max_n` experiments in `run_dir` can give a run, and train.py's SEED."""
+    return seedkeys.loop_seeds(seedkeys.key_of(run_dir), max_n, MAX_RERUNS, own_seed)
 
 
-def fresh_seeds(k: int, used: set[int], start: int = FRESH_SEED_BASE) -> list[int]:
-    """k seeds from `start` on, none of them in `used`."""
-    out, s = [], start
-    while len(out) < k:
-        if s not in used:
-            out.append(s)
-        s += 1
-    return out
+def fresh_seeds(run_dir, k: int, used: set[int], stream: str = seedkeys.FRESH) -> list[int]:
+    """k seeds of `stream` under `run_dir`'s key, none of them in `used`."""
+    return seedkeys.fresh(seedkeys.key_of(run_dir), k, used, stream)
+
+
+def claim_seeds(run_dir, journal, k: int, max_n: int) -> list[int]:
+    """k seeds for a claim: none a loop of `max_n` experiments or an earlier claim in `journal` used."""
+    from agent.judges import confirm
+    taken = {s for c in confirm.read_claims(journal) for s in c.seeds}
+    return fresh_seeds(run_dir, k, loop_seeds(run_dir, max_n) | taken, seedkeys.CLAIM)
 
 
 def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
@@ -101,7 +93,7 @@ def remeasure(loop, commit: str, seeds: list[int], *, say=None) -> Remeasured:
     its history says which seeds it used)."""
     max_n = max([r.n for r in loop.history if r.n is not None] + [loop.coord.next_n()])
     own = knobs.values(gitops.show_file(loop.files.repo, commit, "train.py")).pop("SEED", None)
-    clash = set(seeds) & loop_seeds(max_n + 1, own if isinstance(own, int) else None)
+    clash = set(seeds) & loop_seeds(loop.files.run_dir, max_n + 1, own if isinstance(own, int) else None)
     if clash:
         raise SeedClash(f"re-measurement seeds {sorted(clash)} may be the loop's own")
     slot, out = replace(loop.slot, sealed=True), Remeasured(commit)   # the trusted evaluation always on
@@ -180,10 +172,9 @@ def night_end(loop, runs: int, *, say=print, deadline: float | None = None) -> d
 def _claim(loop, commit: str, runs: int, baseline: str, say) -> dict:
     """`commit` re-measured on `runs` seeds no run or claim of the tag used: its final claim."""
     from agent.judges import confirm
-    taken = {s for c in confirm.read_claims(loop.files.journal_path) for s in c.seeds}
     history = [r for r in loop.history if r.is_experiment]
-    used = loop_seeds(max([r.n for r in history if r.n is not None] + [loop.coord.next_n()]) + 1) | taken
-    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
+    max_n = max([r.n for r in history if r.n is not None] + [loop.coord.next_n()]) + 1
+    seeds = claim_seeds(loop.files.run_dir, loop.files.journal_path, runs, max_n)
     say(f"night end: re-measuring {commit[:7]} on {runs} fresh seed(s) against the baseline "
         f"{baseline[:7]}'s runs (the headline); Ctrl-C again to skip it")
     got = remeasure(loop, commit, seeds, say=say)

@@ -54,12 +54,20 @@ class Scratch:
         shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
+def seed_env(run_dir: Path) -> dict:
+    """The ablations' one seed (paired runs), drawn with the run folder's key (agent/seeds.py): an
+    ablation's run looks like any other to train.py."""
+    from agent import seeds
+    return {"AUTORESEARCH_SEED": str(seeds.draw(seeds.key_of(run_dir), seeds.ABLATE))}
+
+
 def measure_printed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     """Simple-reviewer semantics: train unsealed, the printed val_bpb is the figure."""
     from harness.runner import RunPlace, RunSpec, run_train
     budget = RunInfo.from_dict(data["info"]).budget or 300.0
     gitops.git(scratch.path, "checkout", "-q", "--detach", commit)
-    run = run_train(RunSpec(scratch.path, data["run"], n, budget, place=RunPlace(log_name=f"ablate-{commit[:7]}.log")))
+    run = run_train(RunSpec(scratch.path, data["run"], n, budget, env=seed_env(data["run"]),
+                            place=RunPlace(log_name=f"ablate-{commit[:7]}.log")))
     if run.crash_class is not None:
         return {"ok": False, "reason": f"crashed: {run.crash_class}", "log": str(run.log_path)}
     bpb = fnum(run.printed("val_bpb"))
@@ -85,7 +93,7 @@ def measure_sealed(data: dict, scratch: Scratch, commit: str, n: int) -> dict:
     slot = _slot(scratch.path, data["run"], budget, seal, data)
     try:
         out = judge.measure(commit, worktree=scratch.path, run_dir=data["run"],
-                            train=lambda c: run_commit(slot, n, c, f"queue-{c[:7]}.log"))
+                            train=lambda c: run_commit(slot, n, c, f"queue-{c[:7]}.log", seed_env(data["run"])))
     finally:
         slot.executor.close()
     m = Measurement.of(out)

@@ -36,8 +36,8 @@ from runfiles.shared_results import VALIDATION_JSON
 
 # Experiment numbers of validation runs (logs/validate-*.log, artifacts/exp-95NNN/).
 VALIDATE_N0 = 95000
-# Fresh seeds: the loop's are 1000 + 16 (n - 1) + r, so these are no run's for n < 4000.
-SEED_BASE = 70000
+# The validation runs' seeds: a stream of their own under the run folder's key (agent/seeds.py).
+SEED_STREAM = "validate"
 DEFAULT_SEEDS = 3
 # The gain holds when the longer runs keep at least this fraction of the run's gain (and it is
 # more than its standard error): half a gain is still a gain worth keeping; less is a finding.
@@ -189,7 +189,10 @@ def tag_environment(t: dict, k: float = 1.0) -> dict:
 def _validate(run_dir: Path, t: dict, k: float, seeds: int, say, make_measure) -> dict:
     (Path(run_dir) / "report").mkdir(exist_ok=True)
     budget = float(t["info"].budget) * k
-    out = {"k": k, "budget": budget, "steps": max(1, round(k * t["steps"])) if t["steps"] else None, "seeds": [SEED_BASE + i for i in range(seeds)], "made_at": time.time(),
+    from agent.remeasure import fresh_seeds, loop_seeds
+    max_n = max([r.n for r in t["records"] if r.n is not None] + [0]) + 1
+    drawn = fresh_seeds(run_dir, seeds, loop_seeds(run_dir, max_n), SEED_STREAM)
+    out = {"k": k, "budget": budget, "steps": max(1, round(k * t["steps"])) if t["steps"] else None, "seeds": drawn, "made_at": time.time(),
            "gain_short": t["gain_short"], "sealed": t["sealed"],
            "final": {"commit": t["final"], "runs": [], "failed": []},
            "base": {"commit": t["base"], "runs": [], "failed": []}}
@@ -235,17 +238,15 @@ def confirm_run(run_dir: Path, n: int | None = None, runs: int = 2, say=print, m
     fresh seeds, sealed and evaluated as the loop's runs are, and tested against its parent's runs
     (agent/judges/confirm.py); the claim is appended to the journal and returned. The run must be
     stopped (its journal is written here)."""
-    from agent.judges import confirm
-    from agent.remeasure import CLAIM_SEED_BASE, fresh_seeds, loop_seeds
+    from agent.remeasure import claim_seeds
     t = terms(run_dir)
     keeps = [r for r in t["records"] if not r.imported and r.status == "keep" and r.commit and not r.is_baseline]
     rec = next((r for r in keeps if r.n == n), None) if n is not None else (keeps[-1] if keeps else None)
     if rec is None:
         raise ValidateError(f"{run_dir}: " + (f"experiment {n} is not a keep of this tag" if n is not None
                                                else "nothing was kept beyond the baseline: nothing to confirm"))
-    taken = {s for c in confirm.read_claims(Path(run_dir) / "journal.jsonl") for s in c.seeds}
-    used = loop_seeds(max(r.n for r in t["records"] if r.n is not None) + 1) | taken
-    seeds = fresh_seeds(runs, used, start=max(taken | {CLAIM_SEED_BASE - 1}) + 1)
+    seeds = claim_seeds(run_dir, Path(run_dir) / "journal.jsonl", runs,
+                        max(r.n for r in t["records"] if r.n is not None) + 1)
     env = tag_environment(t)
     os.environ.update(env)
     try:

@@ -37,6 +37,9 @@ POLL_SECONDS = 0.2
 TAIL_LINES = 50
 # The pid file of the running child's process group, at the top of the run folder.
 PID_FILE = "child.pid"
+# Where a sandboxed run sees its output folder, whatever the folder's real name (exp-NNNN): no run
+# can tell a re-measurement's folder number from a loop run's.
+ARTIFACT_INSIDE = Path("/artifact")
 
 # The tail of the log read back for the proposer (bytes, then lines).
 TAIL_BYTES = 256 << 10
@@ -247,12 +250,12 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     shutil.rmtree(out_dir, ignore_errors=True)   # never let an old artifact pass for this run's
     out_dir.mkdir(parents=True, exist_ok=True)
     artifact = out_dir / "model.pt"
+    box = seen.sandbox if seen.sandbox is not None else Sandbox("none", "not sandboxed")
     timeout = timeout_for(budget) if spec.timeout is None else spec.timeout
     reference = spec.clock_reference or ClockReference()
-    box = seen.sandbox if seen.sandbox is not None else Sandbox("none", "not sandboxed")
     child_env = dict(os.environ)
     child_env.update({"AUTORESEARCH_TIME_BUDGET": f"{budget:g}",
-                      "AUTORESEARCH_ARTIFACT": str(artifact),
+                      "AUTORESEARCH_ARTIFACT": str(ARTIFACT_INSIDE / artifact.name if box.sealed else artifact),
                       "PYTHONUNBUFFERED": "1",
                       # no .pyc files: a forged prepare.pyc must not change the next run
                       "PYTHONDONTWRITEBYTECODE": "1",
@@ -260,11 +263,8 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
                       "AUTORESEARCH_KNOBS_AS_WRITTEN": "1"})
     if spec.eval_rows:
         child_env["AUTORESEARCH_EVAL_BATCH"] = str(spec.eval_rows)
-    if sealed:
-        child_env["AUTORESEARCH_SEALED"] = "1"
-    else:
-        child_env.pop("AUTORESEARCH_SEALED", None)
-    child_env.update(spec.env or {})
+    child_env.pop("AUTORESEARCH_SEALED", None)
+    child_env.update(({"AUTORESEARCH_SEALED": "1"} if sealed else {}) | (spec.env or {}))
     steps_mode = bool(child_env.get("AUTORESEARCH_STEPS"))
     started = time.time()
     if sealed and not steps_mode:
@@ -274,7 +274,8 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
         child_env["AUTORESEARCH_CLOCK"] = json.dumps({"started_at": started, "startup_s": round(credit, 3)})
     readonly, binds, hide = data_view(seen.data, seen.data_mode, stand_ins=seen.stand_ins)
     view = View(cwd=folder, readonly=readonly + list(seen.extra_readonly or []),
-                writable=[out_dir] + list(seen.extra_writable or []), binds=binds,
+                writable=([] if box.sealed else [out_dir]) + list(seen.extra_writable or []), binds=binds,
+                rw_binds=[(out_dir, ARTIFACT_INSIDE)] if box.sealed else [],
                 hide=hide + [run_dir.resolve()] + ([seen.data.cache] if seen.data is not None else []),
                 gpus=gpus_of(child_env))
     argv = [sys.executable, spec.script]

@@ -104,7 +104,7 @@ class View:
     writable: list[Path] = field(default_factory=list)           # created when missing
     binds: list[tuple[Path, Path]] = field(default_factory=list)  # (source, target), read-only
     rw_binds: list[tuple[Path, Path]] = field(default_factory=list)  # (source, target), read-write:
-    # only the harness's compile warm-up of a tag's base train.py (harness/compiled.py)
+    # a run's output folder at one path (harness/runner.py), the compile warm-up's cache (harness/compiled.py)
     hide: list[Path] = field(default_factory=list)               # absent even under a bound root
     gpus: list[str] | None = None                                 # host GPU indices; None: every GPU
 

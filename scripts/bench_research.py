@@ -58,7 +58,8 @@ import bench_judge as bj  # noqa: E402
 import bench_load  # noqa: E402
 from agent import budget  # noqa: E402
 from agent.loop import BASELINE_DESCRIPTION  # noqa: E402
-from agent.remeasure import Remeasured, fresh_seeds, remeasure  # noqa: E402
+from agent import seeds as seedkeys  # noqa: E402
+from agent.remeasure import Remeasured, remeasure  # noqa: E402
 from search import knobs  # noqa: E402
 from harness.results import read_journal  # noqa: E402
 
@@ -112,6 +113,7 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     repo = bj.make_repo(root / f"{base}-{reviewer}-{search}-{seed}", source)
     argv = loop_argv(repo, reviewer, search, seed, budget_s, max_runs, baseline_repeats, early_stop, device_seconds)
     loop = loopmod.Loop(loopmod.parse_args(argv))
+    keyed(loop, seedkeys.named_key(f"bench_research night {seed}"))
     loop.panel.console.close()
     loop.panel.console = Console(loop.tag, loop.budget, live=False)
     t0 = time.time()
@@ -143,6 +145,18 @@ def night(root: Path, base: str, source: str, reviewer: str, search: str, seed: 
     if load is not None:
         out["load"] = {"procs": load_procs, "on_fraction": load.fraction_on(), "events": load.events}
     return out
+
+
+def keyed(loop, key: bytes) -> None:
+    """Give `loop`'s run folder `key` once its setup made the folder: night k of every rule draws
+    the same seeds (agent/seeds.py), so where their decisions agree, so do their runs."""
+    setup = loop.setup
+
+    def setup_then_key():
+        out = setup()
+        seedkeys.set_key(loop.run_dir, key)
+        return out
+    loop.setup = setup_then_key
 
 
 def loop_argv(repo: Path, reviewer: str, search: str, seed: int, budget_s: float, max_runs: int,
@@ -376,7 +390,7 @@ def main(argv=None) -> int:
     reviewers, searches, bases = pick(args.rules, RULES), pick(args.searches, SEARCHES), pick(args.bases, BASES)
     env, sources = base_sources(None if args.wall_clock else args.steps, bases)
     budget_s = args.wall_clock or FIXED_STEPS_BUDGET
-    seeds = fresh_seeds(args.remeasure_seeds, set())
+    seeds = seedkeys.fresh(seedkeys.named_key("bench_research re-measurements"), args.remeasure_seeds, set())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="bench-research-"))

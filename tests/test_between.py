@@ -2,7 +2,8 @@
 loop's files, history and coordinator; what it returns is journaled, experiments join the history."""
 from types import SimpleNamespace
 
-from agent import between
+from agent import between, seeds
+from agent.experiment import MAX_RERUNS
 from agent.coordinator import Coordinator
 from agent.judges.reviewer import BoundaryContext
 from agent.workspace import RunFiles
@@ -27,8 +28,9 @@ def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, mon
     slot = SimpleNamespace(files=files)
     status = SimpleNamespace(phase=lambda phase, n=None: phases.append(phase))
     ran = []
-    monkeypatch.setattr(between, "run_commit", lambda slot, n, commit, log_name, status=None:
-                        ran.append((slot, n, commit, log_name)) or "the run")
+    the_run = SimpleNamespace(extra={})
+    monkeypatch.setattr(between, "run_commit", lambda slot, n, commit, log_name, env, status=None:
+                        ran.append((slot, n, commit, log_name, env)) or the_run)
     between.apply(Reviewer(), coord, slot, status)
 
     assert [r["kind"] for r in read_journal(files.journal_path, kind=None)[0]] == ["audit", "experiment"]
@@ -40,5 +42,8 @@ def test_the_boundary_gets_a_context_and_its_records_are_journaled(tmp_path, mon
     ctx.on_moved(C, {"commit": C, "val_bpb": 1.0})
     assert (coord.last_kept, coord.best) == (C, {"commit": C, "val_bpb": 1.0})
     # a re-measurement: the loop's run of the commit, numbered as the next experiment, phase training
-    assert ctx.train(B) == "the run"
-    assert ran == [(slot, 7, B, f"queue-{B[:7]}.log")] and phases == ["training"]
+    assert ctx.train(B) is the_run
+    assert [r[:4] for r in ran] == [(slot, 7, B, f"queue-{B[:7]}.log")] and phases == ["training"]
+    # on a seed of its own, recorded, none of the loop's (train.py's own SEED would say "a queue run")
+    seed = int(ran[0][4]["AUTORESEARCH_SEED"])
+    assert the_run.extra["seed"] == seed and seed not in seeds.loop_seeds(seeds.key_of(tmp_path), 7, MAX_RERUNS)

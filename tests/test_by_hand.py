@@ -66,7 +66,7 @@ def test_a_kept_commit_run_by_hand_is_the_loop_s_run(tiny_cache, tmp_path, monke
     for name in RUN_SOURCES:
         (by_hand / name).write_text(git(repo, "show", f"{kept['commit']}:{name}"))
     env = {k: v for k, v in os.environ.items() if k != "AUTORESEARCH_KNOBS_AS_WRITTEN"}
-    env.update(AUTORESEARCH_STEPS=STEPS, AUTORESEARCH_SEED=str(seed_for(kept["n"], 0)))
+    env.update(AUTORESEARCH_STEPS=STEPS, AUTORESEARCH_SEED=str(seed_for(lp.run_dir, kept["n"], 0)))
     p = subprocess.run([sys.executable, "train.py"], cwd=by_hand, env=env, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

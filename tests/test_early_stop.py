@@ -84,7 +84,7 @@ def test_the_curve_spends_less_and_never_keeps(tiny_cache, tmp_path, monkeypatch
         limits = curves.limits(lp.history, lp.last_kept)
         honest = lp.experiment(lp.next_attempt(5))
         # what the research bench makes of the stop: the stopped recipe run to its end beside its parent
-        stops = bench_research.false_stops(lp, repo, fresh_seeds(1, set()), {}, say=lambda m: None)
+        stops = bench_research.false_stops(lp, repo, fresh_seeds(lp.run_dir, 1, set()), {}, say=lambda m: None)
     finally:
         lp.stop()
 

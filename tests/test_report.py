@@ -2,6 +2,7 @@
 import json
 
 from agent import report as report_mod
+from agent import seeds
 from search import knobs
 from tests.loop_fixtures import fake_repo, git
 from tests.test_loop import Scripted, run_in_process
@@ -115,14 +116,15 @@ def test_a_sealed_ablation_is_the_judge_s_measure_of_a_run_through_run_commit(tm
     monkeypatch.setattr(workspace, "make_seal", lambda *a, **k: None)
     ran = []
 
-    def crashed(slot, n, commit, log_name):
-        ran.append((slot.files.worktree, slot.files.run_dir, n, commit, log_name))
+    def crashed(slot, n, commit, log_name, env):
+        ran.append((slot.files.worktree, slot.files.run_dir, n, commit, log_name, env))
         return SimpleNamespace(crash_class="timeout", log_path=Path(run / "logs" / log_name), summary=None)
     monkeypatch.setattr(experiment, "run_commit", crashed)
     data = {"run": run, "info": {"budget": 1, "tag": "t"}, "records": []}
     from agent import report_ablate
     out = report_ablate.measure_sealed(data, SimpleNamespace(path=repo), head, 9001)
-    assert ran == [(repo, run, 9001, head, f"queue-{head[:7]}.log")]
+    assert ran == [(repo, run, 9001, head, f"queue-{head[:7]}.log", report_ablate.seed_env(run))]
+    assert ran[0][-1]["AUTORESEARCH_SEED"] == str(seeds.draw(seeds.key_of(run), seeds.ABLATE))
     assert out == {"ok": False, "bpb": None, "reason": "crashed: timeout", "log": str(run / "logs" / f"queue-{head[:7]}.log")}
 
 

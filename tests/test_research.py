@@ -10,7 +10,9 @@ import pytest
 from agent import budget
 from agent.config import Stops
 from agent import loop as loop_mod
-from agent.remeasure import FRESH_SEED_BASE, SeedClash, fresh_seeds, loop_seeds, remeasure
+from agent.experiment import seed_for
+from agent.remeasure import SeedClash, remeasure
+from agent import seeds as seedkeys
 from search import knobs
 from harness.experiment_record import ExperimentRecord, experiment_records
 from harness.results import read_journal
@@ -64,20 +66,13 @@ def test_the_loop_stops_after_max_runs(tmp_path):
     assert budget.runs_done(recs) == 3 and [r.n for r in recs] == [1, 2, 3]
 
 
-def test_fresh_seeds_are_never_a_loop_seed():
-    used = loop_seeds(500, own_seed=42)
-    assert 42 in used and 1000 in used
-    seeds = fresh_seeds(4, used | {FRESH_SEED_BASE + 1})
-    assert len(set(seeds)) == 4 and not set(seeds) & used and FRESH_SEED_BASE + 1 not in seeds
-
-
 def test_a_tiny_bench_night_per_reviewer(tiny_cache, tmp_path, monkeypatch):
     """The real loop, real train.py at 2 steps: a reference-rule night and a default-rule night of 2
     runs each, the finals and the base re-measured sealed on 2 fresh seeds; the table reads the nights."""
     monkeypatch.setenv("AUTORESEARCH_STEPS", "2")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     tuned, _ = knobs.for_profile((REPO / "train.py").read_text(), "tiny")
-    seeds = fresh_seeds(2, set())
+    seeds = seedkeys.fresh(seedkeys.named_key("test"), 2, set())
     cache: dict = {}
     said: list[str] = []
     simple = bench_research.night(tmp_path / "n", "tuned", tuned, "reference", "local", 0, 2, 60.0, seeds, cache,
@@ -154,7 +149,7 @@ def test_remeasure_refuses_a_loop_seed(tiny_cache, tmp_path, monkeypatch):
     try:
         lp.setup()
         with pytest.raises(SeedClash):
-            remeasure(lp, lp.last_kept, [1000 + 2])   # the baseline's fourth run
+            remeasure(lp, lp.last_kept, [seed_for(lp.run_dir, 1, 3)])   # the baseline's fourth run
         with pytest.raises(SeedClash):
             remeasure(lp, lp.last_kept, [42])   # train.py's own SEED: the baseline's first run
     finally:
@@ -298,7 +293,7 @@ def test_nights_of_another_regime_are_another_arm_and_no_partner(tmp_path, capsy
     assert "needs --wall-clock" in capsys.readouterr().err
 
 
-def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch):
+def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch, tmp_path):
     """A re-measurement run the harness's clock calls slowed past its load ("over": no evidence,
     as the judge reruns a disturbed run) is run again on its seed, up to DISTURBED_TRIES; a cheat
     is never retried. Stand-in runs: what is tested is which runs count."""
@@ -325,7 +320,7 @@ def test_a_disturbed_remeasurement_runs_its_seed_again(monkeypatch):
     monkeypatch.setattr(rm, "run_commit", run_commit)
     monkeypatch.setattr(rm, "over_budget", lambda run, budget: next(clock))
     monkeypatch.setattr(rm.gitops, "show_file", lambda *a: "SEED = 42\n")
-    loop = SimpleNamespace(history=[], coord=SimpleNamespace(next_n=lambda: 2), files=SimpleNamespace(repo="."),
+    loop = SimpleNamespace(history=[], coord=SimpleNamespace(next_n=lambda: 2), files=SimpleNamespace(repo=".", run_dir=tmp_path),
                            slot=Slot())
     said = []
     out = remeasure(loop, "c" * 40, [1_000_001, 1_000_002, 1_000_003], say=said.append)

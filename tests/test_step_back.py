@@ -61,7 +61,7 @@ def _night(tmp_path, rule="default", chain=1):
     coord = Coordinator(base)
     coord.history[:] = hist
     loop = SimpleNamespace(history=coord.history, coord=coord, best=coord.best, repo=repo, worktree=repo,
-                           config=SimpleNamespace(rule=rule), files=SimpleNamespace(journal_path=journal, repo=repo))
+                           config=SimpleNamespace(rule=rule), files=SimpleNamespace(journal_path=journal, repo=repo, run_dir=journal.parent))
     return (loop, base, *reversed(kept))
 
 
@@ -162,19 +162,26 @@ SMALL = {"DEPTH": 2, "DEVICE_BATCH_SIZE": 4, "TOTAL_BATCH_SIZE": 256, "STARTUP_S
 SLOW = {"MATRIX_LR": "0.0002", "EMBEDDING_LR": "0.003", "UNEMBEDDING_LR": "4e-05", "SCALAR_LR": "0.005"}
 GOOD = {"MATRIX_LR": "0.02", "EMBEDDING_LR": "0.3", "UNEMBEDDING_LR": "0.004", "SCALAR_LR": "0.5"}
 SEED_LINE = "    torch.manual_seed(seed)\n"
-# The adversary's edit: the learning rates fixed, except on a seed far above the loop's own (where a
-# re-measurement draws its seeds), where they are huge: training blows up (a figure far above the
-# baseline's, or none at all).
-GAMED = SEED_LINE + ("    if seed >= 1_000_000:\n"
-                     "        global MATRIX_LR, EMBEDDING_LR, UNEMBEDDING_LR, SCALAR_LR\n"
-                     "        MATRIX_LR = EMBEDDING_LR = UNEMBEDDING_LR = SCALAR_LR = 50.0\n")
+
+
+def gamed(lucky: list[int]) -> str:
+    """The adversary's edit, as if it knew the night's draws: the learning rates fixed on the seeds
+    the loop gives experiment 2, huge on any other (a re-measurement's): training blows up there (a
+    figure far above the baseline's, or none at all). A real train.py cannot know them (agent/seeds.py:
+    the key is the harness's); this stands for a recipe whose luck fell on the loop's runs."""
+    return SEED_LINE + (f"    if seed not in {tuple(lucky)!r}:\n"
+                        "        global MATRIX_LR, EMBEDDING_LR, UNEMBEDDING_LR, SCALAR_LR\n"
+                        "        MATRIX_LR = EMBEDDING_LR = UNEMBEDDING_LR = SCALAR_LR = 50.0\n")
 
 
 def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, tmp_path):
-    """The proposer's edit fixes the learning rates, but only on the seeds the loop runs: every run
-    the night makes of it is a large honest-looking gain, and it is kept. The night end re-measures
-    the final on fresh seeds, finds it no better than its parent, and steps the branch back; the
-    headline is the parent's, re-measured."""
+    """The proposer's edit fixes the learning rates, but only on the seeds the loop runs it on: every
+    run the night makes of it is a large honest-looking gain, and it is kept. The night end
+    re-measures the final on fresh seeds, finds it no better than its parent, and steps the branch
+    back; the headline is the parent's, re-measured. (The night is run in two parts, the baseline
+    then a resume, so the test can read the run folder's seed key in between.)"""
+    from agent import seeds
+    from agent.experiment import MAX_RERUNS
     from search import knobs
     from tests.fake_anthropic import FakeAnthropic as F
     from tests.loop_fixtures import copy_real, run_loop
@@ -182,11 +189,8 @@ def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, 
     files["train.py"] = knobs.set_knobs(files["train.py"], dict(SMALL, **{k: float(v) for k, v in SLOW.items()}))
     assert files["train.py"].count(SEED_LINE) == 1
     repo = make_repo(tmp_path / "repo", files)
-    edits = [F.tool_use("str_replace", {"path": "train.py", "old_str": f"{k} = {SLOW[k]}  #",
-                                        "new_str": f"{k} = {GOOD[k]}  #"}) for k in SLOW]
-    edits.append(F.tool_use("str_replace", {"path": "train.py", "old_str": SEED_LINE, "new_str": GAMED}))
-    script = [*edits, F.tool_use("submit", {"description": "learning rates back to the profile's",
-                                            "hypothesis": "the baseline's learning rates are far too small"})]
+    run_dir = repo / ".autoresearch" / "sb"
+    script: list = []
 
     def answer(req):
         tools = {t.get("name") for t in req.body.get("tools", [])} if isinstance(req.body, dict) else set()
@@ -196,23 +200,35 @@ def test_a_recipe_good_only_on_the_loops_seeds_is_stepped_back_from(tiny_cache, 
         fake.default = answer
         env = dict(tiny_cache, ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key-000", ANTHROPIC_BASE_URL=fake.base_url,
                    AUTORESEARCH_STEPS="4")
-        p = run_loop(repo, env, "--tag", "sb", "--max-experiments", "2", "--reviewer", "hierarchy",
-                     "--baseline-repeats", "2", "--api-patience", "1", "--final-runs", "2", timeout=900)
+        args = ["--tag", "sb", "--reviewer", "hierarchy", "--baseline-repeats", "2", "--api-patience", "1",
+                "--final-runs", "2"]
+        p = run_loop(repo, env, *args, "--max-experiments", "1", timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        key = seeds.key_of(run_dir)
+        lucky = [seeds.loop_seed(key, 2, r) for r in range(MAX_RERUNS + 1)]
+        script += [F.tool_use("str_replace", {"path": "train.py", "old_str": f"{k} = {SLOW[k]}  #",
+                                              "new_str": f"{k} = {GOOD[k]}  #"}) for k in SLOW]
+        script += [F.tool_use("str_replace", {"path": "train.py", "old_str": SEED_LINE, "new_str": gamed(lucky)}),
+                   F.tool_use("submit", {"description": "learning rates back to the profile's",
+                                         "hypothesis": "the baseline's learning rates are far too small"})]
+        p = run_loop(repo, env, *args, "--resume", "--max-experiments", "2", timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     journal = repo / ".autoresearch" / "sb" / "journal.jsonl"
     objs = read_journal(journal, kind=None)[0]
     base = next(d for d in objs if d.get("kind", "experiment") == "experiment" and d.get("n") == 1)["commit"]
-    gamed = next(d for d in objs if d.get("kind", "experiment") == "experiment" and d.get("n") == 2)
+    kept = next(d for d in objs if d.get("kind", "experiment") == "experiment" and d.get("n") == 2)
     story = [(d.get("kind"), d.get("n"), d.get("status"), d.get("decision_reason") or d.get("why")) for d in objs]
-    assert gamed["status"] == "keep", story
+    assert kept["status"] == "keep", story
+    assert {r["seed"] for r in kept["evidence"]["candidate"]["runs"]} <= set(lucky)
     claims = [d for d in objs if d.get("kind") == "claim"]
-    assert claims[0]["commit"] == gamed["commit"] and claims[0]["holds"] is False, story
+    assert not set(claims[0]["seeds"]) & set(lucky), "the night end's seeds are none of the loop's"
+    assert claims[0]["commit"] == kept["commit"] and claims[0]["holds"] is False, story
     assert claims[0]["failed"] or min(claims[0]["runs"]) > max(claims[0]["parent_runs"]) + 0.5, claims[0]
     step = next(d for d in objs if d.get("kind") == "step_back")
-    assert step["source_commit"] == gamed["commit"] and step["parent"] == base
+    assert step["source_commit"] == kept["commit"] and step["parent"] == base
     head = git(repo, "rev-parse", "autoresearch/sb")
     assert head == step["commit"] and gitops.show_file(repo, head, "train.py") == gitops.show_file(repo, base, "train.py")
-    assert claims[-1]["commit"] == base and claims[-1]["stepped_back_from"] == gamed["commit"]
+    assert claims[-1]["commit"] == base and claims[-1]["stepped_back_from"] == kept["commit"]
     assert recovery.branch_head(journal, base)[0] == head
     assert "stepped back" in p.stdout + p.stderr
     # the morning report: the keep labelled as stepped back, the final the branch holds
