@@ -288,7 +288,9 @@ def run_train(spec: RunSpec, on_tick=None) -> RunResult:
     kill_at = CHEAT_FACTOR * limit_for(budget, MAX_LOAD) + KILL_MARGIN_S   # past what any load explains
     timed_out = over_budget = False
     flood = stopped = None
-    account = CpuAccount(f"{n}-{log_path.stem}")   # every CPU second of the run, counted by the kernel
+    # every CPU second of the run, counted by the kernel; its name says nothing of the run (without a
+    # cgroup namespace, /proc/self/cgroup shows it inside)
+    account = CpuAccount(os.urandom(4).hex())
     with open(log_path, "wb") as log:
         proc = box.popen(argv, view, child_env, enter=account.enter, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=place.own_session)
