@@ -15,7 +15,7 @@ import contextlib
 from agent import seeds
 from agent.experiment import MAX_RERUNS, run_commit
 from agent.judges.reviewer import BoundaryContext
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import append_journal
 from harness.runner import RunResult
 

@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 from agent.config import Stops
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 # Experiments the offline proposer takes after a crash streak.
 HANDOVER_EXPERIMENTS = 2

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runfiles.run import DataInfo
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.state import RunState
 from harness.secrets import clean_text
 

@@ -31,7 +31,7 @@ from agent.proposers.base import Proposal
 from search import knobs
 from harness.results_table import as_str
 from runfiles.run import Best, best_of
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.secrets import scrub
 
 BEING_PROPOSED = "(being proposed)"

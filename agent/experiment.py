@@ -23,7 +23,8 @@ from agent import gitops, seeds
 from search import knobs
 from harness.clock import ClockReference
 from harness.verify import Seal, eval_rows
-from harness.records import Basis, ExperimentRecord
+from harness.decision import Basis
+from harness.experiment_record import ExperimentRecord
 from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
 from harness.job import CANCELLED, EvalSpec, JobSeal, TrainJob

@@ -53,7 +53,7 @@ if __package__ in (None, ""):   # run as a script: the project root on the path
 from agent import cli, workspace   # noqa: E402
 from agent import gitops   # noqa: E402
 from search import knobs   # noqa: E402
-from harness.records import ExperimentRecord  # noqa: E402
+from harness.experiment_record import ExperimentRecord  # noqa: E402
 from harness.results import RESULTS_HEADER, append_journal, rewrite_results   # noqa: E402
 from runfiles.state import write_json_atomic   # noqa: E402
 from harness.results_table import ResultRow, parse_results   # noqa: E402

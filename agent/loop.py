@@ -74,7 +74,7 @@ from agent.experiment import reference_of
 from harness.clock import ClockReference
 from runfiles.run import DataInfo
 from runfiles.shared_results import ImportedInfo
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.sandbox import DataView
 from harness.runner import kill_leftover, timeout_for
 from harness.job import clear_staging

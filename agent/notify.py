@@ -40,7 +40,7 @@ import urllib.request
 from typing import Callable
 
 from agent.config import NOTIFY_ENV as ENV_VAR  # noqa: F401  (the name callers know it by)
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.secrets import clean_text, remember
 
 # Tries per message before it is dropped, and the first backoff (doubling).

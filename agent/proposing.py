@@ -28,7 +28,7 @@ from agent.coordinator import InFlight
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest, ProposerUnavailable
 from agent.proposers.local import FINE_SCALE, LocalProposer
 from agent import gitops
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results_table import fnum
 
 

@@ -30,7 +30,8 @@ from agent.proposing import ProposalInfo
 from agent import gitops
 from runfiles.matching import match_rows
 from runfiles.journal import QueueAppliedRecord
-from harness.records import ExperimentRecord, ResultRow
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import ResultRow
 from runfiles.run import best_of
 from harness.results import (append_journal, is_json_object, read_journal, read_results, repair_torn,
                              rewrite_results)

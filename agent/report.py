@@ -28,7 +28,7 @@ from agent.report_figures import device_seconds, kept_baseline, records_from_res
 from agent.judges import confirm
 from harness.results_table import bpb_figure, figure_text, fnum
 from runfiles.journal import STEPPED_BACK, Measurement
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.run import RunInfo
 from harness.results import read_journal
 from runfiles.shared_results import ABLATIONS, REPORT_DIR, ImportedInfo, Validation

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.results_table import fnum
-from harness.records import ExperimentRecord, read_table
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import read_table
 
 
 def kept_baseline(records: list[ExperimentRecord], base: str | None) -> ExperimentRecord | None:

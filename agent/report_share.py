@@ -12,7 +12,7 @@ from agent import hardware
 from agent.report_progress import points, write_png
 from agent import gitops
 from harness.results_table import bpb_figure
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.run import RunInfo
 from runfiles.shared_results import CostPerGain, ImportedInfo, Validation
 

@@ -28,7 +28,7 @@ from agent.console import one_line, read_tail, run_progress, run_text
 from agent.judges import stats
 from agent.judges.advance import EQUAL_RESULT
 from agent.tracing import span_of
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
 from runfiles.state import write_state
 

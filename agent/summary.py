@@ -16,7 +16,7 @@ from pathlib import Path
 from agent import budget
 from agent.console import clock
 from runfiles.run import RunInfo
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal
 from harness.secrets import clean_text
 from runfiles.shared_results import ImportedInfo

@@ -29,7 +29,7 @@ from typing import Callable
 from agent import gitops
 from runfiles.journal import Measurement
 from runfiles.run import RunInfo
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal
 from runfiles.state import write_json_atomic
 from runfiles.shared_results import VALIDATION_JSON

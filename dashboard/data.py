@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runfiles.matching import match_rows
-from harness.records import ExperimentRecord, ResultLine, ResultTable, experiment_records, read_table
+from harness.experiment_record import ExperimentRecord, experiment_records
+from harness.results_table import ResultLine, ResultTable, read_table
 
 # Lines of a log shown on an experiment's page.
 LOG_TAIL_LINES = 60
@@ -193,7 +194,7 @@ def _bytes_at(path: Path, offset: int, n: int) -> bytes:
 
 
 def journal_records(path: Path) -> list[ExperimentRecord]:
-    """The journal's experiment records, typed (harness/records.py ExperimentRecord)."""
+    """The journal's experiment records, typed (harness/experiment_record.py ExperimentRecord)."""
     return experiment_records(read_jsonl(path).records)
 
 

@@ -4,8 +4,8 @@ Builds a git repo with a train.py, branch autoresearch/<tag> in a worktree at
 .autoresearch/<tag>/, kept commits on the branch, discarded ones under
 refs/autoresearch/<tag>/discarded/<n>, and every file the loop writes (docs/contracts.md):
 results.tsv, journal.jsonl, traces.jsonl, state.json, run.json, logs/, queue.sqlite. Records go
-through the loop's own writers and types (harness/results.py, harness/records.py: ExperimentRecord,
-Decision, RunState), shaped as agent/experiment.py record() and the judge hierarchy shape them, so
+through the loop's own writers and types (harness/results.py, harness/experiment_record.py ExperimentRecord,
+harness/decision.py Decision, runfiles/state.py RunState), shaped as agent/experiment.py record() and the judge hierarchy shape them, so
 a demo folder and a real run folder have one schema. The dashboard's tests and benchmark use it;
 the figures are synthetic (seeded), the git is real.
 """
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from search import knobs
 from runfiles.queue_store import QueueStore
-from harness.records import Basis, Decision, ExperimentRecord
+from harness.decision import Basis, Decision
+from harness.experiment_record import ExperimentRecord
 from runfiles.state import RunningExperiment, RunState, SessionTally, WorkerState
 from harness.results import append_journal, append_result, init_results
 from runfiles.state import write_state

@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.records import ExperimentRecord, ResultLine
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import ResultLine
 
 # Seconds a git command may take before the page gives up on it.
 GIT_TIMEOUT_S = 10

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.records import ExperimentRecord, finite as _finite
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import finite as _finite
 from harness.results_table import bpb_figure
 from harness.results_table import ResultLine
 

@@ -14,7 +14,8 @@ import time
 from runfiles.matching import match_rows
 from dashboard import data, gitdiff
 from runfiles.run import OFFLINE_SOURCE, RunInfo
-from harness.records import ExperimentRecord, ResultLine, experiment_records, finite as _finite, fnum as _fnum
+from harness.experiment_record import ExperimentRecord, experiment_records
+from harness.results_table import ResultLine, finite as _finite, fnum as _fnum
 from runfiles.state import RunState
 from dashboard.runs import Run
 from runfiles.journal import AuditRecord, SpanRecord, claim_label, read_claims
@@ -253,7 +254,7 @@ def experiment(run: Run, n: int) -> dict | None:
     if journal.bad:
         problems.append(f"{journal.bad} line(s) of journal.jsonl could not be parsed")
     rn = rec.n if rec else None
-    # The MetaJudge's audits: journal records of their own kind (harness/records.py AuditRecord).
+    # The MetaJudge's audits: journal records of their own kind (runfiles/journal.py AuditRecord).
     audits = [a.raw for a in (AuditRecord.from_dict(r) for r in journal.records) if a is not None
               and rn is not None and a.n == rn]
     log_rel = rec.log if rec else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from dashboard.runview import _finite, bench_figures
-from harness.records import ResultLine
+from harness.results_table import ResultLine
 
 W, H, PAD = 420, 210, 44  # SVG size and the margin for the axis labels
 

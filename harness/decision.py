@@ -1,8 +1,7 @@
 """What a judge decided and on what grounds: the Decision a reviewer returns, its typed Basis (a
 str Enum: the journal keeps the same strings), and VerdictReads, the typed reads of a verdicts
 dict that a Decision and a journal record (harness/experiment_record.py) share; and, at the end,
-EvidenceFigures: a record's `evidence` read safely, what a decision rested on. harness/records.py
-re-exports every name here.
+EvidenceFigures: a record's `evidence` read safely, what a decision rested on.
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@
 
 Records read from disk are data, not trusted: from_dict never raises and keeps values as read;
 the accessors check types (a hostile journal gives None or an empty value, never an exception).
-harness/records.py re-exports every name here.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ dashboard read back.
   "line N: why" (`problems`).
 - read_table: the file, parsed (a missing file is an empty table that says so).
 
-The file is data: nothing here raises on its content. (Re-exported by harness/records.py.)
+The file is data: nothing here raises on its content.
 """
 from __future__ import annotations
 

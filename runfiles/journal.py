@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.records import as_dict, as_int, as_str, fnum
+from harness.results_table import as_dict, as_int, as_str, fnum
 
 
 BRANCH_ACTIONS = ("restore", "revert")

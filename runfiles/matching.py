@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from collections import defaultdict
 
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results_table import ResultLine
 
 

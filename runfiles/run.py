@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypedDict
 
-from harness.records import as_int, as_str, fnum
+from harness.results_table import as_int, as_str, fnum
 
 
 # ---------------------------------------------------------------- the incumbent

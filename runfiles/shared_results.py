@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.results_table import as_dict, as_str, bpb_figure, figure_text, fnum
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 IMPORTED_JSON = "imported.json"
 # The morning report's folder in a run folder (agent/report.py) and its files written by others.

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from harness.records import as_int, as_str, fnum
+from harness.results_table import as_int, as_str, fnum
 from harness.results import write_text_atomic
 from runfiles.run import Best, best_of
 

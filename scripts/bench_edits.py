@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from agent.proposers.scripted import Edit
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from search import knobs
 
 

@@ -61,7 +61,7 @@ from scripts import bench_load  # noqa: E402
 from scripts.bench_edits import GAIN_RENAMES, NULL_EDITS, preflight, rename  # noqa: E402
 from harness.job import FIXED_SOURCES  # noqa: E402
 from search import knobs  # noqa: E402
-from harness.records import ExperimentRecord  # noqa: E402
+from harness.experiment_record import ExperimentRecord  # noqa: E402
 
 CALIBRATION = REPO / "scripts" / "bench_judge_calibration.json"
 PROFILE = "tiny"               # seconds per run on 2 cores; the cpu profile is minutes

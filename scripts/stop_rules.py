@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.judges import curves  # noqa: E402
-from harness.records import ExperimentRecord, experiment_records  # noqa: E402
+from harness.experiment_record import ExperimentRecord, experiment_records  # noqa: E402
 from harness.results import read_journal  # noqa: E402
 
 RULES = ("now", "late", "both")

@@ -10,7 +10,7 @@ import pytest
 
 from agent.judges import advance, confirm, shrink
 from agent.judges.hierarchy import JudgeHierarchy
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.test_judge_stats import BASE, CAND, OTHER, ctx, decide, run
 
 SIGMA = 0.004

@@ -7,7 +7,7 @@ from agent.experiment import MAX_RERUNS
 from agent.coordinator import Coordinator
 from agent.judges.reviewer import BoundaryContext
 from agent.workspace import RunFiles
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import read_journal
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40

@@ -8,7 +8,7 @@ from agent.proposers.base import Proposal, ProposalError, ProposalRequest, Propo
 from agent.proposers.claude import ClaudeProposer, _retry_after
 from agent.tracing import Tracer
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 F = FakeAnthropic
 API_KEY = "sk-ant-test-0123456789abcdef"

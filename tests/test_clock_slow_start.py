@@ -229,7 +229,7 @@ def test_a_real_slower_recipe_in_steps_mode_is_evidence(repo, tiny_cache, monkey
 
 def _kept(n, commit, paces, proposer="offline"):
     """A keep record whose own runs stepped at `paces` (idle, seconds between step lines)."""
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     runs = [{"startup_s": STEPS_REF.startup_s, "post_s": STEPS_REF.post_s, "pace_s": p, "load_train": 1.0,
              "load_startup": 1.0, "load_post": 1.0} for p in paces]
     return ExperimentRecord.of(n=n, commit=commit, status="keep", proposer=proposer, clock=runs[0],

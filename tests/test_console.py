@@ -13,7 +13,7 @@ from rich.console import Console as RichConsole
 from agent import console as con
 from agent import loop as loop_mod
 from agent.judges.reviewer import Decision, SimpleReviewer
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.loop_fixtures import fake_repo
 
 # train.py's progress line format (train.py: the print in the training loop)

@@ -10,7 +10,7 @@ import pytest
 
 from dashboard.browser import Chromium
 from dashboard.demo import build
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.state import RunState
 from runfiles.state import write_state
 from tests.dashboard_fixtures import HEADER, client

@@ -95,7 +95,7 @@ def test_every_keep_says_why_on_the_console_and_the_dashboard_whatever_its_groun
     console's verdict line and the dashboard's row both say why (the ground and the reason)."""
     from agent.console import decision_line
     from dashboard.data import row_view
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     from harness.results_table import parse_results
     cases = [("efficiency", "efficiency: 31% fewer FLOPs per token at an equal result (2.700100 vs 2.700000)",
               "kept on efficiency: 31% fewer FLOPs per token"),

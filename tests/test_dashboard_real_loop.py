@@ -1,5 +1,5 @@
 """The dashboard on a run folder the real loop wrote (not the demo), and the Now panel's list of
-experiments in flight (state.json "workers", harness/records.RunState)."""
+experiments in flight (state.json "workers", runfiles/state.py RunState)."""
 
 import html
 import json
@@ -61,7 +61,7 @@ def test_now_panel_lists_the_experiments_in_flight(tmp_path):
 
 
 def test_the_demo_writes_the_loops_schema(loop_run, tmp_path):
-    from harness.records import OPTIONAL_KEYS, ExperimentRecord
+    from harness.experiment_record import OPTIONAL_KEYS, ExperimentRecord
     from runfiles.state import RunState
     demo = build(tmp_path / "d", "demo", n=4, seed=1, queue=False)
     real = [r for r in map(json.loads, (loop_run / "journal.jsonl").read_text().splitlines())

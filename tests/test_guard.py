@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent.judges.guard import check_source, diff_lines, guard, stray_changes
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = (REPO / "train.py").read_text()

@@ -16,9 +16,9 @@ from agent import gitops
 from search import knobs
 from agent.experiment import reference_of
 from harness.clock import ClockReference
-from harness.records import Basis
+from harness.decision import Basis
 from harness.results import read_journal
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.verify import VerifyResult
 from tests.loop_fixtures import copy_real, fake_run, git, loop_cmd, make_repo
 from tests.test_cheats import GIT_ENV, ctx_for, make_wt

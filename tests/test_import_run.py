@@ -17,7 +17,7 @@ from agent.import_run import IMPORTED_JSON, TIP_PROPOSER
 from agent.workspace import RunFiles
 from dashboard.app import create_app
 from agent import gitops
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal, read_results
 from runfiles.shared_results import ImportedInfo
 from tests.dashboard_fixtures import TOKEN

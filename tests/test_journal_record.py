@@ -10,7 +10,7 @@ from dataclasses import fields
 import pytest
 
 from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
-from harness.records import OPTIONAL_KEYS, RECORD_KEYS, ExperimentRecord, experiment_records
+from harness.experiment_record import OPTIONAL_KEYS, RECORD_KEYS, ExperimentRecord, experiment_records
 
 ADVERSARIAL = [
     {},

@@ -90,7 +90,7 @@ from agent.judges.reviewer import BoundaryContext  # noqa: E402
 from agent.workspace import RunFiles  # noqa: E402
 from runfiles.queue_store import QueueStore  # noqa: E402
 from harness.verify import VerifyResult  # noqa: E402
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 
 def records(dicts) -> list:

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from agent.judges import evidence, stats
 from agent.judges.hierarchy import JudgeHierarchy
-from harness.records import Decision, ExperimentRecord
+from harness.decision import Decision
+from harness.experiment_record import ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run
 from tests.test_judge_stats import CAND, OTHER, baseline, best_of, ctx, decide

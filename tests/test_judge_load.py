@@ -8,7 +8,8 @@ from agent.console import decision_line
 from agent.judges import pairing, queue_apply
 from agent.judges.hierarchy import JudgeHierarchy
 from runfiles.queue_store import QueueStore
-from harness.records import Decision, ExperimentRecord
+from harness.decision import Decision
+from harness.experiment_record import ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run
 from tests.test_judge_stats import BASE, CAND, ctx, decide

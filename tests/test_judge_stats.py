@@ -9,7 +9,8 @@ import pytest
 from agent.experiment import seed_for
 from agent.judges import evidence, stats
 from agent.judges.hierarchy import JudgeHierarchy
-from harness.records import Basis, ExperimentRecord
+from harness.decision import Basis
+from harness.experiment_record import ExperimentRecord
 from harness.verify import VerifyResult
 from tests.loop_fixtures import fake_run
 

@@ -7,7 +7,7 @@ from agent.judges.judge import rule_opinion
 from agent.judges.llm_judge import VERDICT_TOOL, LLMJudge
 from tests.test_judge import margin
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (fixture)
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-MATRIX_LR = 0.02\n+MATRIX_LR = 0.03\n"
 FIGS = {"best_before": 1.0, "threshold": 0.005, "runs": [0.99], "improvement": 0.01}

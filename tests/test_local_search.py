@@ -7,7 +7,7 @@ from agent.proposers.base import Proposal, ProposalRequest
 from agent.proposers.local import JUMP_STEPS, MAX_JUMP_KNOBS, SIZE_KNOBS, STEP_FACTOR, LocalProposer, step
 from agent.proposers.offline import OfflineProposer
 from search import knobs
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.loop_fixtures import REPO
 
 REAL = (REPO / "train.py").read_text()

@@ -204,7 +204,7 @@ def test_the_proposer_is_handed_typed_records_and_typed_experiments_in_flight(tm
     """The history a proposer sees is the coordinator's ExperimentRecords (never journal dicts),
     and the experiment training meanwhile (the prefetch) is an InFlight entry beside it."""
     from agent.coordinator import InFlight
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     repo = fake_repo(tmp_path / "repo")
     proposer = Scripted([("deeper", lambda s: knobs.set_knobs(s, {"DEPTH": 5})),
                          ("wider", lambda s: knobs.set_knobs(s, {"WIDTH": 96}))])

@@ -3,7 +3,7 @@
 from dashboard import data
 from dashboard.runview import match_journal
 from runfiles.matching import match_rows
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import append_journal, append_result, init_results, read_journal, read_results
 
 RUNS = [(1, "a" * 40, "keep", 1.50), (2, "b" * 40, "discard", 1.52), (3, "a" * 40, "discard", 1.51),

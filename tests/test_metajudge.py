@@ -1,6 +1,6 @@
 """The MetaJudge on synthetic histories: a judge that keeps everything, one that contradicts the metric."""
 from agent.judges.judge import MIN_SAMPLES, audit, recently_flagged
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 TH = 0.005
 

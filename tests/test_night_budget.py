@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from agent import budget
 from agent.config import IdeasConfig
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.fake_anthropic import FakeAnthropic, fake_anthropic  # noqa: F401  (the fixture)
 from tests.loop_fixtures import fake_env, fake_repo, run_loop
 

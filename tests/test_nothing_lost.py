@@ -17,7 +17,7 @@ import pytest
 
 from agent.coordinator import undecided
 from agent import envcheck
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import (OutOfSpace, append_journal, append_line, append_result, init_results, is_json_object,
                              read_journal, read_results, repair_torn)
 from tests.loop_fixtures import (FAKE_PREPARE, FAKE_TRAIN, REPO, fake_env, fake_repo, git, make_repo,

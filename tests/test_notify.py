@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agent.notify import Notifier, Watch, body, check_url, host_of
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.secrets import scrub_env, scrub_text
 
 

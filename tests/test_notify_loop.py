@@ -5,7 +5,7 @@ import re
 import threading
 
 from agent.cli import parse_args
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal
 from tests.loop_fixtures import fake_env, fake_repo, run_loop
 from tests.test_notify import Hook

@@ -18,7 +18,7 @@ from agent.proposers import space as knob_space
 from agent.proposers.offline import FROZEN_RE, STUDY_FILE, KnobStudy, OfflineProposer, knob_spec, neighbors
 from agent import gitops
 from search import knobs
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN, REPO
 
 REAL = (REPO / "train.py").read_text()
@@ -115,7 +115,7 @@ from pathlib import Path
 from agent.proposers.base import ProposalRequest
 from agent.proposers.offline import OfflineProposer
 from search import knobs
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from tests.loop_fixtures import FAKE_TRAIN
 folder = Path(sys.argv[1])
 p = OfflineProposer()

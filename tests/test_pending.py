@@ -6,7 +6,7 @@ from agent.coordinator import BEING_PROPOSED, InFlight, PendingFile, undecided
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
 from search import knobs
-from harness.records import ExperimentRecord, experiment_records
+from harness.experiment_record import ExperimentRecord, experiment_records
 from harness.results import read_journal
 
 SRC = "DEPTH = 4  # layers\nLR = 0.01  # a rate\n"
@@ -75,7 +75,7 @@ def test_proposal_info_round_trips_and_feeds_the_record():
     """ProposalInfo (agent/proposing.py): what a pending line holds comes back as it was, and every
     key that is not a timing is one of the experiment record's optional keys, under its name."""
     from agent.proposing import INFO_KEYS, TIMING_KEYS, ProposalInfo
-    from harness.records import OPTIONAL_KEYS
+    from harness.experiment_record import OPTIONAL_KEYS
     assert set(INFO_KEYS) - set(TIMING_KEYS) <= set(OPTIONAL_KEYS)
     raw = {"seconds": 2.0, "waited": 0.5, "fallback": "offline", "screen": {"k": 3}, "future_key": 1}
     info = ProposalInfo.from_dict(raw)

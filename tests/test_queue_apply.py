@@ -14,7 +14,7 @@ from agent.workspace import RunFiles
 from agent import gitops
 from runfiles.queue_store import QueueStore
 from harness.results import init_results, read_results
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 
 def git(cwd, *args):

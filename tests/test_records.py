@@ -1,4 +1,4 @@
-"""harness/records.py: the typed records every reader shares, checked against what the real loop writes."""
+"""harness/experiment_record.py and runfiles/: the typed records every reader shares, checked against what the real loop writes."""
 import json
 import math
 from types import SimpleNamespace
@@ -10,7 +10,9 @@ from agent.judges.judge import Opinion, combine, rule_opinion
 from agent.judges.reviewer import Decision as ReexportedDecision, SimpleReviewer
 from dashboard import data
 from harness import results
-from harness.records import RESULT_HEADER, Basis, Decision, ExperimentRecord, ResultRow, experiment_records, parse_results
+from harness.decision import Basis, Decision
+from harness.experiment_record import ExperimentRecord, experiment_records
+from harness.results_table import RESULT_HEADER, ResultRow, parse_results
 from runfiles.run import RunInfo, RunSeal
 from runfiles.state import RunningExperiment, RunState, STATE_KEYS, WorkerState
 from harness.verify import VerifyResult
@@ -281,12 +283,18 @@ def test_evidence_view_keeps_each_runs_pace_and_says_whether_runs_were_recorded(
     assert old is not None and not old.has_runs and old.runs == []
 
 
-def test_the_record_types_live_in_one_module_and_records_re_exports_them():
+def test_every_record_type_has_one_home():
+    """A reader imports a type from where it is defined (no re-exporting module in between); the
+    journal record reads its verdicts and evidence through the decision's own types."""
+    import importlib.util
+
+    import harness.decision as decision
     import harness.experiment_record as er
-    import harness.records as records
-    for name in ("ExperimentRecord", "Basis", "Decision", "EvidenceFigures", "NoiseBandFigures", "experiment_records",
-                 "RECORD_KEYS", "OPTIONAL_KEYS"):
-        assert getattr(records, name) is getattr(er, name)
+    for name in ("Basis", "Decision", "EvidenceFigures", "EvidenceRun"):
+        assert getattr(er, name) is getattr(decision, name) and getattr(decision, name).__module__ == "harness.decision"
+    for name in ("ExperimentRecord", "NoiseBandFigures", "experiment_records"):
+        assert getattr(er, name).__module__ == "harness.experiment_record"
+    assert importlib.util.find_spec("harness.records") is None
 
 
 def test_the_coordinator_and_the_budget_read_a_hostile_history_safely():

@@ -44,7 +44,7 @@ def test_reconcile_returns_what_it_recovered_and_touches_no_loop(tmp_path):
     from agent.recovery import Recovered, reconcile
     from agent.workspace import RunFiles
     from agent import gitops
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     from harness.results import append_journal, append_result, init_results, read_results
     from tests.loop_fixtures import git, make_repo
 
@@ -92,7 +92,7 @@ def test_an_earlier_versions_pending_file_moves_into_the_journal(tmp_path):
     from agent.recovery import reconcile
     from agent.workspace import RunFiles
     from agent import gitops
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     from harness.results import append_journal, append_result, init_results, read_journal
     from tests.loop_fixtures import make_repo
 
@@ -118,7 +118,7 @@ def test_the_coordinator_derives_the_tip_the_way_resume_reads_the_journal(tmp_pa
     moves made outside experiments, in order, and a journal of the same events read back by
     --resume (branch_head) gives the same head and figure."""
     from agent.coordinator import Coordinator
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     a, b, c, d = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
     coord = Coordinator("base")
     assert coord.tip() == ("base", None)

@@ -79,7 +79,7 @@ def test_an_empty_run_folder_is_an_error_not_an_exit(tmp_path):
 
 def test_the_report_shows_each_keeps_evidence_and_the_hand_overs():
     from agent.report import markdown, summarize
-    from harness.records import ExperimentRecord
+    from harness.experiment_record import ExperimentRecord
     base = {"n": 1, "commit": "b" * 40, "status": "keep", "proposer": "baseline", "trusted_bpb": 1.0,
             "verdicts": {"judge": {"basis": "baseline"}}}
     kept = {"n": 2, "commit": "c" * 40, "parent": "b" * 40, "status": "keep", "proposer": "offline",

@@ -7,7 +7,8 @@ import pytest
 
 from agent import report as report_mod
 from agent.report_figures import device_seconds, kept_baseline, wall_seconds
-from harness.records import ExperimentRecord, read_table
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import read_table
 from harness.results import read_journal
 from tests.test_results_analysis import crashing_run, integrity_records, write_run
 

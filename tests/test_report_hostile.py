@@ -12,7 +12,7 @@ import unicodedata
 import pytest
 
 from agent import report
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import append_journal, read_journal
 from tests.loop_fixtures import REPO, fake_repo, git
 

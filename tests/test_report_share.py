@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from agent import hardware, report, report_progress
 from dashboard.app import create_app
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal, read_results
 from runfiles.shared_results import CostPerGain
 from tests.dashboard_fixtures import TOKEN

@@ -13,7 +13,8 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from harness.records import ExperimentRecord, read_table
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import read_table
 from harness.results import append_record, init_results, read_journal
 from tests.loop_fixtures import FAKE_PREPARE, FAKE_TRAIN, REPO, fake_env, make_repo, run_loop
 

@@ -7,7 +7,8 @@ from dashboard import data
 from dashboard.runview import match_journal
 from harness import results
 from runfiles.matching import match_rows
-from harness.records import ExperimentRecord, ResultLine, ResultTable
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import ResultLine, ResultTable
 from harness.results_table import PARTIAL_NOTE
 
 RUNS = [(1, "a1" * 20, 1.500001, 44.0, "keep", "baseline"),

@@ -10,7 +10,7 @@ import sys
 from agent import import_run, workspace
 from search import knobs
 from harness.job import RUN_SOURCES
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal
 from tests.loop_fixtures import REPO, git
 

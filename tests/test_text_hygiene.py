@@ -9,7 +9,7 @@ import unicodedata
 from rich.console import Console as RichConsole
 
 from agent import console as con
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from harness.results import append_record, append_result, init_results, read_results
 
 HOSTILE = [

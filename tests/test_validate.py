@@ -9,7 +9,7 @@ import pytest
 from agent import loop as loop_mod, report, validate
 from dashboard.app import create_app
 from search import knobs
-from harness.records import experiment_records
+from harness.experiment_record import experiment_records
 from harness.results import read_journal
 from runfiles.shared_results import Validation
 from tests.dashboard_fixtures import TOKEN

@@ -32,7 +32,7 @@ from agent.judges import evidence, shrink, stats
 from agent.judges.evidence import Band
 from agent.judges.shrink import Estimate
 from harness.decision import Decision
-from harness.records import Basis
+from harness.decision import Basis
 from harness.verify import VerifyResult
 
 RULES = ("default", "reference", "strict")

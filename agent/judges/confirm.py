@@ -9,7 +9,7 @@ on demand (`uv run agent/report.py --run DIR --confirm [N]`, the queue's "confir
 the night's final when the night ends, whose fresh runs also give the headline: its gain over the
 baseline's runs, with its standard error, never the minimum of noisy runs.
 
-Every claim is a journal object of kind "claim" (harness/records.py ClaimRecord).
+Every claim is a journal object of kind "claim" (runfiles/journal.py ClaimRecord).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import time
 
 from agent.judges import advance, evidence, shrink, stats
 from runfiles.journal import CLAIM_MIN_RUNS, ClaimRecord
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from runfiles.journal import claim_label as label, read_claims  # noqa: F401  (the label and the claims, by name here)
 
 # Fresh runs a claim rests on at least (the strict judge's least runs for a keep).

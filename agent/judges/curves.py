@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 
 from harness.clock import ClockFigures
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 # The points of the budget a candidate is checked at: late enough that the early steps' noise
 # has settled, early enough to save a run's worth of time every two or three stops.

@@ -19,7 +19,9 @@ from agent.judges import pairing, stats
 from agent.judges.judge import Opinion
 from harness import clock as harness_clock
 from harness.procs import MAX_LOAD
-from harness.records import Basis, ExperimentRecord, finite
+from harness.decision import Basis
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import finite
 
 # Runs of one commit the judge may ask for beyond its statistical plan, to replace disturbed ones.
 DISTURBED_RERUNS = 2

@@ -17,7 +17,7 @@ from agent.judges.guard_rules import new_violations, scan, seed_constants
 from agent.judges.judge import near_duplicates
 from agent.judges.reviewer import REQUIRED_DEFS, GuardVerdict, _defines
 from search.knobs import PROFILE_CALL, code_fingerprint, read_knobs, values
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 # The one file the loop may change.
 EDITABLE = "train.py"

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.results_table import fnum
-from harness.records import Basis, ExperimentRecord
+from harness.decision import Basis
+from harness.experiment_record import ExperimentRecord
 
 # Net added code lines that count as "much added complexity".
 BIG_DIFF_LINES = 25

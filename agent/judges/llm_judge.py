@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from agent import sdk_logs
 from agent.judges.judge import Opinion
 from llm import client as llm
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 # llm/client.py's default model (the proposer's too); AUTORESEARCH_JUDGE_MODEL overrides.
 DEFAULT_MODEL = llm.DEFAULT_MODEL

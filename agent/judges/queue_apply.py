@@ -27,7 +27,8 @@ from typing import Callable
 from agent import gitops
 from runfiles.queue_store import QueueItem, QueueStore
 from runfiles.run import Best, best_of
-from harness.records import Decision, ExperimentRecord
+from harness.decision import Decision
+from harness.experiment_record import ExperimentRecord
 from runfiles.journal import Measurement
 from harness.secrets import scrub
 

@@ -15,7 +15,8 @@ from typing import Callable, Protocol, runtime_checkable
 
 from agent.proposers.base import Proposal
 from agent.workspace import RunFiles
-from harness.records import Basis, Decision, ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
+from harness.decision import Basis, Decision  # noqa: F401  (Basis, Decision: re-exported)
+from harness.experiment_record import ExperimentRecord  # noqa: F401  (Basis, Decision: re-exported)
 from runfiles.run import Best  # noqa: F401  (Basis, Decision: re-exported)
 from harness.runner import RunResult
 from search import knobs

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from agent.errors import ProposalError, ProposerUnavailable  # noqa: F401  (part of the protocol: proposers raise them)
 from runfiles.run import Best
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ProposalRequest:
     train_source: str         # train.py of the parent commit (the one to edit)
     program: str              # program.md, re-read each experiment
     history: list[ExperimentRecord]   # the decided experiments so far, in decision order
-    best: Best | None         # the incumbent (harness/records.py)
+    best: Best | None         # the incumbent (runfiles/run.py)
     feedback: str = ""        # guard rejection, or a crash's last 50 log lines when asked to fix
     fix_of: Proposal | None = None
     seed: int = 0

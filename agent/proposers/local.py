@@ -38,8 +38,8 @@ from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers import space as knob_space
 from agent.proposers.space import PRIOR_KNOBS, SAMPLERS
 from search import knobs
-from harness.records import ExperimentRecord
-from harness.records import MAX_DESCRIPTION
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import MAX_DESCRIPTION
 
 # A log-scale knob moves by this factor, a linear one (a fraction, a beta) by 1/LIN_STEPS of its
 # search range. Steps of x1.41 and 1/6 moved val_bpb by ~1-2 sigma at best, which leaves the judge

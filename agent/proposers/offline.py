@@ -27,8 +27,8 @@ from agent.proposers import space as knob_space
 from agent.proposers.base import Proposal, ProposalError, ProposalRequest
 from agent.proposers.space import FROZEN_RE, SAMPLERS, knob_spec, neighbors  # noqa: F401  (re-exported)
 from search import knobs
-from harness.records import ExperimentRecord
-from harness.records import MAX_DESCRIPTION
+from harness.experiment_record import ExperimentRecord
+from harness.results_table import MAX_DESCRIPTION
 
 # The study's file, at the top of the run folder (git-ignored: agent/gitops.py RUN_FILES).
 STUDY_FILE = "optuna.sqlite"

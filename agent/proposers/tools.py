@@ -13,7 +13,7 @@ import json
 import os
 import re
 from search import knobs
-from harness.records import ExperimentRecord
+from harness.experiment_record import ExperimentRecord
 from dataclasses import dataclass
 from pathlib import Path
 
