@@ -38,13 +38,18 @@ def claims_of(journal: list[dict]) -> list[ClaimRecord]:
     return [c for c in (ClaimRecord.from_dict(d) for d in journal) if c is not None]
 
 
+def _with_fresh(history: list[ExperimentRecord], fresh: list[float]):
+    """The journal's counted runs per commit, and the tag's noise pooled over them and the fresh runs."""
+    store = evidence.restore(history)
+    return store, evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
+
+
 def claim(commit: str, history: list[ExperimentRecord], fresh: list[float], *, failed: list[str] = (),
           baseline: str | None = None, final: bool = False) -> dict:
     """The claim journal object for `commit` on its `fresh` runs: confirmed against its parent's
     counted runs (the journal's store); with `baseline`, the gain over the baseline's runs."""
     rec = keep_record(history, commit)
-    store = evidence.restore(history)
-    noise = evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
+    store, noise = _with_fresh(history, fresh)
     parent = rec.parent if rec is not None else None
     parent_runs = evidence.values(store.get(parent, [])) if parent else []
     out = {"kind": "claim", "commit": commit, "n": rec.number if rec is not None else None, "runs": list(fresh),
@@ -87,8 +92,7 @@ def holds(history: list[ExperimentRecord], commit: str, fresh: list[float]) -> t
         return None
     if not fresh:
         return False, None, "no fresh run of it could be measured: it is no better bet than its parent"
-    store = evidence.restore(history)
-    noise = evidence.noise_of({**store, "__fresh__": [evidence.Sample("__fresh__", v) for v in fresh]})
+    store, noise = _with_fresh(history, fresh)
     sigma = noise.sigma or stats.floor_for(fresh)
     prior = shrink.fit_prior(advance.effects_of(history), sigma)
     parent = advance.estimate_of(rec.parent, evidence.values(store.get(rec.parent, [])), sigma, history, prior)
