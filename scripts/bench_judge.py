@@ -73,7 +73,7 @@ HANDICAP = ("LOGIT_SOFTCAP", 3.0)   # the baseline's bad knob (train.py has 15.0
 # on to 5.0 (a stored calibration without a value gets only that value's runs added).
 CAL_OFFSETS = (0.0, 0.2, 0.4, 0.7, 1.0, 1.5, 2.0)
 CAL_SEEDS = {0.0: 4, 0.2: 3, 0.4: 3, 0.7: 3, 1.0: 3, 1.5: 3, 2.0: 3}
-CAL_SEED_BASE = 5000           # never a loop seed (those are 1000 + 16 (n - 1) + r)
+CAL_SEED_BASE = 5000           # its own runs, outside any loop (a loop draws its seeds with a key: agent/seeds.py)
 QUICK = {"nulls": 20, "gains": {3: 5, 5: 5}}
 FULL = {"nulls": 24, "gains": {1: 3, 2: 3, 3: 5, 5: 5}}
 # The goal: at most 1 null kept in 20, at least 9 in 10 gains of 3 sigma or more.
