@@ -51,7 +51,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent import budget, cli, envcheck, hardware
+from agent import budget, cli, envcheck, hardware, seeds
 from agent.cli import DEFAULT_BUDGET, deadline_of, parse_args  # noqa: F401  (callers and tests use them from here)
 from agent.config import LoopConfig, NOTIFY_ENV
 from agent.coordinator import Coordinator, undecided
@@ -164,6 +164,10 @@ class Loop:
         base, self.created = workspace.open_worktree(files.repo, self.tag, files.worktree, c.resume)
         self.run_lock = workspace.lock(files.run_dir)
         workspace.ignore_run_files(files.worktree)
+        try:
+            seeds.key_of(files.run_dir)   # every run's seed is drawn with it (made now, or checked on --resume)
+        except seeds.SeedKeyError as exc:
+            raise workspace.SetupError(str(exc)) from None
         tracer = self.panel.tracer = Tracer(files.run_dir / "traces.jsonl")
         proposer = make_proposer(c.ideas.proposer, c.ideas.offline_search, model=c.ideas.model, api_patience=c.ideas.api_patience,
                                  tracer=tracer)

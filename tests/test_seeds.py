@@ -102,3 +102,21 @@ def test_a_sandboxed_run_sees_one_output_folder_whatever_its_number(tmp_path):
     assert loop_view == job_view, seen
     assert loop_view["artifact"] == str(ARTIFACT_INSIDE / "model.pt") and loop_view["key"] is False
 
+
+
+def test_a_corrupt_key_stops_a_resume_with_its_message_and_loses_nothing(tmp_path):
+    """The loop checks its run folder's key at setup: a resume that finds it corrupt stops before any
+    run (exit 2, the file named), and the night's records are as they were."""
+    from tests.loop_fixtures import fake_env, fake_repo, run_loop
+    repo, env = fake_repo(tmp_path / "repo"), fake_env(tmp_path)
+    p = run_loop(repo, env, "--tag", "k", "--max-experiments", "1", "--budget", "30")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    run_dir = repo / ".autoresearch" / "k"
+    key = seeds.key_of(run_dir)
+    assert len(key) == seeds.KEY_BYTES and "seed-key" not in p.stdout
+    before = {name: (run_dir / name).read_bytes() for name in ("results.tsv", "journal.jsonl")}
+    (run_dir / seeds.KEY_FILE).write_text("0123\n")
+    p = run_loop(repo, env, "--tag", "k", "--resume", "--max-experiments", "2", "--budget", "30")
+    assert p.returncode == 2 and "not a seed key" in p.stderr and str(run_dir / seeds.KEY_FILE) in p.stderr, p.stderr
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert (run_dir / seeds.KEY_FILE).read_text() == "0123\n"
