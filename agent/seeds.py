@@ -40,12 +40,16 @@ def key_of(run_dir: Path) -> bytes:
     path = Path(run_dir) / KEY_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:   # another worker made it first: read theirs
-            return key_of(run_dir)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(KEY_BYTES) + "\n")
+        try:
+            os.link(tmp, path)   # published whole, or not at all: another process made it first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     text = path.read_text().strip()
     try:
         key = bytes.fromhex(text)

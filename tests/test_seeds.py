@@ -22,6 +22,14 @@ def test_a_run_folder_gets_one_random_key_kept_for_its_resume(tmp_path):
     assert seeds.loop_seed(key, 1, 0) is None, "the baseline's first run keeps train.py's SEED"
 
 
+def test_processes_that_make_the_key_at_once_all_get_the_one_published(tmp_path):
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        keys = pool.map(seeds.key_of, [tmp_path] * 8)
+    assert len(set(keys)) == 1 and keys[0] == seeds.key_of(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [seeds.KEY_FILE], "no half-written or temporary file left"
+
+
 def test_a_corrupt_key_is_refused_with_a_message_and_left_alone(tmp_path):
     (tmp_path / seeds.KEY_FILE).write_text("not hex at all\n")
     with pytest.raises(seeds.SeedKeyError, match="not a seed key"):
