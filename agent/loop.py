@@ -164,10 +164,7 @@ class Loop:
         base, self.created = workspace.open_worktree(files.repo, self.tag, files.worktree, c.resume)
         self.run_lock = workspace.lock(files.run_dir)
         workspace.ignore_run_files(files.worktree)
-        try:
-            seeds.key_of(files.run_dir)   # every run's seed is drawn with it (made now, or checked on --resume)
-        except seeds.SeedKeyError as exc:
-            raise workspace.SetupError(str(exc)) from None
+        seeds.key_of(files.run_dir)   # every run's seed is drawn with it: made now, or checked (SeedKeyError)
         tracer = self.panel.tracer = Tracer(files.run_dir / "traces.jsonl")
         proposer = make_proposer(c.ideas.proposer, c.ideas.offline_search, model=c.ideas.model, api_patience=c.ideas.api_patience,
                                  tracer=tracer)
@@ -487,7 +484,7 @@ def main(argv=None) -> int:
             print(envcheck.failed_write_message(exc, loop.run_dir), file=sys.stderr)
             return EXIT_OUT_OF_SPACE
         if not isinstance(exc, (gitops.GitError, workspace.SetupError, ProposalError, SealError,
-                                PinnedError)):
+                                PinnedError, seeds.SeedKeyError)):
             raise
         loop.stop()
         print(f"error: {exc}", file=sys.stderr)

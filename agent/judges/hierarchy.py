@@ -30,8 +30,7 @@ from agent.judges.judge import Opinion, near_duplicates, rule_opinion, serving_s
 from agent.judges.reviewer import BoundaryContext, GuardVerdict
 from harness.secrets import scrub
 from runfiles.queue_store import QueueStore
-from harness.decision import Basis, Decision
-from harness.experiment_record import ExperimentRecord
+from harness.experiment_record import Basis, Decision, ExperimentRecord   # the decision's own types
 from runfiles.run import RunInfo
 from runfiles.journal import read_claims
 from harness.verify import PinnedError
