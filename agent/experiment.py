@@ -27,7 +27,7 @@ from harness.decision import Basis
 from harness.experiment_record import ExperimentRecord
 from runfiles.run import RunInfo
 from harness.results import append_journal, append_record
-from harness.job import CANCELLED, EvalSpec, JobSeal, TrainJob
+from harness.job import EvalSpec, JobSeal, TrainJob
 from executors import Executor, LocalExecutor, SharedExecutor
 from agent.gitops import sources_at
 from harness.runner import RunResult
@@ -351,13 +351,9 @@ def run_commit(slot: Slot, n: int, commit: str, log_name: str, env: dict | None 
     except BaseException:
         slot.executor.cancel(jid)
         raise
-    run = res.run_result()
-    if res.crash_class == CANCELLED:
+    if res.cancelled:
         raise KeyboardInterrupt(f"experiment {n}: its job was cancelled")
-    verified = res.verify_result()
-    if verified is not None:   # the judge takes it instead of evaluating again (agent/judges/hierarchy.py)
-        run.extra["verify_result"] = verified
-    return run
+    return res   # its trusted evaluation in it (`verified`): the judge takes it as it is
 
 
 # Where the single loop materialises a commit's run files (in the run folder, git-ignored; a

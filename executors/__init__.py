@@ -5,7 +5,7 @@
     from agent.gitops import sources_at
     ex = LocalExecutor(slots=2, gpus=["0", "1"])
     jid = ex.submit(TrainJob(n=3, files=sources_at(repo, sha), budget=300, run_dir=str(run_dir)))
-    res = wait(ex, [jid])[jid]          # JobResult: summary, crash_class, log.text, verify, ...
+    res = wait(ex, [jid])[jid]          # RunResult: summary, crash_class, log_path, verified, ...
     ex.close()
 
 RayExecutor lives in executors.ray_exec (imported on demand: Ray takes a second to import).
@@ -20,7 +20,8 @@ import time
 from typing import Protocol, runtime_checkable
 
 from executors.local import LocalExecutor
-from harness.job import JobResult, TrainJob
+from harness.job import TrainJob
+from harness.runner import RunResult
 
 # How often wait() polls the executor.
 WAIT_POLL_S = 0.1
@@ -34,7 +35,7 @@ class Executor(Protocol):
     def submit(self, job: TrainJob) -> str:
         """Queue `job`; returns its id. Jobs beyond `slots` wait for a free slot."""
 
-    def poll(self, job_id: str) -> JobResult | None:
+    def poll(self, job_id: str) -> RunResult | None:
         """The job's result once it has ended (cancelled ones too), else None."""
 
     def cancel(self, job_id: str) -> None:
@@ -46,11 +47,11 @@ class Executor(Protocol):
 
 
 def wait(executor: Executor, ids: list[str], timeout: float | None = None,
-         first: bool = False) -> dict[str, JobResult]:
+         first: bool = False) -> dict[str, RunResult]:
     """Poll until every job in `ids` (or, with first=True, any one) has a result or `timeout`
     seconds pass; returns the results that are in, by id."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    done: dict[str, JobResult] = {}
+    done: dict[str, RunResult] = {}
     while True:
         for jid in ids:
             if jid not in done:

@@ -25,7 +25,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.job import CANCELLED, NODE_ERROR, VERIFY_DIR, JobLog, JobResult, JobTimes, TrainJob, run_job, tail
+from harness.job import VERIFY_DIR, TrainJob, failed, run_job
+from harness.runner import CANCELLED, NODE_ERROR, RunResult
 from harness.procs import kill_group
 
 # How long cancel()/close() wait for a job's thread (the runner's SIGTERM grace is 5 s).
@@ -43,7 +44,7 @@ class _Entry:
     slot: int | None = None
     thread: threading.Thread | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    result: JobResult | None = None
+    result: RunResult | None = None
     submitted_at: float = field(default_factory=time.time)
 
 
@@ -83,7 +84,7 @@ class LocalExecutor:
             self._dispatch()
         return jid
 
-    def poll(self, job_id: str) -> JobResult | None:
+    def poll(self, job_id: str) -> RunResult | None:
         return self._jobs[job_id].result
 
     def cancel(self, job_id: str) -> None:
@@ -94,7 +95,7 @@ class LocalExecutor:
             e.stop.set()
             if job_id in self._queue:
                 self._queue.remove(job_id)
-                e.result = _cancelled(e.job, "cancelled before it started")
+                e.result = failed(e.job, CANCELLED, "cancelled before it started", None)
                 return
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         while e.thread is not None and e.thread.is_alive() and time.monotonic() < deadline:
@@ -153,14 +154,14 @@ class LocalExecutor:
             res = run_job(e.job, self.root / f"slot-{e.slot}", Path(e.job.run_dir), slot=str(e.slot),
                           extra_env=self._slot_env(e.slot), on_tick=tick, should_stop=e.stop.is_set)
             if e.stop.is_set():       # cancelled during the trusted evaluation: never judged
-                res.crash_class, res.verify = CANCELLED, None
+                res.crash_class = CANCELLED
+                res.extra.pop("verify_result", None)
         except _Cancelled:
-            res = _cancelled(e.job, "cancelled while training", self.log_path(jid))
+            res = failed(e.job, CANCELLED, "cancelled while training", self.log_path(jid))
         except BaseException as exc:  # a harness failure (or on_tick's): report it, never hang
             why = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            res = _cancelled(e.job, f"executor error: {why}", self.log_path(jid))
-            res.crash_class = CANCELLED if e.stop.is_set() else NODE_ERROR
-            res.extra["traceback"] = traceback.format_exc()
+            res = failed(e.job, CANCELLED if e.stop.is_set() else NODE_ERROR, f"executor error: {why}",
+                         self.log_path(jid), traceback=traceback.format_exc())
         res.extra.setdefault("slot", str(e.slot))
         with self._lock:
             e.result = res
@@ -184,13 +185,3 @@ def _close_at_exit(ref) -> None:
     ex = ref()
     if ex is not None and not ex._closed:
         ex.close()
-
-
-def _cancelled(job: TrainJob, why: str, log_path: Path | None = None) -> JobResult:
-    text = ""
-    if log_path is not None and log_path.is_file():
-        text = log_path.read_text(errors="replace")
-    text += f"\n[executor] {why}\n"
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=CANCELLED,
-                     log=JobLog(text=text, tail=tail(text), path=str(log_path) if log_path else None),
-                     times=JobTimes(ended_at=time.time()), extra={"reason": why}, meta=dict(job.meta))

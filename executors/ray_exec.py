@@ -3,7 +3,7 @@
 Each job is one `@ray.remote` task. On its node the task makes a temporary folder, writes the
 job's files into it (the commit travels with the job: no shared file system is assumed), and
 runs harness.job.run_job there: run_train + the trusted evaluation, every guarantee of
-a loop run. It returns the JobResult with the log's text and the bytes of the outputs the job
+a loop run. It returns the run's RunResult with the log's text and the bytes of the outputs the job
 asked to fetch (the model by default); the driver writes both into the job's run folder, so the
 loop finds the log and artifact where a local run puts them. The node's folder is then removed.
 
@@ -33,7 +33,8 @@ import traceback
 from collections import deque
 from pathlib import Path
 
-from harness.job import CANCELLED, NODE_ERROR, JobLog, JobResult, JobTimes, TrainJob, run_job, tail
+from harness.job import TrainJob, failed, run_job
+from harness.runner import CANCELLED, NODE_ERROR, RunResult
 
 # How long cancel() waits for Ray to report a force-cancelled task as ended.
 CANCEL_WAIT_S = 30.0
@@ -104,9 +105,9 @@ def _node_task(job: TrainJob):
     try:
         res = run_job(job, root / "src", run_dir, slot="0")
         files = {name: Path(path).read_bytes() for name, path in res.outputs.items()}
-        res.extra.update(node_ip=ray.util.get_node_ip_address(), node_log=res.log.path,
-                         node_artifact=res.artifact, python=sys.executable)
-        return res, files
+        res.extra.update(node_ip=ray.util.get_node_ip_address(), node_log=str(res.log_path),
+                         node_artifact=str(res.artifact) if res.artifact else None, python=sys.executable)
+        return res, res.log_text(), files
     finally:
         try:
             dog.stdin.write(b"done")
@@ -131,7 +132,7 @@ class RayExecutor:
         self._jobs: dict[str, TrainJob] = {}
         self._refs: dict[str, object] = {}          # running: job id -> ObjectRef
         self._queue: deque[str] = deque()
-        self._results: dict[str, JobResult] = {}
+        self._results: dict[str, RunResult] = {}
         self._closed = False
 
     def warm(self, timeout: float = WARM_TIMEOUT_S) -> float:
@@ -155,7 +156,7 @@ class RayExecutor:
         self._dispatch()
         return jid
 
-    def poll(self, job_id: str) -> JobResult | None:
+    def poll(self, job_id: str) -> RunResult | None:
         if job_id not in self._jobs:
             raise KeyError(job_id)
         self._collect()
@@ -167,7 +168,7 @@ class RayExecutor:
             return
         if job_id in self._queue:
             self._queue.remove(job_id)
-            self._results[job_id] = _failed(self._jobs[job_id], CANCELLED, "cancelled before it started")
+            self._results[job_id] = failed(self._jobs[job_id], CANCELLED, "cancelled before it started", None)
             return
         ref = self._refs.pop(job_id)
         self._ray.cancel(ref, force=True)
@@ -213,18 +214,18 @@ class RayExecutor:
                 del self._refs[jid]
                 self._results[jid] = self._land(self._jobs[jid], ref)
 
-    def _land(self, job: TrainJob, ref) -> JobResult:
+    def _land(self, job: TrainJob, ref) -> RunResult:
         """The node's result, with its log and fetched outputs written into the job's run folder."""
         try:
-            res, files = self._ray.get(ref)
+            res, text, files = self._ray.get(ref)
         except Exception as exc:
             why = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return _failed(job, NODE_ERROR, f"the Ray task failed: {why[-2000:]}")
         run_dir = Path(job.run_dir)
         log = run_dir / "logs" / job.log_file
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(res.log.text)
-        res.log.path = str(log)
+        log.write_text(text)
+        res.log_path = log
         out_dir = run_dir / "artifacts" / f"exp-{job.n:04d}"
         res.outputs, res.artifact = {}, None
         if files:
@@ -234,12 +235,10 @@ class RayExecutor:
                 (out_dir / name).write_bytes(data)
                 res.outputs[name] = str(out_dir / name)
             if "model.pt" in files:
-                res.artifact = str(out_dir / "model.pt")
+                res.artifact = out_dir / "model.pt"
         return res
 
 
-def _failed(job: TrainJob, crash: str, why: str) -> JobResult:
-    text = f"[executor] {why}\n"
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=crash,
-                     log=JobLog(text=text, tail=tail(text)), times=JobTimes(ended_at=time.time()), extra={"reason": why},
-                     meta=dict(job.meta))
+def _failed(job: TrainJob, crash: str, why: str) -> RunResult:
+    """A job no node ran to its end: the note lands in its log in the job's run folder."""
+    return failed(job, crash, why, Path(job.run_dir) / "logs" / job.log_file)

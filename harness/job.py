@@ -5,8 +5,9 @@ it: the commit's files to materialise, the budget, the environment, the seal. It
 (executors/local.py) or on another machine (executors/ray_exec.py), where `run_job` writes the
 files into a fresh folder, runs harness.runner.run_train there and, when the job carries an
 `EvalSpec`, harness.verify.verify on the saved model, the pinned inputs checked first. Every
-guarantee of a loop run holds wherever it lands, because this *is* a loop run. The `JobResult`
-comes back with the log's text, so a remote node's log is never lost.
+guarantee of a loop run holds wherever it lands, because this *is* a loop run. What comes back
+is the run's harness.runner.RunResult itself, the trusted evaluation in it (`verified`); a Ray
+node sends its log's text beside it (executors/ray_exec.py), so a remote log is never lost.
 
 Placeholders in `TrainJob.env` values: "{src}" is the folder the files were written to, "{out}"
 the run's output folder (artifacts/exp-NNNN, the only place a sealed run may write). They let a
@@ -25,14 +26,9 @@ from pathlib import Path
 
 from harness import verify as pinned_inputs
 from harness.clock import ClockReference
-from harness.runner import TAIL_LINES, RunPlace, RunSpec, RunView, run_train
+from harness.runner import NODE_ERROR, TAIL_LINES, RunPlace, RunResult, RunSpec, RunView, run_train
 from harness.sandbox import DataView, detect
 from harness.verify import EvalPlace, Evaluation, VerifyResult, verify
-
-# crash_class of a job that was cancelled before it finished (never judged).
-CANCELLED = "cancelled"
-# crash_class of a job whose node could not run it as asked (e.g. no bubblewrap for a sealed run).
-NODE_ERROR = "node_error"
 # The fixed files beside train.py, which the loop never edits: it imports prepare.py and runtime.py
 # from its own folder, and runtime.py imports attention.py and graph_export.py.
 FIXED_SOURCES = ("prepare.py", "runtime.py", "attention.py", "graph_export.py")
@@ -98,64 +94,6 @@ class TrainJob:
         return self.log_name or f"exp-{self.n:04d}.log"
 
 
-@dataclass
-class JobLog:
-    """A job's log: its whole text (a remote node's travels back in it), its last lines, and where
-    it is on this machine (written back there for a remote job)."""
-    text: str = ""
-    tail: str = ""
-    path: str | None = None
-
-
-@dataclass
-class JobTimes:
-    """When a job's run started and ended (epoch seconds) and its wall seconds."""
-    started_at: float = 0.0
-    ended_at: float = 0.0
-    wall_seconds: float = 0.0
-
-
-@dataclass
-class JobResult:
-    """What happened to a job: harness.runner.RunResult's fields the loop uses, plus the log text,
-    the trusted evaluation (the VerifyResult itself, never re-encoded) and where things are locally."""
-    n: int
-    returncode: int | None
-    summary: dict | None
-    crash_class: str | None
-    timed_out: bool = False
-    log: JobLog = field(default_factory=JobLog)
-    times: JobTimes = field(default_factory=JobTimes)
-    artifact: str | None = None          # the model on this machine, when it is here
-    outputs: dict = field(default_factory=dict)   # fetched output name -> local path
-    extra: dict = field(default_factory=dict)     # clock, sealed, sandbox, steps_mode, node, slot, gpu
-    verify: VerifyResult | None = None   # the trusted evaluation, when the job had an EvalSpec
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.crash_class is None
-
-    @property
-    def cancelled(self) -> bool:
-        return self.crash_class == CANCELLED
-
-    def verify_result(self) -> VerifyResult | None:
-        """The trusted evaluation (None without one): the object harness.verify made of the
-        evaluator's answer, passed on as it is (a Ray task pickles it whole)."""
-        return self.verify
-
-    def run_result(self):
-        """A harness.runner.RunResult for code that takes one (judges, records)."""
-        from harness.runner import RunResult
-        log, t = self.log, self.times
-        return RunResult(returncode=self.returncode, summary=self.summary, crash_class=self.crash_class,
-                         log_path=Path(log.path) if log.path else Path(self.extra.get("node_log", "")),
-                         wall_seconds=t.wall_seconds, timed_out=self.timed_out,
-                         artifact=Path(self.artifact) if self.artifact else None, log_tail=log.tail,
-                         started_at=t.started_at, ended_at=t.ended_at, extra=dict(self.extra))
-
-
 # Where a node without the tag's pinned copy keeps its own (one per set of input hashes).
 NODE_PIN_ROOT = Path(tempfile.gettempdir()) / "autoresearch-pinned"
 # The trusted evaluation's folders, inside the run folder.
@@ -218,7 +156,7 @@ def clear_staging(run_dir: Path) -> list[str]:
 
 
 def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extra_env: dict | None = None,
-            on_tick=None, should_stop=None) -> JobResult:
+            on_tick=None, should_stop=None) -> RunResult:
     """Train `job` in `folder` (replaced by the job's files) with logs and artifacts in `run_dir`.
     KeyboardInterrupt, or anything `on_tick` raises, ends the run's process group and propagates;
     should_stop() true after training skips the evaluation (a cancel)."""
@@ -237,7 +175,8 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
     try:
         box = detect("bwrap") if seal.sandbox == "bwrap" else detect("none")
     except RuntimeError as exc:
-        return _node_error(job, f"sandbox {seal.sandbox}: {exc}", started)
+        return failed(job, NODE_ERROR, f"sandbox {seal.sandbox}: {exc}", run_dir / "logs" / job.log_file,
+                      started, node=socket.gethostname())
     data = DataView.from_dict(seal.data)
     rows = job.evaluation.batch_size if job.evaluation is not None else None
     run = run_train(RunSpec(folder, run_dir, job.n, job.budget, timeout=job.timeout, env=env, sealed=seal.sealed,
@@ -247,22 +186,15 @@ def run_job(job: TrainJob, folder: Path, run_dir: Path, *, slot: str = "0", extr
                             place=RunPlace(log_name=job.log_name, pid_name=f"child-{slot}.pid", out_dir=staging)),
                     on_tick=on_tick)
     run = swap_in(run, staging, out_dir)
-    result = JobResult(n=job.n, returncode=run.returncode, summary=run.summary, crash_class=run.crash_class,
-                       timed_out=run.timed_out,
-                       log=JobLog(text=run.log_path.read_text(errors="replace"), tail=run.log_tail,
-                                  path=str(run.log_path)),
-                       times=JobTimes(started_at=run.started_at, ended_at=run.ended_at, wall_seconds=run.wall_seconds),
-                       artifact=str(run.artifact) if run.artifact else None,
-                       extra=dict(run.extra, node=socket.gethostname(), slot=slot,
-                                  gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))),
-                       meta=dict(job.meta))
-    result.outputs = {name: str(out_dir / name) for name in job.fetch
-                      if run.crash_class is None and (out_dir / name).is_file()}
+    run.n, run.meta = job.n, dict(job.meta)
+    run.extra.update(node=socket.gethostname(), slot=slot,
+                     gpu=os.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES")))
+    run.outputs = {name: str(out_dir / name) for name in job.fetch
+                   if run.crash_class is None and (out_dir / name).is_file()}
     if job.evaluation is not None and run.crash_class is None and not (should_stop and should_stop()):
-        v = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
-        result.verify = v
-    result.times.ended_at = time.time()
-    return result
+        run.extra["verify_result"] = evaluate(job, run.artifact, run.summary, run_dir, box, env, slot)
+    run.ended_at = time.time()   # the evaluation included
+    return run
 
 
 def evaluate(job: TrainJob, artifact, summary: dict | None, run_dir: Path, box, env: dict,
@@ -336,11 +268,22 @@ def _node_pin(spec, data: dict | None) -> tuple[Path | None, VerifyResult | None
     return target, None
 
 
-def _node_error(job: TrainJob, why: str, started: float) -> JobResult:
-    return JobResult(n=job.n, returncode=None, summary=None, crash_class=NODE_ERROR,
-                     log=JobLog(text=f"[executor] {why}\n", tail=f"[executor] {why}"),
-                     times=JobTimes(started_at=started, ended_at=time.time()), extra={"node": socket.gethostname(), "error": why},
-                     meta=dict(job.meta))
+def failed(job: TrainJob, crash: str, why: str, log_path: Path | None, started: float = 0.0, **extra) -> RunResult:
+    """A job that never ran to its end (cancelled, its node's or its executor's error): `why` is
+    added to its log at `log_path` (made if missing; None: a job that never started has none)."""
+    note = f"[executor] {why}"
+    if log_path is not None:
+        try:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(f"\n{note}\n")
+        except OSError:
+            pass
+    run = RunResult(returncode=None, summary=None, crash_class=crash, log_path=Path(log_path or ""),
+                    wall_seconds=0.0, timed_out=False, artifact=None, started_at=started, ended_at=time.time(),
+                    extra={"reason": why, **extra}, n=job.n, meta=dict(job.meta))
+    run.log_tail = tail(run.log_text() if log_path is not None else note)
+    return run
 
 
 def tail(text: str) -> str:

@@ -62,10 +62,15 @@ OVER_BUDGET, NO_ARTIFACT, FLOOD = "over_budget", "missing_artifact", "output_flo
 # Ended by the harness because its printed curve was far worse than the incumbent's (run_train's
 # `stop_limits`): no crash of the idea, and no evidence for it either: a discard that cost less.
 STOPPED_EARLY = "stopped_early"
+# A job an executor cancelled before it finished (never judged), and one whose node could not run
+# it as asked (no bubblewrap for a sealed run, say): harness/job.py, executors/.
+CANCELLED, NODE_ERROR = "cancelled", "node_error"
 
 
 @dataclass
 class RunResult:
+    """One run, as run_train ends it and as every executor hands it back (harness/job.py run_job,
+    here or on a Ray node): the same object from the runner to the judge."""
     returncode: int | None
     summary: dict | None
     crash_class: str | None
@@ -77,10 +82,24 @@ class RunResult:
     started_at: float = 0.0
     ended_at: float = 0.0
     extra: dict = field(default_factory=dict)
+    n: int = 0                                    # the experiment's number (a job's)
+    outputs: dict = field(default_factory=dict)   # a job's fetched output name -> path on this machine
+    meta: dict = field(default_factory=dict)      # a job's caller's own tags, handed back untouched
 
     @property
     def ok(self) -> bool:
         return self.crash_class is None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.crash_class == CANCELLED
+
+    def log_text(self) -> str:
+        """The run's whole log as it is on this machine ("" without one)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
 
     # Typed reads of the run: `summary` is what train.py printed (harness/clock.py (the summary block)), `extra` the
     # harness's notes on the run (runner, executors, the loop). Readers use these, not the dicts.
@@ -128,8 +147,8 @@ class RunResult:
 
     @property
     def verified(self):
-        """The trusted evaluation an executor already made where the model was
-        (harness/job.py), a harness.verify.VerifyResult, or None."""
+        """The trusted evaluation an executor made where the model was (harness/job.py run_job),
+        the harness.verify.VerifyResult itself (a Ray task pickles it whole), or None."""
         return self.extra.get("verify_result")
 
 

@@ -100,12 +100,12 @@ class ExecutorPool:
             Path(task.state.save).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(state, task.state.save)
         shutil.rmtree(out_dir, ignore_errors=True)
-        log = Path(res.log.path) if res.log.path else None
+        log = res.log_path if res.log_path.is_file() else None
         val = (res.summary or {}).get("val_bpb")
         slot = res.extra.get("slot")
         worker = int(slot) if isinstance(slot, str) and slot.isdigit() else -1
         if res.crash_class is not None or not isinstance(val, (int, float)):
-            fail = next((ln for ln in res.log.text.splitlines() if ln.startswith("FAIL:")), None)
+            fail = next((ln for ln in res.log_text().splitlines() if ln.startswith("FAIL:")), None)
             error = fail or f"{res.crash_class or 'no val_bpb'} (exit {res.returncode})"
             return TaskResult(task, None, res.summary, wall, error=error, log=log, worker=worker)
         return TaskResult(task, float(val), res.summary, wall, log=log, worker=worker)

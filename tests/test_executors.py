@@ -15,7 +15,8 @@ from harness import verify as pinned_inputs
 from harness.job import FIXED_SOURCES
 from agent.experiment import eval_spec, job_seal
 from executors import Executor, wait
-from harness.job import CANCELLED, TrainJob
+from harness.job import TrainJob
+from harness.runner import CANCELLED, RunResult
 from executors import LocalExecutor
 from harness.sandbox import DataView, detect
 from harness.verify import eval_rows
@@ -55,7 +56,7 @@ def job(tmp_path, n, **env) -> TrainJob:
 
 
 def field(res, name: str) -> str:
-    return next(line.split(" ", 1)[1] for line in res.log.text.splitlines() if line.startswith(name + " "))
+    return next(line.split(" ", 1)[1] for line in res.log_text().splitlines() if line.startswith(name + " "))
 
 
 def span(res) -> tuple[float, float]:
@@ -92,7 +93,8 @@ def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
         assert ex.free_slots() == -1          # two running, one waiting
         res = wait(ex, ids, timeout=120)
     a, b, c = (res[i] for i in ids)
-    assert all(r.ok for r in (a, b, c)), [r.log.tail for r in (a, b, c)]
+    assert all(r.ok for r in (a, b, c)), [r.log_tail for r in (a, b, c)]
+    assert all(type(r) is RunResult for r in (a, b, c))   # the runner's own record, never converted
     assert a.summary["val_bpb"] == 1.25 and a.meta == {"mine": 1}
     assert overlap(a, b), (span(a), span(b))
     assert not overlap(a, c) or not overlap(b, c)       # the third waited for a free slot
@@ -100,8 +102,7 @@ def test_local_runs_two_at_once_with_a_gpu_per_slot(tmp_path):
     assert field(c, "gpu") == c.extra["gpu"] and c.extra["gpu"] in ("0", "1")
     for r in (a, b, c):   # the run happened in a slot folder, not the repo; log and model are in the run folder
         assert Path(field(r, "cwd")).parent == tmp_path / "slots"
-        assert Path(r.log.path) == tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
-        assert Path(r.log.path).read_text().startswith(r.log.text.split("\n[runner]")[0][:40])
+        assert r.log_path == tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log" and "val_bpb" in r.log_text()
         assert Path(r.artifact).read_bytes() == b"stand-in model"
         assert r.extra["clock"]["steps_seen"] == 1
     assert not list((tmp_path / "run").glob("child*.pid"))
@@ -121,7 +122,7 @@ def test_local_cancel_ends_the_whole_process_group(tmp_path):
         ex.cancel(jid)
         res = ex.poll(jid)
         assert time.monotonic() - t0 < 10
-    assert res is not None and res.cancelled and "cancelled" in res.log.tail
+    assert res is not None and res.cancelled and "cancelled" in res.log_tail
     assert all_gone(pids), "a process of the cancelled run is still alive"
     assert not (tmp_path / "run" / "child-0.pid").exists()
 
@@ -163,7 +164,7 @@ def test_local_cancel_during_the_trusted_evaluation(tmp_path):
         pgid = json.loads(pid_file.read_text())["pgid"]
         ex.cancel(jid)
         res = ex.poll(jid)
-    assert res.cancelled and res.verify is None
+    assert res.cancelled and res.verified is None
     assert all_gone([pgid]) and not pid_file.exists()
 
 
@@ -207,7 +208,8 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
     finally:
         ex.close()
     a, b = (res[i] for i in ids)
-    assert a.ok and b.ok, (a.log.text, b.log.text)
+    assert a.ok and b.ok, (a.log_text(), b.log_text())
+    assert type(a) is RunResult and type(b) is RunResult   # the node's record itself, pickled whole
     assert (a.summary["val_bpb"], b.summary["val_bpb"]) == (1.1, 1.2)
     assert overlap(a, b), (span(a), span(b))
     for r in (a, b):
@@ -216,7 +218,7 @@ def test_ray_runs_two_at_once_from_materialised_files(ray_runtime, tmp_path):
         assert REPO not in cwd.parents and tmp_path not in cwd.parents
         assert not cwd.parent.exists()                       # the node's folder is gone
         local = tmp_path / "run" / "logs" / f"exp-{r.n:04d}.log"
-        assert Path(r.log.path) == local and local.read_text() == r.log.text and "val_bpb" in r.log.text
+        assert r.log_path == local and "val_bpb" in r.log_text()   # the node's log, written here
         assert Path(r.artifact).read_bytes() == b"stand-in model"   # fetched back from the node
         assert r.extra["node_ip"] and r.meta == {"mine": r.n}
         assert r.extra["python"] == sys.executable    # this venv: Ray built no second one (uv run)
@@ -264,11 +266,11 @@ def test_real_tiny_job_returns_a_trusted_val_bpb(tiny_cache, tmp_path):
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=600)[jid]
-    assert res.ok, res.log.tail
-    v = res.verify_result()
-    assert v is not None and v.ok, res.verify
+    assert res.ok, res.log_tail
+    v = res.verified
+    assert v is not None and v.ok, v
     assert 0 < v.trusted_bpb < 20 and v.printed_bpb is None      # sealed: the evaluation is the figure
-    assert res.summary["num_steps"] == 2 and res.run_result().extra["sealed"]
+    assert res.summary["num_steps"] == 2 and res.sealed
     assert res.extra["sandbox"] == box
     assert not list((run_dir / ".verify").glob("verify*.pid"))
 
@@ -352,9 +354,10 @@ def test_tampered_pinned_inputs_fail_the_evaluation_and_are_restored(tmp_path):
     with LocalExecutor(1, root=tmp_path / "slots") as ex:
         jid = ex.submit(tj)
         res = wait(ex, [jid], timeout=120)[jid]
-    assert res.ok and res.verify is not None and not res.verify.ok
-    assert "the evaluation inputs changed (data/val.parquet changed)" in res.verify.reason
-    assert res.verify.printed_bpb == 1.25 and res.verify.details["repaired"]
+    v = res.verified
+    assert res.ok and v is not None and not v.ok
+    assert "the evaluation inputs changed (data/val.parquet changed)" in v.reason
+    assert v.printed_bpb == 1.25 and v.details["repaired"]
     assert target.read_bytes() == b"validation tokens"          # restored for the next experiment
 
 

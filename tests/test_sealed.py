@@ -74,10 +74,7 @@ def run_sealed(wt, seal, n, budget, commit=None, *, env=None, clock_reference=No
         res = run_job(job, folder, wt)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    run = res.run_result()
-    if res.verify_result() is not None:
-        run.extra["verify_result"] = res.verify_result()
-    return run
+    return res
 
 
 def digest(path: Path) -> str:
