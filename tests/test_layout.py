@@ -76,7 +76,7 @@ def test_harness_imports_only_itself_of_the_project():
 # The trust boundary's size (docs/architecture.md "The trust path"): at most this many modules,
 # and no more code lines than it has now (scripts/core_size.py prints them; we aim at 3,000).
 HARNESS_MODULES_MAX = 20
-HARNESS_CODE_LINES_MAX = 4_401
+HARNESS_CODE_LINES_MAX = 4_374
 
 
 def test_the_trust_boundary_imports_nothing_else_and_does_not_grow():
