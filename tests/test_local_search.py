@@ -249,3 +249,34 @@ def test_a_flat_step_s_mirror_waits_and_a_worse_one_s_is_next(tmp_path):
     flat = ask(tmp_path, SMALL, flat_hist, 3)
     (name2, _), = moved(SMALL, flat.source).items()
     assert name2 != name and "untried from this incumbent" in flat.hypothesis
+
+
+def test_a_step_an_ancestor_measured_waits_behind_the_untried_ones(tmp_path):
+    # from c1 the search's first step was discarded; then c1 -> c3 kept (a learning rate doubled)
+    # and c3 -> c5 kept (a switch flipped). From c5 that same first step, and the way back of c3's
+    # step, were measured on the way: every never-measured step comes first, they come last, not never.
+    src = "A_LR = 0.01  # a learning rate\nB_RATIO = 0.5  # a fraction\nC_LR = 0.1  # another\nUSE_X = False  # a switch\n"
+    first = ask(tmp_path, src, [rec(1, src, "keep")], 2)
+    (k1, _), = moved(src, first.source).items()
+    lr = "C_LR" if k1 == "A_LR" else "A_LR"
+    s3 = knobs.set_knobs(src, {lr: knobs.normalize(knobs.values(src)[lr] * STEP_FACTOR)})
+    s5 = knobs.set_knobs(s3, {"USE_X": True})
+    hist = [rec(1, src, "keep"), rec(2, first.source, "discard", parent="c1", p_better=0.4),
+            rec(3, s3, "keep", parent="c1"), rec(4, s5, "keep", parent="c3", commit="c5")]
+    seen, n = [], 5
+    for _ in range(12):
+        prop = ask(tmp_path, s5, hist, n, best="c5")
+        if "untried from this incumbent" not in prop.hypothesis:
+            break
+        seen.append((moved(s5, prop.source), prop.hypothesis))
+        hist.append(rec(n, prop.source, "discard", parent="c5", p_better=0.5, commit=f"d{n}"))
+        n += 1
+    moves = [c for c, _ in seen]
+    again = moved(src, first.source)
+    back = {lr: (knobs.values(s3)[lr], knobs.values(src)[lr])}
+    if k1 != "USE_X":
+        assert again in moves and moves.index(again) >= len(moves) - 2, moves
+        assert "exp 2 measured it from an ancestor" in seen[moves.index(again)][1]
+    assert back in moves and moves.index(back) >= len(moves) - 2, moves
+    assert "the way back of exp 3, kept" in seen[moves.index(back)][1]
+    assert len(moves) >= 5 and all("ancestor" not in h and "way back" not in h for _, h in seen[:len(moves) - 2])

@@ -21,7 +21,8 @@ Smaller moves would mostly measure noise (the judge keeps nothing below ~3 sigma
 5. untried single steps: the model's size and the tokens per step first (SIZE_KNOBS), then the
    curated knobs of search/knobs.py DEFAULT_SPECS (learning rates, decay, betas, softcap), then the
    rest; knobs not yet moved from this incumbent before those that were, in a deterministic order
-   for the seed;
+   for the seed; a step an ancestor of the incumbent already measured (discarded there, or the way
+   back of a keep) after all the others: its old measure carries across the advances since;
 6. when every single step from the incumbent has been tried: the harness's sampler (TPE, agent/
    proposers/offline.py) draws, limited to MAX_JUMP_KNOBS knobs.
 
@@ -169,6 +170,32 @@ def _direction(old, new) -> int:
         return 0
 
 
+def _measured_on_the_way(moves: list[dict], incumbent) -> dict:
+    """(knob, from, to) -> what measured that very move from an ancestor of the incumbent: a single
+    step discarded there, or the way back of a single step kept there. Such a step waits behind the
+    ones never measured: after each advance the untried steps of every knob open again, and without
+    this the search re-measured the same flat moves from each new incumbent (a one-run rule, which
+    advances often, re-swept the model's size knobs after every advance and walked a flat DEPTH
+    back and forth, reaching the learning rates last). The effects of most knobs add up, so the
+    old measure is still the better guess; it is tried again when the untried steps run out."""
+    parent_of = {m["commit"]: m["parent"] for m in moves if m["status"] == "keep"}
+    line, c = [], incumbent
+    while c in parent_of and c not in line:
+        line.append(c)
+        c = parent_of[c]
+    ancestors = set(line[1:]) | ({c} if c != incumbent else set())
+    out = {}
+    for m in moves:
+        if len(m["moved"]) != 1:
+            continue
+        (k, (old, new)), = m["moved"].items()
+        if m["status"] == "discard" and m["parent"] in ancestors:
+            out[(k, repr(old), repr(new))] = f"exp {m['n']} measured it from an ancestor and it was discarded"
+        elif m["status"] == "keep" and m["commit"] in line:
+            out[(k, repr(new), repr(old))] = f"the way back of exp {m['n']}, kept"
+    return out
+
+
 class LocalProposer:
     name = "offline"
     cheap_redo = True
@@ -281,11 +308,19 @@ class LocalProposer:
         touched = {k for m in here for k in m["moved"]} | set(kept_into["moved"] if kept_into else ())
         order = [k for k in names if k not in touched] + [k for k in names if k in touched]
         rng = random.Random(f"{req.seed}:{req.n}")
+        before = _measured_on_the_way(moves, incumbent)
+        later = []
         for k in order:                                   # 5. untried single steps
             vals = step(k, base[k], space[k], current[k].comment, 1, self.scale)
             rng.shuffle(vals)
             for v in vals:
-                yield {k: v}, f"one step of {k}, untried from this incumbent"
+                seen = before.get((k, repr(base[k]), repr(v)))
+                if seen is None:
+                    yield {k: v}, f"one step of {k}, untried from this incumbent"
+                else:
+                    later.append(({k: v}, f"one step of {k}, untried from this incumbent ({seen})"))
+        yield from later                                  # 5b. the steps an ancestor measured
+
 
     @staticmethod
     def _distance(name, old, new, space) -> float:
