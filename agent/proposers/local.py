@@ -321,7 +321,6 @@ class LocalProposer:
                     later.append(({k: v}, f"one step of {k}, untried from this incumbent ({seen})"))
         yield from later                                  # 5b. the steps an ancestor measured
 
-
     @staticmethod
     def _distance(name, old, new, space) -> float:
         spec = space.get(name) or ["choice"]
